@@ -1,0 +1,95 @@
+"""`workbench setup`: scaffold a workspace and build the embedded tiny model.
+
+Idempotent: files that exist are left alone (a user's edits are never overwritten without
+`force`), and the tiny model is rebuilt only when its build recipe changed.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench.envs.loader import bundled_environments_dir
+from workbench.workspace import tiny_model_dir
+
+BUNDLED_ENVS = ("reverse_text", "alphabet_sort")
+
+
+def scaffold_source() -> Path:
+    """Config templates: inside the wheel, or the repository's configs/ for an editable install."""
+    packaged = Path(__file__).resolve().parent / "_scaffold" / "configs"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass
+class ScaffoldReport:
+    created: list[Path] = field(default_factory=list)
+    unchanged: list[Path] = field(default_factory=list)
+    kept_edited: list[Path] = field(default_factory=list)
+    overwritten: list[Path] = field(default_factory=list)
+
+
+def _copy_tree(source: Path, target: Path, force: bool, report: ScaffoldReport) -> None:
+    for src in sorted(source.rglob("*")):
+        if src.is_dir() or "__pycache__" in src.parts or "outputs" in src.relative_to(source).parts:
+            continue
+        dst = target / src.relative_to(source)
+        if not dst.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+            report.created.append(dst)
+        elif filecmp.cmp(src, dst, shallow=False):
+            report.unchanged.append(dst)
+        elif force:
+            shutil.copy2(src, dst)
+            report.overwritten.append(dst)
+        else:
+            report.kept_edited.append(dst)
+
+
+def scaffold_workspace(root: Path, force: bool = False) -> ScaffoldReport:
+    """configs/{rl,eval,gepa}, configs/endpoints.toml, environments/ with the bundled envs, outputs/."""
+    report = ScaffoldReport()
+    root.mkdir(parents=True, exist_ok=True)
+    if scaffold_source().resolve() != (root / "configs").resolve():
+        _copy_tree(scaffold_source(), root / "configs", force, report)
+    bundled = bundled_environments_dir()
+    for name in BUNDLED_ENVS:
+        if (bundled / name).resolve() != (root / "environments" / name).resolve():
+            _copy_tree(bundled / name, root / "environments" / name, force, report)
+    (root / "outputs" / "models").mkdir(parents=True, exist_ok=True)
+    return report
+
+
+Progress = Callable[[int, int, float], None]
+
+
+def tiny_demonstrations(num_per_env: int) -> list[list[dict]]:
+    """SFT demonstrations from the bundled environments' train splits (prompt + reference answer)."""
+    from workbench.envs.loader import EnvSource, import_env_module
+
+    demos: list[list[dict]] = []
+    for name in BUNDLED_ENVS:
+        module = import_env_module(EnvSource(name, bundled_environments_dir() / name, "bundled"))
+        env = module.load_environment(num_train_examples=num_per_env)
+        env.env_id = name.replace("_", "-")
+        for example in env.get_examples(num_per_env, split="train"):
+            demos.append(example.prompt + env.reference_completion(example))
+    return demos
+
+
+def build_tiny(root: Path, progress: Progress | None = None, force: bool = False) -> tuple[Path, bool]:
+    """Build outputs/models/tiny unless a current build is there. Returns (path, built_now)."""
+    from workbench.models.tiny import TinyModelSpec, build_fingerprint, build_tiny_model, is_current_build
+
+    spec = TinyModelSpec()
+    out = tiny_model_dir(root)
+    fingerprint = build_fingerprint(spec)
+    if not force and is_current_build(out, fingerprint):
+        return out, False
+    demos = tiny_demonstrations(spec.num_demonstrations_per_env)
+    build_tiny_model(out, demos, spec=spec, progress=progress)
+    return out, True

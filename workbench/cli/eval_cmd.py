@@ -1,0 +1,124 @@
+"""`workbench eval run|show`: run an environment against a model; show or export a saved run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from workbench.cli import options as o
+from workbench.errors import UserError
+
+app = typer.Typer(help="Evaluate a model on an environment and inspect the results.", no_args_is_help=True)
+
+# flag name -> EvalConfig field, for flags that override a TOML config only when given
+FLAG_FIELDS = {
+    "model": "model", "num_examples": "num_examples", "rollouts_per_example": "rollouts_per_example",
+    "max_concurrent": "max_concurrent", "max_tokens": "max_tokens", "temperature": "temperature",
+    "api_base_url": "api_base_url", "api_key_var": "api_key_var", "endpoints_path": "endpoints_path",
+    "seed": "seed",
+}
+
+
+@app.command("run")
+def run(
+    target: Annotated[str | None, typer.Argument(help="An environment id (reverse-text, owner/name) or an eval config .toml.", show_default=False)] = None,
+    model: o.Model = None,
+    num_examples: o.NumExamples = None,
+    rollouts_per_example: o.RolloutsPerExample = None,
+    max_concurrent: o.MaxConcurrent = None,
+    max_tokens: o.MaxTokens = None,
+    temperature: o.Temperature = None,
+    sampling_args: o.SamplingArgs = None,
+    env_args: o.EnvArgs = None,
+    api_base_url: o.BaseUrl = None,
+    api_key_var: o.ApiKeyVar = None,
+    endpoints_path: o.EndpointsPath = None,
+    save_results: o.SaveResults = False,
+    verbose: o.Verbose = False,
+    state_columns: o.StateColumns = None,
+    resume: Annotated[str | None, typer.Option("--resume", "-R", help="Finish an interrupted run: its folder, or 'latest' for this env and model. Finished groups are not redone.", show_default=False)] = None,
+    seed: o.Seed = None,
+) -> None:
+    """Run rollouts of an environment with a model, save them, and print the reward summary.
+
+    Examples:
+
+      workbench eval run reverse-text -m tiny -n 20 -r 8
+
+      workbench eval run alphabet-sort -m tiny -n 10 -r 4 -a '{"max_turns": 3}'
+
+      workbench eval run reverse-text -m my-model -b http://127.0.0.1:8000/v1
+    """
+    from workbench.cli.render import RichReporter, console, err_console, summary_table
+    from workbench.config.toml_loader import read_toml, validate
+    from workbench.evaluate import EvalConfig, run_eval
+
+    given = {field: value for flag, field in FLAG_FIELDS.items() if (value := locals()[flag]) is not None}
+    if (parsed := o.parse_json_object(env_args, "-a/--env-args")) is not None:
+        given["env_args"] = parsed
+    if (parsed := o.parse_json_object(sampling_args, "-S/--sampling-args")) is not None:
+        given["sampling_args"] = parsed
+    if (columns := o.split_columns(state_columns)) is not None:
+        given["state_columns"] = columns
+    given["verbose"] = verbose
+    config = build_config(target, given, resume, read_toml, validate, EvalConfig)
+    try:
+        result = run_eval(config, RichReporter(verbose=verbose), resume=resume)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]stopped: every finished group is saved. Resume with "
+                          f"`workbench eval run {config.env_id} -m {config.model} -R latest`[/]")
+        raise typer.Exit(130) from None
+    console.print(summary_table(result.summary, f"{config.env_id} · {config.model}"))
+    console.print(f"[dim]saved to {result.run_dir}[/]")
+
+
+def build_config(target: str | None, given: dict[str, Any], resume: str | None, read_toml, validate, model_cls):
+    if target is None:
+        if resume is None or resume == "latest":
+            raise UserError("give an environment id or a config file (or -R RUN_FOLDER to resume a run)")
+        from workbench.store.results import read_metadata
+
+        return model_cls.model_validate({**read_metadata(Path(resume))["config"], **given})
+    if target.endswith(".toml"):
+        data, text = read_toml(Path(target))
+        validate(model_cls, data, Path(target), text)  # file errors name the file and line
+        return _validated(model_cls, {**data, **given})
+    return _validated(model_cls, {"env_id": target, **given})
+
+
+def _validated(model_cls, data: dict[str, Any]):
+    from pydantic import ValidationError
+
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc
+
+
+@app.command("show")
+def show(
+    run_dir: Annotated[str | None, typer.Argument(help="A run folder (default: the newest eval run in this workspace).", show_default=False)] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json | parquet")] = "table",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the export here (csv/json default to stdout; parquet to <run>/results.parquet).", show_default=False)] = None,
+) -> None:
+    """Show a saved eval run's summary, or export its rollouts as csv, json or parquet."""
+    from workbench.cli.render import console, summary_table
+    from workbench.evaluate.export import export_rollouts, find_run, load_run
+
+    path = find_run(run_dir)
+    metadata, groups = load_run(path)
+    if fmt == "table":
+        from workbench.evaluate.summary import summarize
+
+        summary = metadata.get("summary") or summarize(groups)
+        console.print(summary_table(summary, f"{metadata['env_id']} · {metadata['model']} · {metadata['status']}"))
+        console.print(f"[dim]{path}[/]")
+        return
+    if fmt not in ("csv", "json", "parquet"):
+        raise UserError(f"unknown format '{fmt}' (use table, csv, json or parquet)")
+    written = export_rollouts(groups, fmt, output, path)
+    if written is not None:
+        console.print(f"[dim]wrote {written}[/]")

@@ -1,0 +1,37 @@
+"""`workbench` entry point: registers the commands and turns user errors into one line + exit 1.
+
+Command modules import their services lazily, so `workbench --help` never loads torch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from workbench.cli import eval_cmd, serve_cmd, setup_cmd
+from workbench.errors import UserError
+
+app = typer.Typer(
+    name="workbench",
+    help="Build LLM environments, then evaluate, RL-train and prompt-optimize models on them.\n\n"
+    "Start with `workbench setup`, then `workbench eval run reverse-text -m tiny`.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+app.command("setup")(setup_cmd.setup)
+app.add_typer(eval_cmd.app, name="eval")
+app.command("serve")(serve_cmd.serve)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

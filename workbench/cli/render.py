@@ -1,0 +1,88 @@
+"""Rich rendering for the CLI: a progress bar reporter and the eval summary table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from workbench.types import Group
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class RichReporter:
+    """Renders service events as a progress bar (to stderr, so stdout stays data)."""
+
+    def __init__(self, verbose: bool = False) -> None:
+        self.verbose = verbose
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def start(self, label: str, total: int, done: int) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rollouts"),
+            TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=err_console, transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(label, total=total, completed=done, reward="-")
+
+    def group_done(self, group: Group, stats: dict[str, Any]) -> None:
+        if self._progress is None:
+            return
+        self._progress.update(self._task, advance=len(group.rollouts), reward=f"{stats['reward_mean']:.3f}")
+        if self.verbose:
+            for rollout in group.rollouts:
+                self._progress.console.print(format_rollout(rollout))
+
+    def message(self, text: str) -> None:
+        err_console.print(f"[yellow]{text}[/]")
+
+    def finish(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def format_rollout(rollout: Any) -> str:
+    last = next((m.get("content") or "" for m in reversed(rollout.completion) if m.get("role") == "assistant"), "")
+    error = f" [red]{rollout.error.where} error: {rollout.error.message[:120]}[/]" if rollout.error else ""
+    scores = " ".join(f"{k}={v:.2f}" for k, v in rollout.rewards.items())
+    return (f"[dim]#{rollout.example_id}.{rollout.rollout_index}[/] reward [bold]{rollout.reward:.3f}[/] {scores} "
+            f"turns={rollout.num_turns}{error}\n  {last[:300]!r}")
+
+
+def summary_table(summary: dict[str, Any], title: str) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    if not summary.get("num_rollouts"):
+        table.add_row("rollouts", "0")
+        return table
+    table.add_row("rollouts", f"{summary['num_rollouts']} ({summary['num_groups']} groups)")
+    table.add_row("reward", f"{summary['reward_mean']:.4f} ± {summary['reward_std']:.4f}")
+    for name, value in summary["reward_funcs"].items():
+        table.add_row(f"  {name}", f"{value:.4f}")
+    for name, value in summary.get("pass_at_k", {}).items():
+        table.add_row(name, f"{value:.4f}")
+    q = summary["group_std_quantiles"]
+    table.add_row("within-group std", f"mean {summary['group_std_mean']:.3f}  p10 {q['p10']:.3f}  p50 {q['p50']:.3f}  p90 {q['p90']:.3f}")
+    hist = "  ".join(f"{k}: {v}" for k, v in sorted(summary["group_std_histogram"].items()))
+    table.add_row("  groups by std", hist)
+    table.add_row("zero-variance groups", f"{summary['zero_variance_frac']:.0%}")
+    verdict = summary["verdict"]
+    color = "green" if verdict.startswith("good") else "yellow"
+    table.add_row("difficulty", f"[{color}]{verdict}[/]")
+    table.add_row("tokens / rollout", f"prompt {summary['prompt_tokens_mean']:.0f}  completion {summary['completion_tokens_mean']:.0f}")
+    table.add_row("turns / rollout", f"{summary['num_turns_mean']:.2f}  (truncated {summary['truncated_frac']:.0%})")
+    errors = summary["errors"]
+    detail = "  " + ", ".join(f"{k}: {v}" for k, v in summary["error_types"].items()) if errors else ""
+    table.add_row("errors", f"[{'red' if errors else 'green'}]{errors}[/]{detail}")
+    if "elapsed_s" in summary:
+        rate = summary["num_rollouts"] / summary["elapsed_s"] if summary["elapsed_s"] else 0.0
+        table.add_row("time", f"{summary['elapsed_s']:.1f} s ({rate:.1f} rollouts/s)")
+    return table

@@ -1,0 +1,1 @@
+"""Typed configs (pydantic) and TOML loading with errors that name file, line and key."""

@@ -1,0 +1,135 @@
+"""`run_rollouts`: schedule rollouts with bounded concurrency, score each group as soon as its
+last rollout ends, and hand finished groups to the caller (who streams them to disk).
+
+Cancellation (Ctrl-C) stops in-flight rollouts; every group already handed over is kept,
+which is what makes `--resume` exact: a group is either complete on disk or redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.engine.retry import RetryingClient, RetryPolicy
+from workbench.envs.environment import Environment, RolloutOutput
+from workbench.envs.rubric import RolloutScore, maybe_await
+from workbench.inference.client import Client
+from workbench.types import Example, Group, Rollout, RolloutError, SamplingParams
+
+OnGroup = Callable[[Group], Awaitable[None] | None]
+
+
+@dataclass
+class EngineStats:
+    groups: int = 0
+    rollouts: int = 0
+    errors: int = 0
+    retries: int = 0
+
+
+def rollout_seed(base: int | None, example_id: int, rollout_index: int) -> int | None:
+    """A distinct, reproducible seed per rollout (one seed for a whole group would make it identical)."""
+    if base is None:
+        return None
+    return (base * 1_000_003 + example_id * 7_919 + rollout_index) % (2**31 - 1)
+
+
+def json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return repr(value)
+
+
+async def run_rollouts(
+    env: Environment,
+    client: Client,
+    examples: Sequence[Example],
+    *,
+    rollouts_per_example: int,
+    sampling: SamplingParams,
+    max_concurrent: int = 32,
+    on_group: OnGroup | None = None,
+    state_columns: Sequence[str] = (),
+    retry: RetryPolicy | None = None,
+    policy_version: int = 0,
+) -> EngineStats:
+    """Run `rollouts_per_example` rollouts of each example; return counts. See module doc."""
+    if rollouts_per_example < 1 or max_concurrent < 1:
+        raise ValueError("rollouts_per_example and max_concurrent must be at least 1")
+    retrying = RetryingClient(client, retry)
+    slots = asyncio.Semaphore(max_concurrent)
+    stats = EngineStats()
+
+    async def one_rollout(example: Example, index: int) -> tuple[RolloutOutput, float]:
+        async with slots:
+            started = time.perf_counter()
+            params = sampling.merged({"seed": rollout_seed(sampling.seed, example.example_id, index)})
+            try:
+                output = await env.rollout(retrying, example, params)
+            except Exception as exc:  # env.rollout should not raise; a bug there is still data
+                output = RolloutOutput(completion=[], state={}, error=RolloutError.from_exception(exc, "env"),
+                                       stop_condition="error")
+            return output, (time.perf_counter() - started) * 1000
+
+    async def one_group(example: Example) -> None:
+        results = await asyncio.gather(*(one_rollout(example, i) for i in range(rollouts_per_example)))
+        outputs = [o for o, _ in results]
+        started = time.perf_counter()
+        try:
+            scores = await env.score_group(example, outputs)
+        except Exception as exc:
+            error = RolloutError.from_exception(exc, "reward")
+            scores = [RolloutScore(0.0, {}, {}, error) for _ in outputs]
+        scoring_ms = (time.perf_counter() - started) * 1000
+        group = Group(example.example_id, [
+            _make_rollout(example, i, out, score, total_ms, scoring_ms, state_columns, policy_version)
+            for i, ((out, total_ms), score) in enumerate(zip(results, scores, strict=True))
+        ])
+        stats.groups += 1
+        stats.rollouts += len(group.rollouts)
+        stats.errors += sum(r.error is not None for r in group.rollouts)
+        stats.retries = retrying.retries
+        if on_group is not None:
+            await maybe_await(on_group(group))
+
+    tasks = [asyncio.ensure_future(one_group(example)) for example in examples]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return stats
+
+
+def _make_rollout(example: Example, index: int, out: RolloutOutput, score: RolloutScore, total_ms: float,
+                  scoring_ms: float, state_columns: Sequence[str], policy_version: int) -> Rollout:
+    return Rollout(
+        example_id=example.example_id,
+        rollout_index=index,
+        prompt=example.prompt,
+        completion=out.completion,
+        answer=example.answer,
+        task=example.task,
+        info=example.info,
+        reward=0.0 if out.error else score.reward,
+        rewards=score.rewards,
+        metrics=score.metrics,
+        num_turns=out.num_turns,
+        is_truncated=out.is_truncated,
+        stop_condition=out.stop_condition,
+        error=out.error or score.error,
+        usage=out.usage,
+        timing={"generation_ms": round(out.generation_ms, 3), "scoring_ms": round(scoring_ms, 3),
+                "total_ms": round(total_ms + scoring_ms, 3)},
+        policy_version=policy_version,
+        tokens=out.tokens,
+        state_columns={c: json_safe(out.state.get(c)) for c in state_columns},
+    )

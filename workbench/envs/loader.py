@@ -1,0 +1,111 @@
+"""Find and load environments by id.
+
+`reverse-text`, `reverse_text` and `primeintellect/reverse-text` all name the module
+`reverse_text`. Lookup order: `./environments/<name>/` (no install needed), an installed
+package of that name, then the environments bundled with workbench.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.envs.environment import Environment
+from workbench.errors import UserError
+from workbench.workspace import environments_dir
+
+
+def module_name(env_id: str) -> str:
+    """'primeintellect/reverse-text' -> 'reverse_text'."""
+    return env_id.strip().split("/")[-1].replace("-", "_")
+
+
+def bundled_environments_dir() -> Path:
+    """Bundled envs: inside the wheel, or the repository's environments/ for an editable install."""
+    packaged = Path(__file__).resolve().parent.parent / "_bundled_environments"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "environments"
+
+
+@dataclass
+class EnvSource:
+    name: str  # module name
+    path: Path | None  # folder for local/bundled envs, None for installed packages
+    origin: str  # "workspace" | "installed" | "bundled"
+
+
+def _env_folders(root: Path) -> dict[str, Path]:
+    if not root.is_dir():
+        return {}
+    return {p.name: p for p in sorted(root.iterdir()) if (p / f"{p.name}.py").is_file()}
+
+
+def find_environment(env_id: str) -> EnvSource | None:
+    name = module_name(env_id)
+    local = _env_folders(environments_dir())
+    if name in local:
+        return EnvSource(name, local[name], "workspace")
+    spec = importlib.util.find_spec(name) if name.isidentifier() else None
+    if spec is not None:
+        return EnvSource(name, None, "installed")
+    bundled = _env_folders(bundled_environments_dir())
+    if name in bundled:
+        return EnvSource(name, bundled[name], "bundled")
+    return None
+
+
+def available_environments() -> list[EnvSource]:
+    """Envs in the workspace and bundled ones (installed packages are found by name)."""
+    found: dict[str, EnvSource] = {}
+    for name, path in _env_folders(bundled_environments_dir()).items():
+        found[name] = EnvSource(name, path, "bundled")
+    for name, path in _env_folders(environments_dir()).items():
+        found[name] = EnvSource(name, path, "workspace")
+    return [found[k] for k in sorted(found)]
+
+
+def import_env_module(source: EnvSource) -> Any:
+    if source.path is not None:
+        cached = sys.modules.get(source.name)
+        if cached is not None and Path(getattr(cached, "__file__", "") or "").resolve().parent == source.path.resolve():
+            return cached
+        sys.modules.pop(source.name, None)
+        sys.path.insert(0, str(source.path))
+        try:
+            return importlib.import_module(source.name)
+        finally:
+            sys.path.remove(str(source.path))
+    return importlib.import_module(source.name)
+
+
+def load_environment(env_id: str, **env_args: Any) -> Environment:
+    """Load an environment by id, passing `env_args` to its `load_environment`. UserError on failure."""
+    source = find_environment(env_id)
+    if source is None:
+        names = ", ".join(s.name.replace("_", "-") for s in available_environments()) or "none"
+        raise UserError(f"unknown environment '{env_id}' (available: {names}; or pip install a package named '{module_name(env_id)}')")
+    try:
+        module = import_env_module(source)
+    except Exception as exc:
+        raise UserError(f"environment '{env_id}' failed to import: {type(exc).__name__}: {exc}") from exc
+    factory = getattr(module, "load_environment", None)
+    if factory is None:
+        raise UserError(f"environment '{env_id}' ({source.origin}) has no load_environment() function")
+    accepted = inspect.signature(factory).parameters
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in accepted.values())
+    unknown = [k for k in env_args if k not in accepted] if not takes_any else []
+    if unknown:
+        valid = ", ".join(k for k, p in accepted.items() if p.kind != p.VAR_KEYWORD) or "none"
+        raise UserError(f"environment '{env_id}' has no argument {', '.join(repr(k) for k in unknown)} (arguments: {valid})")
+    try:
+        env = factory(**env_args)
+    except Exception as exc:
+        raise UserError(f"environment '{env_id}' failed to load: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(env, Environment):
+        raise UserError(f"environment '{env_id}': load_environment() returned {type(env).__name__}, not an Environment")
+    env.env_id = source.name.replace("_", "-")
+    return env

@@ -1,0 +1,92 @@
+"""`MultiTurnEnv`: model turn, environment turn, until a stop condition; `SingleTurnEnv` is one turn.
+
+Override `env_response(messages, state)` to answer the model, and `is_completed(messages, state)`
+for extra stop conditions. Model errors (after the engine's retries) and env errors end the
+rollout with the error recorded; whatever was generated so far is kept.
+"""
+
+from __future__ import annotations
+
+import time
+
+from workbench.envs.environment import Environment, RolloutOutput
+from workbench.envs.rubric import maybe_await
+from workbench.errors import InferenceError
+from workbench.inference.client import Client
+from workbench.types import Example, Messages, RolloutError, SamplingParams, State
+
+
+class MultiTurnEnv(Environment):
+    """Alternates model and environment turns, at most `max_turns` model turns."""
+
+    def __init__(self, *, max_turns: int = 10, **kwargs) -> None:  # kwargs: Environment's named arguments
+        super().__init__(**kwargs)
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = max_turns
+
+    async def env_response(self, messages: Messages, state: State) -> Messages:
+        """The environment's reply to the model's last message (new messages to append)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement env_response")
+
+    async def is_completed(self, messages: Messages, state: State) -> bool:
+        """Extra stop condition checked after each model turn; `max_turns` is always enforced."""
+        return False
+
+    async def rollout(self, client: Client, example: Example, sampling: SamplingParams) -> RolloutOutput:
+        state = self.init_state(example)
+        await maybe_await(self.setup_state(state))
+        messages: Messages = list(example.prompt)
+        out = RolloutOutput(completion=state["completion"], state=state)
+        single = sampling if sampling.n == 1 else sampling.merged({"n": 1})
+        while True:
+            started = time.perf_counter()
+            try:
+                choice = (await client.chat(messages, sampling=single, tools=self.oai_tools))[0]
+            except InferenceError as exc:
+                out.error = RolloutError.from_exception(exc, "inference")
+                out.stop_condition = "error"
+                break
+            finally:
+                out.generation_ms += (time.perf_counter() - started) * 1000
+            state["responses"].append(choice)
+            out.usage["prompt_tokens"] += choice.prompt_tokens
+            out.usage["completion_tokens"] += choice.completion_tokens
+            messages.append(choice.message)
+            out.completion.append(choice.message)
+            out.num_turns += 1
+            state["turn"] = out.num_turns
+            if choice.finish_reason == "length":
+                out.is_truncated, out.stop_condition = True, "length"
+                break
+            try:
+                if await self.is_completed(messages, state):
+                    out.stop_condition = out.stop_condition or "completed"
+                    break
+                if out.num_turns >= self.max_turns:
+                    out.stop_condition = "max_turns"
+                    break
+                replies = await self.env_response(messages, state)
+            except Exception as exc:  # an env bug ends this rollout only
+                out.error = RolloutError.from_exception(exc, "env")
+                out.stop_condition = "error"
+                break
+            messages.extend(replies)
+            out.completion.extend(replies)
+        if out.num_turns == 1 and state["responses"] and state["responses"][0].tokens is not None:
+            out.tokens = state["responses"][0].tokens
+        return out
+
+    def setup_state(self, state: State) -> None:
+        """Hook: add env-specific keys to a fresh rollout state (may be async)."""
+
+
+class SingleTurnEnv(MultiTurnEnv):
+    """One model turn, then scoring."""
+
+    def __init__(self, **kwargs) -> None:  # kwargs: Environment's named arguments
+        kwargs.pop("max_turns", None)
+        super().__init__(max_turns=1, **kwargs)
+
+    async def is_completed(self, messages: Messages, state: State) -> bool:
+        return True

@@ -1,0 +1,44 @@
+"""`EvalConfig`: everything `workbench eval run` needs. The CLI flags and an eval TOML map onto it.
+
+A TOML eval config uses the field names below, e.g.
+
+    # workbench eval run configs/eval/reverse-text.toml
+    env_id = "reverse-text"
+    model = "tiny"
+    num_examples = 20
+    rollouts_per_example = 8
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    env_id: str = Field(description="Environment id: 'reverse-text', 'owner/name', or a module name.")
+    env_args: dict[str, Any] = Field(default_factory=dict, description="Arguments for the env's load_environment (-a).")
+    model: str = Field("tiny", description="'tiny', a local model folder or checkpoint, a Hugging Face id, an endpoint id, or the served model name with -b (-m).")
+    num_examples: int = Field(5, description="Examples from the eval split; -1 for all (-n).")
+    rollouts_per_example: int = Field(3, ge=1, description="Rollouts per example; groups give reward variance (-r).")
+    max_concurrent: int = Field(32, ge=1, description="Rollouts in flight at once (-c).")
+    max_tokens: int | None = Field(None, ge=1, description="Max tokens per model turn (-t).")
+    temperature: float | None = Field(None, ge=0, description="Sampling temperature (-T).")
+    sampling_args: dict[str, Any] = Field(default_factory=dict, description="Extra sampling settings as JSON (-S), e.g. top_p, top_k, stop.")
+    api_base_url: str | None = Field(None, description="Base URL of an OpenAI-compatible server (-b).")
+    api_key_var: str | None = Field(None, description="Name of the environment variable holding the API key (-k).")
+    endpoints_path: str | None = Field(None, description="Endpoint registry (-e); default configs/endpoints.toml.")
+    state_columns: list[str] = Field(default_factory=list, description="Rollout state keys saved with each rollout (-C).")
+    seed: int | None = Field(0, description="Sampling seed; each rollout gets a distinct seed derived from it.")
+    verbose: bool = Field(False, description="Print every rollout (-v).")
+    save_results: bool = Field(True, description="Results are always saved; accepted for compatibility (-s).")
+
+    @field_validator("num_examples")
+    @classmethod
+    def _positive_or_all(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError("must be a positive number, or -1 for all examples")
+        return value

@@ -1,0 +1,196 @@
+"""`run_eval`: load the env, build the client, run rollouts through the engine, stream groups to
+`results.jsonl`, keep `metadata.json` current, and summarize.
+
+Folder: environments/<env>/outputs/evals/<env>--<model>/<run_id>/ (DESIGN §9). Interrupted
+runs are marked `stopped` and keep every finished group; `resume` finishes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from workbench import __version__
+from workbench.engine import run_rollouts
+from workbench.envs.loader import load_environment
+from workbench.errors import UserError
+from workbench.evaluate.config import EvalConfig
+from workbench.evaluate.summary import summarize
+from workbench.events import NullReporter, Reporter
+from workbench.inference.client import Client
+from workbench.store.results import ResultsWriter, compact_results, read_groups, read_metadata, write_metadata
+from workbench.types import Group, SamplingParams
+from workbench.workspace import eval_runs_dir, new_run_id
+
+METADATA_INTERVAL_S = 1.0  # how often progress is written to metadata.json for watchers (the TUI)
+
+
+@dataclass
+class EvalResult:
+    run_dir: Path
+    status: str  # finished | stopped | failed
+    summary: dict[str, Any]
+    groups: list[Group]
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def sampling_for(config: EvalConfig, env_defaults: dict[str, Any]) -> SamplingParams:
+    """Defaults ← the environment's preferences ← -t/-T ← -S (the most specific wins)."""
+    overrides: dict[str, Any] = dict(env_defaults)
+    if config.max_tokens is not None:
+        overrides["max_tokens"] = config.max_tokens
+    if config.temperature is not None:
+        overrides["temperature"] = config.temperature
+    overrides.update(config.sampling_args)
+    overrides["seed"] = config.seed
+    try:
+        return SamplingParams().merged(overrides)
+    except TypeError as exc:
+        raise UserError(f"bad sampling arguments: {exc}") from exc
+
+
+def find_resume_dir(resume: str, config: EvalConfig | None) -> Path:
+    """'latest' (needs env and model) or a run folder path."""
+    if resume == "latest":
+        if config is None:
+            raise UserError("--resume latest needs the env and model (-m) to find the run")
+        parent = eval_runs_dir(config.env_id, config.model)
+        runs = sorted(p for p in parent.glob("*") if (p / "metadata.json").is_file()) if parent.is_dir() else []
+        if not runs:
+            raise UserError(f"no earlier run to resume in {parent}")
+        return runs[-1]
+    path = Path(resume)
+    if not (path / "metadata.json").is_file():
+        raise UserError(f"not an eval run folder (no metadata.json): {resume}")
+    return path
+
+
+def run_eval(config: EvalConfig, reporter: Reporter | None = None, *, resume: str | None = None,
+             client: Client | None = None) -> EvalResult:
+    """Blocking entry point (the CLI's). Raises KeyboardInterrupt after saving on Ctrl-C."""
+    return asyncio.run(run_eval_async(config, reporter or NullReporter(), resume=resume, client=client))
+
+
+async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str | None = None,
+                         client: Client | None = None) -> EvalResult:
+    run_dir: Path
+    if resume is not None:
+        run_dir = find_resume_dir(resume, config)
+        saved = read_metadata(run_dir)
+        config = EvalConfig.model_validate({**saved["config"], "max_concurrent": config.max_concurrent,
+                                            "verbose": config.verbose})
+    env = load_environment(config.env_id, **config.env_args)
+    sampling = sampling_for(config, env.sampling_args)
+    examples = env.get_examples(config.num_examples, split="eval")
+    if config.num_examples > len(examples):
+        reporter.message(f"the eval split has only {len(examples)} examples; using all of them")
+    owns_client = client is None
+    if client is None:
+        from workbench.inference.resolve import make_client
+
+        client = make_client(config.model, base_url=config.api_base_url, api_key_var=config.api_key_var,
+                             endpoints_file=config.endpoints_path)
+    try:
+        await _preflight(client)
+        if resume is None:
+            run_dir = eval_runs_dir(config.env_id, config.model) / new_run_id()
+        return await _run(config, env, client, examples, sampling, run_dir, reporter)
+    finally:
+        if owns_client:
+            await client.close()
+
+
+async def _preflight(client: Client) -> None:
+    ping = getattr(client, "ping", None)
+    if ping is not None:
+        await ping()
+
+
+async def _run(config, env, client, examples, sampling, run_dir: Path, reporter: Reporter) -> EvalResult:
+    r = config.rollouts_per_example
+    done_groups = read_groups(run_dir, r) if (run_dir / "results.jsonl").exists() else []
+    if done_groups:
+        compact_results(run_dir, done_groups)  # drop a partial group left by the interruption
+    done_ids = {g.example_id for g in done_groups}
+    todo = [e for e in examples if e.example_id not in done_ids]
+    groups: list[Group] = list(done_groups)
+    metadata: dict[str, Any] = {
+        "kind": "eval", "status": "running", "run_id": run_dir.name, "env_id": config.env_id,
+        "model": config.model, "created_at": now_iso(), "updated_at": now_iso(), "pid": os.getpid(),
+        "workbench_version": __version__, "config": config.model_dump(mode="json"),
+        "num_examples": len(examples), "rollouts_per_example": r,
+        "total_rollouts": len(examples) * r, "completed_rollouts": len(done_groups) * r,
+    }
+    if (run_dir / "metadata.json").exists():
+        saved = read_metadata(run_dir)
+        metadata["created_at"] = saved.get("created_at", metadata["created_at"])
+        metadata["elapsed_s"] = saved.get("elapsed_s", 0.0)
+    write_metadata(run_dir, metadata)
+    log = RunLog(run_dir / "run.log")
+    log.write(f"{'resume' if done_groups else 'start'} env={config.env_id} model={config.model} "
+              f"examples={len(examples)} r={r} done_groups={len(done_groups)}")
+    writer = ResultsWriter(run_dir)
+    started = time.monotonic()
+    last_meta = 0.0
+    reward_sum = sum(x.reward for g in groups for x in g.rollouts)
+
+    def on_group(group: Group) -> None:
+        nonlocal last_meta, reward_sum
+        writer.write_group(group)
+        groups.append(group)
+        reward_sum += sum(group.rewards)
+        metadata["completed_rollouts"] = len(groups) * r
+        for rollout in group.rollouts:
+            if rollout.error is not None:
+                log.write(f"example {group.example_id} rollout {rollout.rollout_index}: "
+                          f"{rollout.error.where} error {rollout.error.type}: {rollout.error.message[:300]}")
+        reporter.group_done(group, {"reward_mean": reward_sum / (len(groups) * r)})
+        if time.monotonic() - last_meta > METADATA_INTERVAL_S:
+            last_meta = time.monotonic()
+            metadata["updated_at"] = now_iso()
+            metadata["reward_mean"] = reward_sum / (len(groups) * r)
+            write_metadata(run_dir, metadata)
+
+    reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, len(done_groups) * r)
+    status = "failed"
+    try:
+        await run_rollouts(env, client, todo, rollouts_per_example=r, sampling=sampling,
+                           max_concurrent=config.max_concurrent, on_group=on_group,
+                           state_columns=config.state_columns)
+        status = "finished"
+    except asyncio.CancelledError:
+        status = "stopped"
+        raise
+    except Exception as exc:
+        metadata["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        writer.close()
+        reporter.finish()
+        elapsed = time.monotonic() - started + metadata.get("elapsed_s", 0.0)
+        ordered = sorted(groups, key=lambda g: g.example_id)
+        summary = summarize(ordered, elapsed)
+        metadata.update(status=status, updated_at=now_iso(), summary=summary, elapsed_s=elapsed,
+                        reward_mean=summary.get("reward_mean"))
+        write_metadata(run_dir, metadata)
+        log.write(f"{status}: {len(groups)}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}")
+    return EvalResult(run_dir, status, summary, ordered)
+
+
+class RunLog:
+    """Appends timestamped lines to run.log (what the TUI tails)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, line: str) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(f"{now_iso()} {line}\n")

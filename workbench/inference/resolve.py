@@ -1,0 +1,69 @@
+"""Turn the user's `-m/-b/-k/-e` into a `Client`, with one clear error line for each mistake.
+
+Order: an explicit base URL (-b) → an endpoint id from the registry → 'tiny' → a local model
+folder → a Hugging Face hub id (loaded in-process; needs the hub or its cache).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from workbench.errors import UserError
+from workbench.inference.client import Client
+from workbench.workspace import TINY_MODEL_NAME, endpoints_path, tiny_model_dir
+
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def resolve_model_path(model: str) -> Path | str:
+    """A local folder for 'tiny' and paths; the id itself for hub ids. UserError otherwise."""
+    if model == TINY_MODEL_NAME:
+        path = tiny_model_dir()
+        if not (path / "config.json").is_file():
+            raise UserError(f"the tiny model is not built yet ({path}); run `workbench setup` first")
+        return path
+    path = Path(model).expanduser()
+    if path.exists():
+        if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
+            raise UserError(f"'{model}' is a folder but not a model (no config.json or adapter_config.json in it)")
+        return path.resolve()
+    if HUB_ID.match(model) and not model.startswith((".", "/")):
+        return model
+    raise UserError(f"unknown model '{model}': not 'tiny', a local model folder, an endpoint id "
+                    f"in {endpoints_path()}, or a Hugging Face id (owner/name)")
+
+
+def api_key(var: str | None) -> str | None:
+    if var is None:
+        return None
+    value = os.environ.get(var)
+    if not value:
+        raise UserError(f"environment variable {var} (named by -k/--api-key-var) is not set")
+    return value
+
+
+def make_client(model: str, *, base_url: str | None = None, api_key_var: str | None = None,
+                endpoints_file: str | None = None, return_tokens: bool = False) -> Client:
+    """The client for these settings (not yet connected: HTTP sessions open on first use)."""
+    from workbench.inference.endpoints import client_for_endpoint, load_endpoints
+    from workbench.inference.openai_client import OpenAIClient
+
+    if base_url:
+        if not re.match(r"^https?://", base_url):
+            raise UserError(f"base URL must start with http:// or https://, got '{base_url}'")
+        return OpenAIClient(base_url, model, api_key=api_key(api_key_var), return_tokens=return_tokens)
+    registry_path = Path(endpoints_file) if endpoints_file else endpoints_path()
+    if endpoints_file and not registry_path.is_file():
+        raise UserError(f"endpoint registry not found: {registry_path}")
+    endpoints = load_endpoints(registry_path)
+    if model in endpoints:
+        return client_for_endpoint(endpoints[model], return_tokens=return_tokens)
+    source = resolve_model_path(model)
+    from workbench.inference.local_client import LocalClient
+
+    try:
+        return LocalClient(source, model_name=model)
+    except OSError as exc:  # hub unreachable, missing files
+        raise UserError(f"could not load model '{model}': {str(exc).splitlines()[0]}") from exc

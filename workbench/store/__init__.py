@@ -1,0 +1,1 @@
+"""On-disk records: results.jsonl (one rollout a line), metadata.json (status + summary)."""

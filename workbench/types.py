@@ -1,0 +1,197 @@
+"""Core record types shared by every layer: examples, sampling, model responses, rollouts, groups.
+
+One JSON line per rollout on disk (`Rollout.to_record`), the same schema for eval, train and
+GEPA, versioned by `SCHEMA_VERSION` so one reader serves the CLI, pandas and the TUI.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+Message = dict[str, Any]
+Messages = list[Message]
+State = dict[str, Any]
+
+
+@dataclass
+class Example:
+    """One dataset row, already turned into a chat prompt."""
+
+    example_id: int
+    prompt: Messages
+    answer: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    task: str = "default"
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings understood by every client (the OpenAI names)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1 = off, as in vLLM
+    max_tokens: int = 256
+    stop: list[str] = field(default_factory=list)
+    n: int = 1
+    seed: int | None = None
+    # Anything else a server understands (min_p, repetition_penalty, ...): passed through as is.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def merged(self, overrides: dict[str, Any]) -> SamplingParams:
+        """A copy with `overrides` applied; unknown keys go to `extra` (they reach the server)."""
+        known = {f for f in self.__dataclass_fields__ if f != "extra"}
+        values = {f: getattr(self, f) for f in known}
+        extra = dict(self.extra)
+        for key, value in overrides.items():
+            if key in known:
+                values[key] = value
+            else:
+                extra[key] = value
+        if isinstance(values["stop"], str):
+            values["stop"] = [values["stop"]]
+        return SamplingParams(**values, extra=extra)
+
+
+@dataclass
+class TokenData:
+    """Token ids and sampled logprobs of one generation (what RL trains on)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_logprobs: list[float]
+
+
+@dataclass
+class Completion:
+    """One choice returned by a model: the assistant message plus accounting."""
+
+    message: Message  # {"role": "assistant", "content": ..., optional "tool_calls": [...]}
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens: TokenData | None = None
+
+
+@dataclass
+class RolloutError:
+    """Why a rollout failed; recorded on the rollout, never fatal to the run."""
+
+    type: str
+    message: str
+    where: str = "rollout"  # "inference" | "env" | "reward" | "rollout"
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, where: str) -> RolloutError:
+        return cls(type=type(exc).__name__, message=str(exc)[:2000], where=where)
+
+
+@dataclass
+class Rollout:
+    """One trajectory through an environment, scored."""
+
+    example_id: int
+    rollout_index: int
+    prompt: Messages
+    completion: Messages = field(default_factory=list)
+    answer: str = ""
+    task: str = "default"
+    info: dict[str, Any] = field(default_factory=dict)
+    reward: float = 0.0
+    rewards: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    num_turns: int = 0
+    is_truncated: bool = False
+    stop_condition: str = ""
+    error: RolloutError | None = None
+    usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0})
+    timing: dict[str, float] = field(default_factory=dict)
+    policy_version: int = 0
+    tokens: TokenData | None = None
+    state_columns: dict[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "example_id": self.example_id,
+            "rollout_index": self.rollout_index,
+            "task": self.task,
+            "prompt": self.prompt,
+            "completion": self.completion,
+            "answer": self.answer,
+            "info": self.info,
+            "reward": self.reward,
+            "rewards": self.rewards,
+            "metrics": self.metrics,
+            "num_turns": self.num_turns,
+            "is_truncated": self.is_truncated,
+            "stop_condition": self.stop_condition,
+            "error": None if self.error is None else vars(self.error),
+            "usage": self.usage,
+            "timing": self.timing,
+            "policy_version": self.policy_version,
+            "state": self.state_columns,
+        }
+        if self.tokens is not None:
+            record["tokens"] = vars(self.tokens)
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Rollout:
+        error = record.get("error")
+        tokens = record.get("tokens")
+        return cls(
+            example_id=record["example_id"],
+            rollout_index=record["rollout_index"],
+            prompt=record["prompt"],
+            completion=record.get("completion", []),
+            answer=record.get("answer", ""),
+            task=record.get("task", "default"),
+            info=record.get("info", {}),
+            reward=record.get("reward", 0.0),
+            rewards=record.get("rewards", {}),
+            metrics=record.get("metrics", {}),
+            num_turns=record.get("num_turns", 0),
+            is_truncated=record.get("is_truncated", False),
+            stop_condition=record.get("stop_condition", ""),
+            error=None if error is None else RolloutError(**error),
+            usage=record.get("usage", {}),
+            timing=record.get("timing", {}),
+            policy_version=record.get("policy_version", 0),
+            tokens=None if tokens is None else TokenData(**tokens),
+            state_columns=record.get("state", {}),
+        )
+
+
+@dataclass
+class Group:
+    """The rollouts of one example: the unit that is scored, streamed and resumed."""
+
+    example_id: int
+    rollouts: list[Rollout]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r.reward for r in self.rollouts]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.rewards) / len(self.rollouts) if self.rollouts else 0.0
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation of the group's rewards (what advantages use)."""
+        if not self.rollouts:
+            return 0.0
+        mean = self.mean
+        return math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / len(self.rollouts))
+
+    def advantages(self, scale_by_std: bool = False, eps: float = 1e-6) -> list[float]:
+        mean, std = self.mean, self.std
+        if scale_by_std:
+            return [(r - mean) / (std + eps) for r in self.rewards]
+        return [r - mean for r in self.rewards]

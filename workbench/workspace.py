@@ -1,0 +1,64 @@
+"""The on-disk layout of a workspace (DESIGN §9). Every path the code writes comes from here.
+
+The workspace is the current directory, or `$WORKBENCH_WORKSPACE` when set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+TINY_MODEL_NAME = "tiny"
+
+
+def workspace_root() -> Path:
+    return Path(os.environ.get("WORKBENCH_WORKSPACE") or Path.cwd()).resolve()
+
+
+def environments_dir(root: Path | None = None) -> Path:
+    return (root or workspace_root()) / "environments"
+
+
+def configs_dir(root: Path | None = None) -> Path:
+    return (root or workspace_root()) / "configs"
+
+
+def endpoints_path(root: Path | None = None) -> Path:
+    return configs_dir(root) / "endpoints.toml"
+
+
+def tiny_model_dir(root: Path | None = None) -> Path:
+    return (root or workspace_root()) / "outputs" / "models" / TINY_MODEL_NAME
+
+
+def runs_dir(root: Path | None = None) -> Path:
+    return (root or workspace_root()) / "outputs" / "runs"
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a model or env name: 'Qwen/Qwen3-4B' -> 'Qwen--Qwen3-4B'."""
+    text = text.rstrip("/").replace("/", "--")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "model"
+
+
+def model_label(model: str) -> str:
+    """How a model is named in output folders: local paths by their last part(s), ids as given."""
+    path = Path(model)
+    if path.exists():
+        parts = path.resolve().parts
+        # checkpoints are named step_000040: keep the run name in front so folders stay unique
+        return slug("-".join(parts[-3:]) if parts[-1].startswith("step_") else parts[-1])
+    return slug(model)
+
+
+def new_run_id() -> str:
+    """Sortable, unique enough for one workspace: 20261122-014709-3f2a."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{os.urandom(2).hex()}"
+
+
+def eval_runs_dir(env_name: str, model: str, root: Path | None = None) -> Path:
+    name = env_name.split("/")[-1].replace("-", "_")
+    return environments_dir(root) / name / "outputs" / "evals" / f"{slug(env_name.split('/')[-1])}--{model_label(model)}"
