@@ -55,7 +55,8 @@ def run(
     from workbench.config.toml_loader import read_toml, validate
     from workbench.evaluate import EvalConfig, run_eval
 
-    given = {field: value for flag, field in FLAG_FIELDS.items() if (value := locals()[flag]) is not None}
+    flags = dict(locals())
+    given = {field: flags[flag] for flag, field in FLAG_FIELDS.items() if flags[flag] is not None}
     if (parsed := o.parse_json_object(env_args, "-a/--env-args")) is not None:
         given["env_args"] = parsed
     if (parsed := o.parse_json_object(sampling_args, "-S/--sampling-args")) is not None:
