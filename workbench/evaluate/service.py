@@ -18,7 +18,7 @@ from typing import Any
 from workbench import __version__
 from workbench.engine import run_rollouts
 from workbench.envs.loader import load_environment
-from workbench.errors import UserError
+from workbench.errors import InferenceError, UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.evaluate.summary import summarize
 from workbench.events import NullReporter, Reporter
@@ -109,9 +109,14 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
 
 
 async def _preflight(client: Client) -> None:
+    """Fail fast, with one line, when the server cannot be reached (instead of N failed rollouts)."""
     ping = getattr(client, "ping", None)
-    if ping is not None:
+    if ping is None:
+        return
+    try:
         await ping()
+    except InferenceError as exc:
+        raise UserError(f"cannot use the model server: {exc}") from exc
 
 
 async def _run(config, env, client, examples, sampling, run_dir: Path, reporter: Reporter) -> EvalResult:

@@ -1,0 +1,104 @@
+"""`workbench eval run` end to end over HTTP: saved layout, Ctrl-C keeps finished groups,
+`--resume` finishes without redoing them, `eval show` exports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+from aiohttp import web
+
+from tests.servers import EchoBackend, make_app, serve_in_thread
+
+
+def slow_app(delay_s: float) -> web.Application:
+    @web.middleware
+    async def delay(request, handler):
+        if request.path.endswith("/chat/completions"):
+            await asyncio.sleep(delay_s)
+        return await handler(request)
+
+    return make_app(EchoBackend(), middlewares=(delay,))
+
+
+def run_cli(*args: str, cwd: Path, **kw) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
+    return subprocess.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def results_lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_eval_saves_layout_and_show_exports(tmp_path: Path):
+    with serve_in_thread(make_app(EchoBackend())) as url:
+        proc = run_cli("eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "3",
+                       "-C", "turn", "-s", "-v", cwd=tmp_path)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    runs = list((tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo").iterdir())
+    assert len(runs) == 1
+    run_dir = runs[0]
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    assert metadata["status"] == "finished" and metadata["summary"]["num_rollouts"] == 12
+    assert "zero_variance_frac" in metadata["summary"] and "verdict" in metadata["summary"]
+    assert (run_dir / "run.log").read_text().count("finished") == 1
+    lines = results_lines(run_dir)
+    assert len(lines) == 12 and lines[0]["schema_version"] == 1 and lines[0]["state"] == {"turn": 1}
+    for label in ("reward", "lcs_reward", "within-group std", "zero-variance groups", "difficulty", "errors", "time"):
+        assert label in out, label
+    assert "#0.0" in err  # -v prints rollouts
+    show = run_cli("eval", "show", str(run_dir), "--format", "csv", cwd=tmp_path)
+    csv, _ = show.communicate(timeout=60)
+    assert csv.splitlines()[0].startswith("example_id,rollout_index") and len(csv.splitlines()) == 13
+    show = run_cli("eval", "show", "--format", "parquet", cwd=tmp_path)
+    show.communicate(timeout=60)
+    frame = pd.read_parquet(run_dir / "results.parquet")
+    assert len(frame) == 12 and "reward.lcs_reward" in frame.columns
+    show = run_cli("eval", "show", cwd=tmp_path)
+    table, _ = show.communicate(timeout=60)
+    assert "finished" in table and "reward" in table
+
+
+def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
+    with serve_in_thread(slow_app(0.15)) as url:
+        args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "20", "-r", "2", "-c", "2"]
+        proc = run_cli(*args, cwd=tmp_path)
+        evals = tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo"
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done = list(evals.glob("*/results.jsonl"))
+            if done and len(results_lines(done[0].parent)) >= 6:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "-R latest" in err
+        run_dir = next(evals.iterdir())
+        metadata = json.loads((run_dir / "metadata.json").read_text())
+        assert metadata["status"] == "stopped"
+        kept = {(r["example_id"], r["rollout_index"]): r["timing"] for r in results_lines(run_dir)}
+        kept_groups = {e for e, _ in kept}
+        assert 3 <= len(kept_groups) < 20
+
+        resume = run_cli(*args, "-R", "latest", cwd=tmp_path)
+        _, err = resume.communicate(timeout=120)
+        assert resume.returncode == 0, err
+    lines = results_lines(run_dir)
+    assert len(lines) == 40  # every group exactly once
+    assert sorted({(r["example_id"], r["rollout_index"]) for r in lines}) == [(e, i) for e in range(20) for i in range(2)]
+    for record in lines:  # groups finished before Ctrl-C were not redone
+        key = (record["example_id"], record["rollout_index"])
+        if record["example_id"] in kept_groups and key in kept:
+            assert record["timing"] == kept[key]
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    assert metadata["status"] == "finished" and metadata["summary"]["num_groups"] == 20

@@ -1,0 +1,321 @@
+"""`OpenAIClient` for any OpenAI-compatible server (vLLM, OpenAI, `workbench serve`), and
+`RoundRobinClient` to spread calls over replicas.
+
+Failures become `InferenceError`s classified as transient (connection refused/reset, DNS,
+timeouts, 408/409/429/5xx) or permanent (other 4xx, malformed responses). This module
+never retries: the engine retries transient errors with backoff, and with a
+`RoundRobinClient` the retry naturally lands on another replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from workbench.errors import InferenceError
+from workbench.inference.client import Client
+from workbench.types import Completion, Messages, SamplingParams, TokenData
+
+TRANSIENT_STATUSES = frozenset({408, 409, 429})  # plus every 5xx
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+def is_transient_status(status: int) -> bool:
+    """Whether an HTTP error status is worth retrying."""
+    return status in TRANSIENT_STATUSES or status >= 500
+
+
+def error_for_status(status: int, body: bytes, url: str) -> InferenceError:
+    """An `InferenceError` for an HTTP error response, carrying the server's own message."""
+    return InferenceError(
+        f"HTTP {status} from {url}: {_server_message(body)}",
+        transient=is_transient_status(status),
+        status=status,
+    )
+
+
+def error_for_exception(exc: BaseException, url: str) -> InferenceError:
+    """Classify a transport-level failure. Only certificate problems and bad URLs are
+    permanent: a refused, reset or timed-out connection may well work on the next try."""
+    if isinstance(exc, (aiohttp.ClientSSLError, aiohttp.InvalidURL)):
+        return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=False)
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return InferenceError(f"timed out calling {url}", transient=True)
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
+        return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=True)
+    return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=False)
+
+
+def _server_message(body: bytes) -> str:
+    """The human message of an error body (OpenAI, vLLM and FastAPI shapes), else the raw text."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:500].decode("utf-8", errors="replace").strip() or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        for key in ("message", "detail", "error"):
+            if data.get(key):
+                return str(data[key])
+    return str(data)[:500]
+
+
+def _normalize_base_url(base_url: str) -> str:
+    """`http://host:8000` and `http://host:8000/v1/` both mean `http://host:8000/v1`."""
+    url = base_url.rstrip("/")
+    if URL(url).path in ("", "/"):
+        url += "/v1"
+    return url
+
+
+class OpenAIClient:
+    """A `Client` over one OpenAI-compatible `/v1/chat/completions` endpoint.
+
+    With `return_tokens=True` it asks for sampled logprobs and token ids the vLLM way and
+    fills `Completion.tokens` (what RL trains on). The aiohttp session is created lazily
+    inside the running event loop and reused (keep-alive, `max_connections` sockets).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 600,
+        max_connections: int = 256,
+        extra_headers: dict[str, str] | None = None,
+        return_tokens: bool = False,
+        max_tokens_field: str = "max_tokens",
+    ) -> None:
+        self.base_url = _normalize_base_url(base_url)
+        self.model = model
+        self.return_tokens = return_tokens
+        self.timeout_s = timeout_s
+        self.max_connections = max_connections
+        # OpenAI's reasoning models only accept `max_completion_tokens`; vLLM takes both.
+        self.max_tokens_field = max_tokens_field
+        self._url = f"{self.base_url}/chat/completions"
+        self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        # Never the key nor the headers (which carry it).
+        return f"OpenAIClient(base_url={self.base_url!r}, model={self.model!r}, return_tokens={self.return_tokens})"
+
+    __str__ = __repr__
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            # A session is bound to the loop it was made in; a new loop (e.g. a second
+            # asyncio.run) needs a new session. The old loop's session cannot be closed
+            # from here, so it is dropped.
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(self.timeout_s, 30.0)),
+            )
+            self._session_loop = loop
+        return self._session
+
+    def request_body(
+        self, messages: Messages, sampling: SamplingParams, tools: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """The JSON body for one chat request (public so callers and tests can inspect it)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            self.max_tokens_field: sampling.max_tokens,
+            "n": sampling.n,
+        }
+        if sampling.top_k != -1:
+            body["top_k"] = sampling.top_k
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if tools:
+            body["tools"] = tools
+        if self.return_tokens:
+            body["logprobs"] = True
+            body["return_tokens_as_token_ids"] = True
+            body["return_token_ids"] = True
+        # Like vLLM's extra_body: whatever the user put in `extra` wins.
+        body.update(sampling.extra)
+        return body
+
+    async def chat(
+        self,
+        messages: Messages,
+        *,
+        sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[Completion]:
+        data = orjson.dumps(self.request_body(messages, sampling, tools))
+        session = self._get_session()
+        try:
+            async with session.post(self._url, data=data) as response:
+                payload = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise error_for_exception(exc, self._url) from exc
+        if status >= 400:
+            raise error_for_status(status, payload, self._url)
+        try:
+            return parse_chat_response(orjson.loads(payload))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # incl. JSONDecodeError
+            raise InferenceError(
+                f"malformed response from {self._url}: {type(exc).__name__}: {exc}", transient=False, status=status
+            ) from exc
+
+    async def ping(self, timeout_s: float = 10.0) -> None:
+        """Check the server answers at all (GET /models) before a run starts.
+
+        Raises InferenceError for a connection failure, a timeout or an auth error; a server
+        without /models (404) counts as reachable.
+        """
+        session = self._get_session()
+        url = f"{self.base_url}/models"
+        try:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+                payload = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise error_for_exception(exc, url) from exc
+        if status >= 400 and status != 404:
+            raise error_for_status(status, payload, url)
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            if self._session_loop is asyncio.get_running_loop():
+                await self._session.close()
+        self._session = None
+        self._session_loop = None
+
+
+def _token_ids_from_logprobs(content: list[dict[str, Any]]) -> list[int] | None:
+    """Ids from vLLM's `return_tokens_as_token_ids` token strings (`"token_id:42"`)."""
+    ids = []
+    for entry in content:
+        token = entry.get("token", "")
+        if not token.startswith(_TOKEN_ID_PREFIX):
+            return None
+        ids.append(int(token[len(_TOKEN_ID_PREFIX) :]))
+    return ids
+
+
+def _message(raw: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message in our form: content always a string, tool_calls only when present."""
+    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content") or ""}
+    if raw.get("tool_calls"):
+        message["tool_calls"] = raw["tool_calls"]
+    if raw.get("reasoning_content"):
+        message["reasoning_content"] = raw["reasoning_content"]
+    return message
+
+
+def parse_chat_response(data: dict[str, Any]) -> list[Completion]:
+    """Completions from a chat completion response body.
+
+    Usage is per request; each completion gets the full prompt count (each choice did see
+    the whole prompt) and its own completion count: exact from token ids when present,
+    otherwise the total split evenly.
+    """
+    raw_choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+    usage = data.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    total_completion = int(usage.get("completion_tokens") or 0)
+    prompt_ids = data.get("prompt_token_ids")
+    n = len(raw_choices)
+
+    completions = []
+    for i, choice in enumerate(raw_choices):
+        content = (choice.get("logprobs") or {}).get("content") or []
+        completion_ids = choice.get("token_ids")
+        if completion_ids is None and content:
+            completion_ids = _token_ids_from_logprobs(content)
+        tokens = None
+        if prompt_ids is not None and completion_ids is not None:
+            logprobs = [float(entry["logprob"]) for entry in content]
+            if len(logprobs) != len(completion_ids):
+                # Misaligned logprobs would corrupt importance ratios; better none than wrong.
+                logprobs = []
+            tokens = TokenData(list(prompt_ids), list(completion_ids), logprobs)
+        if completion_ids is not None:
+            completion_tokens = len(completion_ids)
+        else:
+            completion_tokens = total_completion // n + (1 if i < total_completion % n else 0)
+        completions.append(
+            Completion(
+                message=_message(choice["message"]),
+                finish_reason=choice.get("finish_reason") or "stop",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                tokens=tokens,
+            )
+        )
+    return completions
+
+
+class RoundRobinClient:
+    """Spreads calls over replicas of one model, in turn.
+
+    A replica that just failed transiently is skipped for `cooldown_s` (unless every replica
+    is cooling down), so the engine's retry lands on a healthy one.
+    """
+
+    def __init__(self, clients: list[Client], *, cooldown_s: float = 5.0) -> None:
+        if not clients:
+            raise ValueError("RoundRobinClient needs at least one client")
+        self.clients = list(clients)
+        self.model = clients[0].model
+        self.cooldown_s = cooldown_s
+        self._next = 0
+        self._down_until = [0.0] * len(self.clients)
+
+    def __repr__(self) -> str:
+        return f"RoundRobinClient({self.clients!r})"
+
+    def _pick(self) -> int:
+        now = time.monotonic()
+        count = len(self.clients)
+        for offset in range(count):
+            index = (self._next + offset) % count
+            if self._down_until[index] <= now:
+                self._next = index + 1
+                return index
+        index = self._next % count
+        self._next = index + 1
+        return index
+
+    async def chat(
+        self,
+        messages: Messages,
+        *,
+        sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[Completion]:
+        index = self._pick()
+        try:
+            return await self.clients[index].chat(messages, sampling=sampling, tools=tools)
+        except InferenceError as exc:
+            if exc.transient:
+                self._down_until[index] = time.monotonic() + self.cooldown_s
+            raise
+
+    async def close(self) -> None:
+        await asyncio.gather(*(client.close() for client in self.clients))

@@ -1,0 +1,363 @@
+"""An OpenAI-compatible HTTP server over any `Client` (what `workbench serve MODEL` runs).
+
+Speaks the subset of the OpenAI chat API that vLLM speaks, including vLLM's RL extras
+(`top_k`, `return_tokens_as_token_ids`, `return_token_ids`), so the CPU path is tested
+exactly as vLLM is used on a GPU. The handler is deliberately lean (orjson, hand-rolled
+validation, no middleware, no access log): the same server measures engine overhead with
+an instant backend, where per-request cost is the whole measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from workbench.errors import InferenceError
+from workbench.inference.client import Client
+from workbench.types import Completion, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Statuses a transient backend error keeps; anything else becomes 503 so clients retry.
+_RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
+# Request keys consumed here; any other key reaches the backend through `SamplingParams.extra`.
+_CONSUMED = frozenset(
+    {
+        "model", "messages", "tools", "tool_choice", "temperature", "top_p", "top_k",
+        "max_tokens", "max_completion_tokens", "stop", "n", "seed", "stream",
+        "stream_options", "logprobs", "top_logprobs", "return_tokens_as_token_ids",
+        "return_token_ids", "user", "metadata", "store", "service_tier",
+    }
+)
+# Long multi-turn prompts with tool output easily pass aiohttp's 1 MiB default.
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+_HEALTH_BODY = orjson.dumps({"status": "ok"})
+
+
+class BadRequest(Exception):
+    """The request body is not a valid chat completion request (→ HTTP 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    type_: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> web.Response:
+    """An OpenAI-style error body: `{"error": {"message", "type", "param", "code"}}`."""
+    return json_response({"error": {"message": message, "type": type_, "param": param, "code": code}}, status)
+
+
+def _number(body: dict[str, Any], key: str, default: float, *, minimum: float | None = None) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    # bool is an int subclass; `true` is never a valid temperature.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadRequest(f"'{key}' must be a number, got {value!r}", key)
+    if minimum is not None and value < minimum:
+        raise BadRequest(f"'{key}' must be >= {minimum}, got {value!r}", key)
+    return float(value)
+
+
+def _integer(body: dict[str, Any], key: str, default: int | None, *, minimum: int | None = None) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"'{key}' must be an integer, got {value!r}", key)
+    if minimum is not None and value < minimum:
+        raise BadRequest(f"'{key}' must be >= {minimum}, got {value!r}", key)
+    return value
+
+
+def parse_sampling(body: dict[str, Any]) -> SamplingParams:
+    """The request's sampling settings; unknown keys (min_p, ...) go to `extra` for the backend."""
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    elif not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise BadRequest("'stop' must be a string or a list of strings", "stop")
+    max_tokens = _integer(body, "max_completion_tokens", None, minimum=1)
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_tokens", SamplingParams.max_tokens, minimum=1)
+    return SamplingParams(
+        temperature=_number(body, "temperature", 1.0, minimum=0.0),
+        top_p=_number(body, "top_p", 1.0, minimum=0.0),
+        top_k=_integer(body, "top_k", -1, minimum=-1),  # type: ignore[arg-type]
+        max_tokens=max_tokens,  # type: ignore[arg-type]
+        stop=stop,
+        n=_integer(body, "n", 1, minimum=1),  # type: ignore[arg-type]
+        seed=_integer(body, "seed", None),
+        extra={k: v for k, v in body.items() if k not in _CONSUMED},
+    )
+
+
+def _parse_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list of messages", "messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest(f"messages[{i}] must be an object with a string 'role'", f"messages[{i}]")
+    return messages
+
+
+def _parse_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is None or body.get("tool_choice") == "none":
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise BadRequest("'tools' must be a list of tool objects", "tools")
+    return tools or None
+
+
+def _wire_tool_calls(tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls in OpenAI wire form: `arguments` is a JSON string, every call has an id."""
+    wired = []
+    for i, call in enumerate(tool_calls):
+        function = dict(call.get("function") or {})
+        if not isinstance(function.get("arguments", ""), str):
+            function["arguments"] = orjson.dumps(function["arguments"]).decode()
+        wired.append({"id": call.get("id") or f"call_{i}", "type": call.get("type", "function"), "function": function})
+    return wired
+
+
+class OpenAIServer:
+    """Route handlers over one `Client`; `create_app` mounts them."""
+
+    def __init__(self, client: Client, served_model_name: str) -> None:
+        self.client = client
+        self.served_model_name = served_model_name
+        # Names accepted in `model`; LoRA adapters loaded at runtime will be added here.
+        self.model_names: set[str] = {served_model_name}
+        self.created = int(time.time())
+        # Ids only need to be unique per server: a counter is cheaper than uuid4 per request.
+        self._ids = itertools.count()
+        self._id_prefix = f"chatcmpl-{os.getpid():x}{self.created:x}-"
+        # Optional backend hook for the text of one token id (`logprobs.content[].token`).
+        self._token_to_str: Callable[[int], str] | None = getattr(client, "token_to_str", None)
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        """(method, path) → handler. `/v1/load_lora_adapter` will be added here."""
+        return {
+            ("GET", "/health"): self.health,
+            ("GET", "/v1/models"): self.list_models,
+            ("POST", "/v1/chat/completions"): self.chat_completions,
+        }
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(body=_HEALTH_BODY, content_type="application/json")
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        data = [
+            {"id": name, "object": "model", "created": self.created, "owned_by": "workbench", "root": name}
+            for name in sorted(self.model_names)
+        ]
+        return json_response({"object": "list", "data": data})
+
+    async def not_found(self, request: web.Request) -> web.Response:
+        return error_response(404, f"no route for {request.method} {request.path}", code="not_found")
+
+    async def chat_completions(self, request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return error_response(400, f"request body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            return error_response(400, "request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            return error_response(400, "'model' must be a string", param="model")
+        if model is not None and model not in self.model_names:
+            return error_response(
+                404, f"The model `{model}` does not exist (served: {', '.join(sorted(self.model_names))}).",
+                param="model", code="model_not_found",
+            )
+        if body.get("stream"):
+            return error_response(400, "streaming not supported: send 'stream': false", param="stream")
+        try:
+            messages = _parse_messages(body)
+            tools = _parse_tools(body)
+            sampling = parse_sampling(body)
+        except BadRequest as exc:
+            return error_response(400, str(exc), param=exc.param)
+
+        try:
+            completions = await self.client.chat(messages, sampling=sampling, tools=tools)
+        except InferenceError as exc:
+            if exc.transient:
+                status = exc.status if exc.status in _RETRYABLE else 503
+                return error_response(status, str(exc), type_="server_error")
+            return error_response(400, str(exc))
+        except Exception as exc:  # a backend bug must not kill the server; the client sees 500
+            logger.exception("backend failed on /v1/chat/completions")
+            return error_response(500, f"{type(exc).__name__}: {exc}", type_="server_error")
+
+        return json_response(self._response(model or self.served_model_name, completions, body))
+
+    def _response(self, model: str, completions: list[Completion], body: dict[str, Any]) -> dict[str, Any]:
+        want_logprobs = bool(body.get("logprobs"))
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        want_ids = bool(body.get("return_token_ids"))
+        choices = []
+        for index, completion in enumerate(completions):
+            message = dict(completion.message)
+            message["role"] = "assistant"
+            message.setdefault("content", None)
+            if message.get("tool_calls"):
+                message["tool_calls"] = _wire_tool_calls(message["tool_calls"])
+            else:
+                message.pop("tool_calls", None)
+            choice: dict[str, Any] = {
+                "index": index,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": completion.finish_reason,
+            }
+            tokens = completion.tokens
+            if tokens is not None:
+                if want_logprobs:
+                    content = self._logprob_content(tokens.completion_ids, tokens.completion_logprobs, as_ids)
+                    choice["logprobs"] = {"content": content}
+                if want_ids:
+                    choice["token_ids"] = tokens.completion_ids
+            choices.append(choice)
+
+        prompt_tokens = completions[0].prompt_tokens if completions else 0
+        completion_tokens = sum(c.completion_tokens for c in completions)
+        response: dict[str, Any] = {
+            "id": f"{self._id_prefix}{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        if want_ids and completions and completions[0].tokens is not None:
+            response["prompt_token_ids"] = completions[0].tokens.prompt_ids
+        return response
+
+    def _logprob_content(self, ids: list[int], logprobs: list[float], as_ids: bool) -> list[dict[str, Any]]:
+        # Without a detokenizer hook the id form is the only honest token text.
+        to_str = None if as_ids else self._token_to_str
+        return [
+            {
+                "token": to_str(tid) if to_str is not None else f"token_id:{tid}",
+                "logprob": lp,
+                "bytes": None,
+                "top_logprobs": [],
+            }
+            for tid, lp in zip(ids, logprobs)
+        ]
+
+
+SERVER_KEY = web.AppKey("workbench_server", OpenAIServer)
+
+
+def create_app(
+    client: Client, *, served_model_name: str, middlewares: Iterable[Any] = ()
+) -> web.Application:
+    """The aiohttp app serving `client` as `served_model_name`. `middlewares` is for tests
+    (fault injection); production serving uses none, to keep per-request cost minimal."""
+    server = OpenAIServer(client, served_model_name)
+    app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=list(middlewares))
+    app[SERVER_KEY] = server
+    for (method, path), handler in server.routes().items():
+        app.router.add_route(method, path, handler)
+    # Last: unknown paths get an OpenAI-style JSON 404 instead of aiohttp's plain text.
+    app.router.add_route("*", "/{tail:.*}", server.not_found)
+    return app
+
+
+async def serve(
+    app: web.Application,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    shutdown_timeout: float = 5.0,
+) -> None:
+    """Serve `app` until `stop` is set (or SIGINT/SIGTERM when `stop` is None).
+
+    `on_ready` gets the base URL (`http://host:port`) once the socket is bound, with the
+    real port when `port=0`.
+    """
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_port = runner.addresses[0][1]
+        url_host = f"[{host}]" if ":" in host else host
+        if on_ready is not None:
+            on_ready(f"http://{url_host}:{bound_port}")
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        if stop is None:
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, stop.set)
+                    handled.append(sig)
+                except (NotImplementedError, RuntimeError):  # Windows, or not the main thread
+                    pass
+        try:
+            await stop.wait()
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+    finally:
+        await runner.cleanup()
+
+
+def run_server(
+    client: Client,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    served_model_name: str | None = None,
+    *,
+    close_client: bool = True,
+) -> None:
+    """Serve `client` over HTTP until SIGINT/SIGTERM (blocking); prints the URL once ready."""
+    name = served_model_name or client.model
+
+    def announce(url: str) -> None:
+        print(f"Serving model '{name}' at {url}/v1 (OpenAI-compatible; Ctrl-C to stop)", flush=True)
+
+    async def main() -> None:
+        try:
+            await serve(create_app(client, served_model_name=name), host=host, port=port, on_ready=announce)
+        finally:
+            if close_client:
+                await client.close()
+
+    asyncio.run(main())
