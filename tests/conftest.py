@@ -16,3 +16,25 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WORKBENCH_WORKSPACE", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The default tiny model, built exactly as `workbench setup` does, once per session.
+
+    Reuses the repo's outputs/models/tiny when its build fingerprint is current (a stale or
+    half-built model is rebuilt), so local runs don't pay the build twice.
+    """
+    from workbench.bootstrap import build_tiny
+
+    path, _ = build_tiny(REPO)
+    return path
+
+
+@pytest.fixture
+def tiny_workspace(workspace: Path, tiny_model: Path) -> Path:
+    """An empty workspace whose outputs/models/tiny points at the session's tiny model."""
+    target = workspace / "outputs" / "models" / "tiny"
+    target.parent.mkdir(parents=True)
+    target.symlink_to(tiny_model, target_is_directory=True)
+    return workspace
