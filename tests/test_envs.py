@@ -225,3 +225,18 @@ async def test_alphabet_sort_reference_scores_one_and_turns_follow_data():
     scores = await env.score_group(example, [out])
     assert scores[0].reward == pytest.approx(1.0)
     assert scores[0].metrics["turns_completed"] == 1.0
+
+
+def test_assemble_tokens_masks_env_turns():
+    from workbench.envs.multiturn import assemble_tokens
+    from workbench.types import TokenData
+
+    turn1 = TokenData(prompt_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-0.1, -0.2])
+    turn2 = TokenData(prompt_ids=[1, 2, 3, 4, 9, 9], completion_ids=[5], completion_logprobs=[-0.5])
+    tokens = assemble_tokens([turn1, turn2])
+    assert tokens.prompt_ids == [1, 2] and tokens.completion_ids == [3, 4, 9, 9, 5]
+    assert tokens.completion_mask == [1, 1, 0, 0, 1]
+    assert tokens.completion_logprobs == [-0.1, -0.2, 0.0, 0.0, -0.5]
+    broken = TokenData(prompt_ids=[1, 2, 7, 7, 9], completion_ids=[5], completion_logprobs=[-0.5])
+    assert assemble_tokens([turn1, broken]).completion_mask == [0, 0, 0, 1]  # turn 1 not found: masked out
+    assert assemble_tokens([turn1, None]) is None

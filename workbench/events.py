@@ -15,6 +15,9 @@ class Reporter(Protocol):
     def group_done(self, group: Group, stats: dict[str, Any]) -> None:
         """A group finished; `stats` has running numbers such as the mean reward."""
 
+    def step_done(self, step: int, metrics: dict[str, Any]) -> None:
+        """A training step finished with these metrics."""
+
     def message(self, text: str) -> None:
         """A line worth showing the user (a warning, where results went)."""
 
@@ -27,6 +30,9 @@ class NullReporter:
         pass
 
     def group_done(self, group: Group, stats: dict[str, Any]) -> None:
+        pass
+
+    def step_done(self, step: int, metrics: dict[str, Any]) -> None:
         pass
 
     def message(self, text: str) -> None:

@@ -64,6 +64,9 @@ class TokenData:
     prompt_ids: list[int]
     completion_ids: list[int]
     completion_logprobs: list[float]
+    # 1 where the model sampled the token, 0 for tokens the environment wrote between turns
+    # (multi-turn); None means all ones. Logprobs of masked tokens are 0 and never trained on.
+    completion_mask: list[int] | None = None
 
 
 @dataclass

@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from workbench.cli import eval_cmd, serve_cmd, setup_cmd
+from workbench.cli import env_cmd, eval_cmd, serve_cmd, setup_cmd, train_cmd
 from workbench.errors import UserError
 
 app = typer.Typer(
@@ -23,10 +23,24 @@ app = typer.Typer(
 )
 app.command("setup")(setup_cmd.setup)
 app.add_typer(eval_cmd.app, name="eval")
+app.add_typer(env_cmd.app, name="env")
 app.command("serve")(serve_cmd.serve)
+app.add_typer(train_cmd.app, name="train")
+
+
+def quiet_libraries() -> None:
+    """Our own progress bars and messages only: no library download bars or advisory warnings."""
+    import os
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' weight-loading/saving bars
+    os.environ.setdefault("WANDB_SILENT", "true")
+    warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def main() -> None:
+    quiet_libraries()
     try:
         app()
     except UserError as exc:

@@ -17,14 +17,15 @@ err_console = Console(stderr=True, highlight=False)
 class RichReporter:
     """Renders service events as a progress bar (to stderr, so stdout stays data)."""
 
-    def __init__(self, verbose: bool = False) -> None:
+    def __init__(self, verbose: bool = False, unit: str = "rollouts") -> None:
         self.verbose = verbose
+        self.unit = unit
         self._progress: Progress | None = None
         self._task: Any = None
 
     def start(self, label: str, total: int, done: int) -> None:
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rollouts"),
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit),
             TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn(), TimeRemainingColumn(),
             console=err_console, transient=False,
         )
@@ -38,6 +39,16 @@ class RichReporter:
         if self.verbose:
             for rollout in group.rollouts:
                 self._progress.console.print(format_rollout(rollout))
+
+    def step_done(self, step: int, metrics: dict[str, Any]) -> None:
+        """Training: one console line per step above the bar, and the bar advances a step."""
+        if self._progress is None:
+            return
+        reward = metrics.get("reward/mean")
+        self._progress.update(self._task, completed=step, reward="-" if reward is None else f"{reward:.3f}")
+        from workbench.train.metrics import step_line
+
+        self._progress.console.print(step_line(step, metrics))
 
     def message(self, text: str) -> None:
         err_console.print(f"[yellow]{text}[/]")

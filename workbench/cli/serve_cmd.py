@@ -19,14 +19,9 @@ def serve(
     Example: workbench serve tiny --port 8000, then
     workbench eval run reverse-text -m tiny -b http://127.0.0.1:8000/v1
     """
-    from workbench.errors import UserError
-    from workbench.inference.local_client import LocalClient
-    from workbench.inference.resolve import resolve_model_path
+    from workbench.inference.resolve import local_client, resolve_model_path
     from workbench.inference.server import run_server
 
-    source = resolve_model_path(model)
-    try:
-        client = LocalClient(source, model_name=served_model_name or model, max_batch_size=max_batch_size)
-    except OSError as exc:
-        raise UserError(f"could not load model '{model}': {str(exc).splitlines()[0]}") from exc
-    run_server(client, host=host, port=port, served_model_name=served_model_name or model)
+    name = served_model_name or model
+    client = local_client(name, resolve_model_path(model), max_batch_size=max_batch_size)
+    run_server(client, host=host, port=port, served_model_name=name)

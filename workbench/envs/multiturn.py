@@ -13,7 +13,7 @@ from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.rubric import maybe_await
 from workbench.errors import InferenceError
 from workbench.inference.client import Client
-from workbench.types import Example, Messages, RolloutError, SamplingParams, State
+from workbench.types import Example, Messages, RolloutError, SamplingParams, State, TokenData
 
 
 class MultiTurnEnv(Environment):
@@ -73,12 +73,42 @@ class MultiTurnEnv(Environment):
                 break
             messages.extend(replies)
             out.completion.extend(replies)
-        if out.num_turns == 1 and state["responses"] and state["responses"][0].tokens is not None:
-            out.tokens = state["responses"][0].tokens
+        out.tokens = assemble_tokens([c.tokens for c in state["responses"]])
         return out
 
     def setup_state(self, state: State) -> None:
         """Hook: add env-specific keys to a fresh rollout state (may be async)."""
+
+
+def assemble_tokens(turns: list[TokenData | None]) -> TokenData | None:
+    """One token sequence for a whole multi-turn rollout, for RL.
+
+    Each turn's prompt ids are the previous turns re-rendered by the chat template, so turn k's
+    sampled tokens sit at offset len(turn_k.prompt_ids) of the final sequence when the template
+    reproduces earlier turns exactly (true for byte-level tokenizers and ChatML). Sampled tokens
+    get mask 1 and their logprobs; the environment's tokens between turns get mask 0. A turn
+    whose tokens cannot be found at their place is masked out rather than trained on wrongly.
+    """
+    if not turns or any(t is None for t in turns):
+        return None
+    first, last = turns[0], turns[-1]
+    assert first is not None and last is not None
+    sequence = last.prompt_ids + last.completion_ids
+    start = len(first.prompt_ids)
+    mask = [0] * (len(sequence) - start)
+    logprobs = [0.0] * (len(sequence) - start)
+    for turn in turns:
+        assert turn is not None
+        offset = len(turn.prompt_ids)
+        if sequence[offset:offset + len(turn.completion_ids)] != turn.completion_ids or offset < start:
+            continue
+        for i, logprob in enumerate(turn.completion_logprobs):
+            mask[offset - start + i] = 1
+            logprobs[offset - start + i] = logprob
+    if sequence[:start] != first.prompt_ids:
+        return None
+    return TokenData(prompt_ids=first.prompt_ids, completion_ids=sequence[start:],
+                     completion_logprobs=logprobs, completion_mask=mask)
 
 
 class SingleTurnEnv(MultiTurnEnv):

@@ -60,10 +60,19 @@ def make_client(model: str, *, base_url: str | None = None, api_key_var: str | N
     endpoints = load_endpoints(registry_path)
     if model in endpoints:
         return client_for_endpoint(endpoints[model], return_tokens=return_tokens)
-    source = resolve_model_path(model)
+    return local_client(model, resolve_model_path(model))
+
+
+def local_client(name: str, source: Path | str, max_batch_size: int = 64) -> Client:
+    """An in-process client for a model folder, a checkpoint (adapter onto its base) or a hub id."""
+    from workbench.errors import InferenceError
     from workbench.inference.local_client import LocalClient
+    from workbench.models.loading import adapter_base, load_merged_adapter
 
     try:
-        return LocalClient(source, model_name=model)
-    except OSError as exc:  # hub unreachable, missing files
-        raise UserError(f"could not load model '{model}': {str(exc).splitlines()[0]}") from exc
+        if isinstance(source, Path) and adapter_base(source) is not None:
+            model, tokenizer = load_merged_adapter(source)
+            return LocalClient.from_model(model, tokenizer, model_name=name, max_batch_size=max_batch_size)
+        return LocalClient(source, model_name=name, max_batch_size=max_batch_size)
+    except (OSError, InferenceError) as exc:  # hub unreachable, missing or broken files
+        raise UserError(f"could not load model '{name}': {str(exc).splitlines()[0]}") from exc

@@ -1,0 +1,268 @@
+"""RL/SFT training on the real tiny model: resume is exact, faults keep the last good checkpoint,
+checkpoints load as models, metrics and W&B are written, secrets never are."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workbench.train.config import load_train_config
+
+pytestmark = pytest.mark.slow
+
+BASE = """
+model = "tiny"
+max_steps = {steps}
+batch_size = 8
+rollouts_per_example = 4
+micro_batch_size = 4
+learning_rate = 3e-3
+seed = 3
+{extra}
+[sampling]
+max_tokens = 80
+temperature = 1.0
+[[env]]
+id = "reverse-text"
+[lora]
+r = 4
+alpha = 8
+[checkpointing]
+save_every_n_steps = 1
+keep_n_checkpoints = 10
+[wandb]
+mode = "disabled"
+"""
+
+
+def write_config(folder: Path, name: str, steps: int, extra: str = "", tail: str = "") -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(BASE.format(steps=steps, extra=extra) + tail)
+    return path
+
+
+def train(path: Path, *overrides: str, resume: Path | None = None):
+    from workbench.train.loop import run_train
+
+    config, _ = load_train_config(path, list(overrides))
+    return run_train(config, resume=resume)
+
+
+def adapter_tensors(checkpoint: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(checkpoint / "adapter_model.safetensors"))
+
+
+def test_resume_matches_uninterrupted_run(tiny_workspace: Path):
+    straight = train(write_config(tiny_workspace, "a", 4), "output_dir='runs/straight'")
+    first = train(write_config(tiny_workspace, "b", 2), "output_dir='runs/split'")
+    assert first.status == "finished" and first.last_step == 2
+    resumed = train(write_config(tiny_workspace, "b", 4), "output_dir='runs/split'", resume=first.run_dir)
+    assert resumed.last_step == 4
+    a, b = straight.metrics[-1], resumed.metrics[-1]
+    for key in ("reward/mean", "train/loss", "policy/entropy"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    wa = adapter_tensors(straight.run_dir / "checkpoints" / "step_000004")
+    wb = adapter_tensors(resumed.run_dir / "checkpoints" / "step_000004")
+    import torch
+
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        assert torch.allclose(wa[name], wb[name], atol=1e-5), name
+    lines = [json.loads(l) for l in (resumed.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]  # one line per step, none duplicated by the resume
+
+
+def test_metrics_rollouts_checkpoints_and_wandb_offline(tiny_workspace: Path):
+    secrets = tiny_workspace / "secrets.env"
+    secrets.write_text("WB_TEST_SECRET_TOKEN=sk-do-not-leak-123\n")
+    config = write_config(tiny_workspace, "m", 2, extra='env_file = ["secrets.env"]',
+                          tail='[eval]\ninterval = 2\nnum_examples = 8\n')
+    text = config.read_text().replace('mode = "disabled"', 'mode = "offline"\nproject = "wb-test"')
+    config.write_text(text)
+    from workbench.train.config import load_env_files
+
+    loaded, _ = load_train_config(config, [])
+    load_env_files(loaded, config)
+    result = train(config)
+    run = result.run_dir
+    metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0] == {"step": 0, "eval/reward_mean": pytest.approx(metrics[0]["eval/reward_mean"])}
+    for name in ("reward/mean", "reward/std", "reward/lcs_reward", "policy/entropy", "policy/kl", "train/loss",
+                 "train/learning_rate", "train/grad_norm", "rollout/mean_length", "rollout/generation_time",
+                 "rollout/truncated_frac", "filter/dropped_groups", "perf/tokens_per_s", "time/step"):
+        assert name in metrics[1], name
+    assert "eval/reward_mean" in metrics[2]
+    assert len((run / "rollouts" / "step_1.jsonl").read_text().splitlines()) == 8
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
+    meta = json.loads((run / "metadata.json").read_text())
+    assert meta["status"] == "finished" and meta["kind"] == "train" and meta["step"] == 2
+    assert list((run / "wandb").glob("offline-run-*")), "W&B offline run missing"
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert b"sk-do-not-leak-123" not in path.read_bytes(), path
+    assert "secrets.env" in (run / "config.toml").read_text()
+
+
+def test_nan_loss_stops_with_clear_message_and_keeps_last_checkpoint(tiny_workspace: Path, monkeypatch):
+    import torch
+
+    from workbench.train import loss as loss_module
+    from workbench.train import optimize
+    from workbench.train.loop import TrainingFailed
+
+    calls = {"n": 0}
+    real = loss_module.policy_loss
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        value, stats = real(*args, **kwargs)
+        return (value * torch.tensor(float("nan")) if calls["n"] > 2 else value), stats
+
+    monkeypatch.setattr(optimize, "policy_loss", poisoned)
+    with pytest.raises(TrainingFailed, match=r"NaN.*last good checkpoint: .*step_000001"):
+        train(write_config(tiny_workspace, "nan", 3), "output_dir='runs/nan'")
+    run = tiny_workspace / "runs" / "nan"
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000001"]
+    assert json.loads((run / "metadata.json").read_text())["status"] == "failed"
+
+
+def test_disk_full_while_checkpointing_keeps_previous(tiny_workspace: Path, monkeypatch):
+    import torch
+
+    from workbench.train import checkpoint as ckpt
+    from workbench.train.loop import TrainingFailed
+
+    real_save = torch.save
+    state = {"saves": 0}
+
+    def failing_save(obj, path, *a, **kw):
+        state["saves"] += 1
+        if state["saves"] == 2:
+            raise OSError(28, "No space left on device")
+        return real_save(obj, path, *a, **kw)
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(TrainingFailed, match=r"No space left on device.*previous checkpoint intact.*step_000001"):
+        train(write_config(tiny_workspace, "full", 3), "output_dir='runs/full'")
+    run = tiny_workspace / "runs" / "full"
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000001"]  # no half-written folder
+    monkeypatch.setattr(torch, "save", real_save)
+    resumed = train(write_config(tiny_workspace, "full", 2), "output_dir='runs/full'", resume=run)
+    assert resumed.status == "finished" and resumed.last_step == 2 and ckpt.list_checkpoints(run)[-1].name == "step_000002"
+
+
+def test_sigkill_while_writing_checkpoint_resumes_from_previous(tiny_workspace: Path):
+    config = write_config(tiny_workspace, "kill", 3)
+    run = tiny_workspace / "runs" / "kill"
+    # The child trains normally but stalls inside the step-2 checkpoint write, where we SIGKILL it.
+    script = (
+        "import time, torch, sys\n"
+        "from workbench.train.config import load_train_config\n"
+        "from workbench.train.loop import run_train\n"
+        "real = torch.save\n"
+        "def slow(obj, path, *a, **k):\n"
+        "    if 'step_000002' in str(path):\n"
+        "        print('WRITING', flush=True); time.sleep(60)\n"
+        "    return real(obj, path, *a, **k)\n"
+        "torch.save = slow\n"
+        f"config, _ = load_train_config({str(config)!r}, [\"output_dir='{run}'\"])\n"
+        "run_train(config)\n"
+    )
+    env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tiny_workspace, env=env, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if "WRITING" in line:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert (run / "checkpoints" / ".tmp_step_000002").exists()  # the torn write is there, but hidden
+    resumed = train(config, f"output_dir='{run}'", resume=run)
+    assert resumed.status == "finished" and resumed.last_step == 3
+    assert resumed.metrics[0]["step"] == 2  # continued from step 1's checkpoint
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith(".")) == [
+        "step_000001", "step_000002", "step_000003"]
+
+
+def test_ctrl_c_finishes_step_writes_checkpoint_and_exits(tiny_workspace: Path):
+    config = write_config(tiny_workspace, "intr", 50, tail="")
+    env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/intr'",
+                             "--set", "checkpointing.save_every_n_steps=100"],
+                            cwd=tiny_workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tiny_workspace / "runs" / "intr" / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().strip()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "--resume" in err
+    run = tiny_workspace / "runs" / "intr"
+    meta = json.loads((run / "metadata.json").read_text())
+    assert meta["status"] == "stopped"
+    checkpoints = [p.name for p in (run / "checkpoints").iterdir()]
+    assert checkpoints == [f"step_{meta['step']:06d}"]  # written on stop despite save_every_n_steps=100
+
+
+def test_checkpoint_is_a_model_for_eval_and_export_merges(tiny_workspace: Path):
+    result = train(write_config(tiny_workspace, "ck", 1), "output_dir='runs/ck'")
+    checkpoint = result.run_dir / "checkpoints" / "step_000001"
+    env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
+    run = subprocess.run([sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", str(checkpoint),
+                          "-n", "2", "-r", "2", "-t", "80"], cwd=tiny_workspace, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    export = subprocess.run([sys.executable, "-m", "workbench", "train", "export", str(result.run_dir), "--step", "1",
+                             "--merge"], cwd=tiny_workspace, env=env, capture_output=True, text=True)
+    assert export.returncode == 0, export.stderr
+    merged = result.run_dir / "exports" / "step_000001-merged"
+    assert not (merged / "adapter_config.json").exists()
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(merged).config.model_type == "llama"
+
+
+def test_reward_function_that_raises_is_recorded_not_fatal(tiny_workspace: Path):
+    folder = tiny_workspace / "environments" / "flaky_env"
+    folder.mkdir(parents=True)
+    (folder / "flaky_env.py").write_text(
+        "from workbench.envs import SingleTurnEnv, Rubric\n"
+        "def sometimes(completion, info):\n"
+        "    if info['i'] % 2:\n"
+        "        raise ValueError('reward bug')\n"
+        "    return float(len(completion[-1]['content']) % 3) / 2\n"
+        "def load_environment():\n"
+        "    rows = [{'question': f'say {i}', 'info': {'i': i}} for i in range(20)]\n"
+        "    return SingleTurnEnv(dataset=rows, rubric=Rubric([sometimes]))\n")
+    config = write_config(tiny_workspace, "flaky", 2).read_text().replace('id = "reverse-text"', 'id = "flaky-env"')
+    (tiny_workspace / "flaky.toml").write_text(config)
+    result = train(tiny_workspace / "flaky.toml", "output_dir='runs/flaky'")
+    assert result.status == "finished"
+    rollouts = [json.loads(l) for l in (result.run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    errors = [r for r in rollouts if r["error"]]
+    assert errors and all("reward bug" in r["error"]["message"] and r["reward"] == 0.0 for r in errors)
+
+
+def test_sft_mode_lowers_loss(tiny_workspace: Path):
+    config = write_config(tiny_workspace, "sft", 6, extra='mode = "sft"', tail="[sft]\nfrom_env = true\n")
+    result = train(config, "output_dir='runs/sft'", "learning_rate=5e-3")
+    losses = [m["train/loss"] for m in result.metrics]
+    assert result.status == "finished" and losses[-1] < losses[0]
+
+
+def test_difficulty_filter_drops_and_multi_env_mixes(tiny_workspace: Path):
+    tail = ('[[env]]\nid = "alphabet-sort"\nweight = 1.0\nargs = { max_turns = 2 }\n'
+            "[difficulty_filter]\nenabled = true\nmin_reward_variance = 0.5\noversampling_factor = 1.5\n")
+    result = train(write_config(tiny_workspace, "mix", 1, tail=tail), "output_dir='runs/mix'")
+    metrics = result.metrics[0]
+    assert metrics["filter/dropped_groups"] >= 1  # variance 0.5 is impossible for rewards in [0, 1]
+    rollouts = [json.loads(l) for l in (result.run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    assert {r["task"] for r in rollouts} == {"reverse-text", "alphabet-sort"}

@@ -1,0 +1,129 @@
+"""`workbench train CONFIG.toml [--dry-run] [--set KEY=VALUE]... [--resume RUN]`: RL or SFT training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from workbench.errors import UserError
+
+if TYPE_CHECKING:
+    from workbench.train.plan import Plan
+
+ConfigArg = Annotated[Path | None, typer.Argument(metavar="CONFIG", help="Training config (.toml): hosted, prime-rl (nested or flat) or vf-rl style.", show_default=False)]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
+SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a config key (repeatable), value as TOML: --set max_steps=20 --set sampling.temperature=0.8 --set 'sampling.stop=[\"</a>\"]'.", show_default=False)]
+ResumeOption = Annotated[Path | None, typer.Option("--resume", help="Continue a run folder from its newest complete checkpoint, with its saved config.toml (CONFIG not needed).", show_default=False)]
+
+
+def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOption = None, resume: ResumeOption = None) -> None:
+    """Train a model with RL on environments (or SFT on demonstrations) from one TOML config.
+
+    Examples:
+
+      workbench train configs/rl/reverse-text.toml
+
+      workbench train configs/rl/reverse-text.toml --set max_steps=20 --set sampling.temperature=0.8
+
+      workbench train prime-rl.toml --dry-run
+
+      workbench train --resume outputs/runs/<run>
+    """
+    from workbench.cli.render import RichReporter, console, err_console
+    from workbench.train.config import load_env_files, load_train_config, run_blockers
+    from workbench.train.plan import build_plan
+
+    path = config_path(config, resume)
+    train_config, notes = load_train_config(path, overrides or [])
+    blockers = run_blockers(train_config)
+    plan = build_plan(train_config, notes, blockers)
+    if dry_run:
+        print_plan(plan)
+        return
+    if blockers:  # before any other output: a user mistake is one line
+        raise UserError(f"{path}: {blockers[0]} (--dry-run shows the whole plan)")
+    for note in plan.notes:
+        err_console.print(f"[dim]note: {_escape(note)}[/]")
+    load_env_files(train_config, path)
+    from workbench.train.loop import run_train
+
+    result = run_train(train_config, RichReporter(unit="steps"), resume=resume)
+    console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
+    if result.status == "stopped":
+        err_console.print(f"[yellow]stopped with a checkpoint; continue with `workbench train --resume {result.run_dir}`[/]")
+        raise typer.Exit(130)
+
+
+def export(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A training run folder (outputs/runs/<run>).")],
+    step: Annotated[int | None, typer.Option("--step", help="Checkpoint step. [default: the newest]", show_default=False)] = None,
+    merge: Annotated[bool, typer.Option("--merge", help="Fold the LoRA adapter into the base weights: a plain Hugging Face model.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Target folder. [default: RUN/exports/step_N[-merged]]", show_default=False)] = None,
+) -> None:
+    """Export a checkpoint as a model folder that transformers and vLLM load (--merge: no peft needed).
+
+    Example: workbench train export outputs/runs/<run> --step 40 --merge
+    """
+    from workbench.cli.render import console
+    from workbench.train.export import export_checkpoint
+
+    console.print(f"exported to {export_checkpoint(run_dir, step, merge, output)}")
+
+
+class TrainGroup(TyperGroup):
+    """`workbench train CONFIG ...` runs training; `workbench train export ...` exports."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=TrainGroup, no_args_is_help=False,
+                  help="Train with RL or SFT from a TOML config (workbench train CONFIG), or export a checkpoint.")
+app.command("run", help="Train from a config (the default: `workbench train CONFIG` means `workbench train run CONFIG`).")(train)
+app.command("export")(export)
+
+
+def config_path(config: Path | None, resume: Path | None) -> Path:
+    """The config file to load: CONFIG, or the saved config.toml of the run being resumed."""
+    if resume is None:
+        if config is None:
+            raise UserError("give a training config (workbench train CONFIG.toml) or --resume RUN_FOLDER")
+        return config
+    if config is not None:
+        raise UserError("--resume continues a run with its saved config.toml: drop CONFIG (use --set to change values)")
+    saved = resume / "config.toml"
+    if not saved.is_file():
+        raise UserError(f"{resume} is not a training run folder (no config.toml)")
+    return saved
+
+
+def print_plan(plan: Plan) -> None:
+    from rich.table import Table
+
+    from workbench.cli.render import console
+
+    for section in plan.sections:
+        table = Table(title=section.title, title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(overflow="fold")
+        for label, value in section.rows:
+            table.add_row(_escape(label), _escape(value))
+        console.print(table)
+        console.print()
+    for note in plan.notes:
+        console.print(f"[yellow]note:[/] {_escape(note)}")
+    for warning in plan.warnings:
+        console.print(f"[red]a real run stops here:[/] {_escape(warning)}")
+    console.print("[green]dry run: config is valid[/]" + (" (fix the above before a real run)" if plan.warnings else ""))
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

@@ -1,0 +1,72 @@
+"""Collect one training step's groups: sample examples, run rollouts through the engine, filter.
+
+Online difficulty filtering drops groups that cannot teach the policy anything (zero or too
+little reward variance) or are too easy/hard, and oversamples more examples until the batch
+is full or `oversampling_factor` x the needed examples have been tried.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.engine import run_rollouts
+from workbench.envs import EnvGroup
+from workbench.envs.environment import Environment
+from workbench.inference.client import Client
+from workbench.types import Example, Group, SamplingParams
+
+
+@dataclass
+class StepBatch:
+    groups: list[Group]
+    dropped: int = 0
+    sampled_examples: int = 0
+    all_groups: list[Group] = field(default_factory=list)  # including dropped ones (for logging)
+
+
+def sample_examples(env: Environment, n: int, rng: random.Random) -> list[Example]:
+    """`n` training examples; an EnvGroup draws members by weight."""
+    if isinstance(env, EnvGroup):
+        return env.sample_examples(n, "train", rng)
+    rows = env.rows("train")
+    return [env.example_from_row(i, rows[i]) for i in (rng.randrange(len(rows)) for _ in range(n))]
+
+
+def keep_group(group: Group, config: Any) -> bool:
+    f = config.difficulty_filter
+    if not f.enabled:
+        return True
+    variance = statistics.pvariance(group.rewards) if len(group.rollouts) > 1 else 0.0
+    if variance <= 1e-12 or variance < f.min_reward_variance:
+        return False
+    return f.min_reward <= group.mean <= f.max_reward
+
+
+async def collect_step(env: Environment, client: Client, config: Any, step: int, sampling: SamplingParams) -> StepBatch:
+    needed = config.batch_size // config.rollouts_per_example
+    rng = random.Random(f"{config.seed}:{step}")  # per-step stream: resume replays the same examples
+    budget = max(needed, int(needed * config.difficulty_filter.oversampling_factor)) if config.difficulty_filter.enabled else needed
+    batch = StepBatch(groups=[])
+    while len(batch.groups) < needed and batch.sampled_examples < budget:
+        want = min(needed - len(batch.groups), budget - batch.sampled_examples)
+        examples = sample_examples(env, want, rng)
+        # distinct example ids per draw so groups never merge, even if an example repeats
+        for offset, example in enumerate(examples):
+            example.example_id = batch.sampled_examples + offset
+        batch.sampled_examples += len(examples)
+        collected: list[Group] = []
+        await run_rollouts(env, client, examples, rollouts_per_example=config.rollouts_per_example,
+                           sampling=sampling, max_concurrent=max(64, config.batch_size), on_group=collected.append,
+                           policy_version=step)
+        collected.sort(key=lambda g: g.example_id)
+        batch.all_groups.extend(collected)
+        for group in collected:
+            if keep_group(group, config):
+                batch.groups.append(group)
+            else:
+                batch.dropped += 1
+    batch.groups = batch.groups[:needed]
+    return batch

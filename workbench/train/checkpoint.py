@@ -1,0 +1,89 @@
+"""Checkpoints: `checkpoints/step_000050/` with the adapter (or full weights) in save_pretrained
+format, the tokenizer, and `trainer_state.pt` (optimizer, scheduler, RNG states) +
+`trainer_state.json` (step, base model, metrics).
+
+Written into a hidden temporary folder and renamed into place, so a half-written checkpoint
+(a SIGKILL, a full disk) is never picked up; resume takes the newest complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+STEP_PREFIX = "step_"
+STATE_PT = "trainer_state.pt"
+STATE_JSON = "trainer_state.json"
+
+
+def step_dir_name(step: int) -> str:
+    return f"{STEP_PREFIX}{step:06d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (a complete one has trainer_state.json, written last)."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / STATE_JSON).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX):]))
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, scheduler: Any,
+                    info: dict[str, Any], keep: int) -> Path:
+    """Write step `step` atomically; then delete all but the newest `keep`. OSError leaves the
+    previous checkpoints untouched (the temporary folder is removed)."""
+    import torch
+
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / step_dir_name(step)
+    tmp = root / f".tmp_{step_dir_name(step)}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        policy.model.save_pretrained(tmp)
+        policy.tokenizer.save_pretrained(tmp)
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
+                   tmp / STATE_PT)
+        (tmp / STATE_JSON).write_text(json.dumps({"step": step, "base_model": policy.base_path,
+                                                  "lora": policy.lora, **info}, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(checkpoint / STATE_PT, weights_only=False)
+
+
+def read_step_info(checkpoint: Path) -> dict[str, Any]:
+    return json.loads((checkpoint / STATE_JSON).read_text())

@@ -1,0 +1,250 @@
+"""RL (and SFT) training, colocated on one machine: `workbench train CONFIG.toml`.
+
+    workbench train configs/rl/reverse-text.toml
+    workbench train configs/rl/reverse-text.toml --set max_steps=20
+    workbench train --resume outputs/runs/<run>
+
+One RL step reads top to bottom in `_rl_step`:
+  1. sample batch_size / rollouts_per_example examples (weighted across [[env]]s) and run
+     rollouts_per_example rollouts of each through the shared engine with the current policy
+  2. online difficulty filtering (oversample to refill the batch)
+  3. advantages: reward - group mean (optionally / group std)
+  4. token-level policy-gradient loss with the importance ratio against the sampler's logprobs
+     (grpo / dapo / cispo), optional k3 KL to the reference, micro-batches with accumulation
+  5. gradient clipping, AdamW, warmup; metrics, sampled rollouts, checkpoint
+
+Simplifications: generation and training take turns on this machine (the trainer's own model
+serves generation through LocalClient, no weight copies), so rollouts always come from the
+current policy — lag 0, which satisfies any `max_async_level` and makes runs reproducible
+(resume gives the same result as an uninterrupted run). Overlapping them needs separate
+inference servers (server mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from workbench.engine import run_rollouts
+from workbench.errors import UserError
+from workbench.events import NullReporter, Reporter
+from workbench.store.files import write_json_atomic
+from workbench.train.batches import collect_step
+from workbench.train.checkpoint import list_checkpoints, load_trainer_state, read_step_info, save_checkpoint, set_rng_state
+from workbench.train.metrics import MetricsLogger, step_line, truncate_metrics
+from workbench.train.optimize import NonFiniteLoss, adapt_kl_beta, make_optimizer, train_on_samples
+from workbench.train.samples import groups_to_samples
+from workbench.train.setup import TrainContext, build_context, new_run_dir
+from workbench.types import SamplingParams
+
+
+class TrainingFailed(UserError):
+    """A run that had to stop (NaN loss, disk full): one line for the user, exit code 1."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    status: str  # finished | stopped | failed
+    last_step: int
+    metrics: list[dict[str, Any]]
+
+
+def run_train(config: Any, reporter: Reporter | None = None, *, resume: str | Path | None = None) -> TrainResult:
+    """Blocking entry point. `resume` is a run folder: continue from its newest complete checkpoint."""
+    return asyncio.run(_train(config, reporter or NullReporter(), Path(resume) if resume else None))
+
+
+async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainResult:
+    run_dir = resume or new_run_dir(config)
+    checkpoint = list_checkpoints(run_dir)[-1] if resume and list_checkpoints(run_dir) else None
+    ctx = build_context(config, run_dir, checkpoint)
+    optimizer, scheduler = make_optimizer(ctx.policy, config)
+    start_step = 0
+    if checkpoint is not None:
+        state = load_trainer_state(checkpoint)
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        info = read_step_info(checkpoint)
+        start_step = info["step"]
+        ctx.kl_beta = info.get("kl_beta", ctx.kl_beta)
+        reporter.message(f"resuming from {checkpoint.name}")
+    truncate_metrics(run_dir, start_step)
+    logger = MetricsLogger(run_dir, config.wandb, run_dir.name, ctx.saved_config, resume=checkpoint is not None)
+    stop = _StopFlag(reporter)
+    metadata = ctx.metadata
+    metadata.update(status="running", step=start_step)
+    write_json_atomic(run_dir / "metadata.json", metadata)
+    history: list[dict[str, Any]] = []
+    status, step = "failed", start_step
+    reporter.start(f"train {run_dir.name}", config.max_steps, start_step)
+    try:
+        if start_step == 0 and config.eval.interval > 0 and config.mode == "rl":
+            logger.log(0, await _held_out_eval(ctx, config))
+        while step < config.max_steps and not stop.requested:
+            step += 1
+            metrics = await (_rl_step(ctx, config, optimizer, scheduler, step) if config.mode == "rl"
+                             else _sft_step(ctx, config, optimizer, scheduler, step))
+            if config.eval.interval > 0 and config.mode == "rl" and (step % config.eval.interval == 0 or step == config.max_steps):
+                metrics.update(await _held_out_eval(ctx, config))
+            logger.log(step, metrics)
+            history.append({"step": step, **metrics})
+            ctx.log.write(step_line(step, metrics, config.max_steps))
+            reporter.step_done(step, metrics)
+            metadata.update(step=step, updated_at=_now(), reward_mean=metrics.get("reward/mean"),
+                            eval_reward_mean=metrics.get("eval/reward_mean", metadata.get("eval_reward_mean")))
+            write_json_atomic(run_dir / "metadata.json", metadata)
+            if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stop.requested:
+                _checkpoint(ctx, config, optimizer, scheduler, step, metrics)
+        status = "stopped" if step < config.max_steps else "finished"
+    except NonFiniteLoss as exc:
+        last = list_checkpoints(run_dir)
+        where = f"; last good checkpoint: {last[-1]}" if last else ""
+        metadata["error"] = f"non-finite loss at step {step}: {exc}"
+        raise TrainingFailed(f"training stopped at step {step}: {exc} (NaN/inf){where}") from exc
+    finally:
+        stop.restore()
+        reporter.finish()
+        logger.close()
+        await ctx.client.close()
+        metadata.update(status=status, updated_at=_now())
+        write_json_atomic(run_dir / "metadata.json", metadata)
+        ctx.log.write(f"{status} at step {step}")
+    return TrainResult(run_dir, status, step, history)
+
+
+async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    ctx.policy.model.eval()
+    batch = await collect_step(ctx.env, ctx.client, config, step, _sampling(config, step))
+    generation_s = time.perf_counter() - started
+    _write_rollouts(ctx.run_dir, step, batch.all_groups)
+    samples = groups_to_samples(batch.groups, config)
+    rollouts = [r for g in batch.groups for r in g.rollouts]
+    metrics: dict[str, Any] = {"filter/dropped_groups": batch.dropped, "rollout/generation_time": generation_s}
+    if samples and any(s.advantage != 0 for s in samples):
+        stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, kl_beta=ctx.kl_beta)
+        if config.kl_penalty.enabled:
+            ctx.kl_beta = adapt_kl_beta(ctx.kl_beta, stats.kl, config.kl_penalty.target_kl)
+            metrics["policy/kl_beta"] = ctx.kl_beta
+        metrics.update({"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
+                        "policy/kl": stats.kl, "policy/importance_ratio": stats.ratio_mean,
+                        "policy/clip_frac": stats.clip_frac, "time/forward_backward": stats.forward_backward_s,
+                        "time/optimizer": stats.optimizer_s})
+    else:  # every group filtered out or zero advantage: nothing to learn this step
+        metrics.update({"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0})
+    all_rollouts = [r for g in batch.all_groups for r in g.rollouts]
+    rewards = [r.reward for r in all_rollouts] or [0.0]
+    step_s = time.perf_counter() - started
+    completion_tokens = sum(r.usage.get("completion_tokens", 0) for r in all_rollouts)
+    metrics.update({
+        "reward/mean": sum(rewards) / len(rewards),
+        "reward/std": _std(rewards),
+        **{f"reward/{name}": value for name, value in _func_means(all_rollouts).items()},
+        "train/learning_rate": scheduler.get_last_lr()[0],
+        "rollout/mean_length": completion_tokens / max(len(all_rollouts), 1),
+        "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
+        "rollout/errors": sum(r.error is not None for r in all_rollouts),
+        "rollout/trained_samples": len(samples) if rollouts else 0,
+        "policy/lag": 0,
+        "perf/tokens_per_s": (completion_tokens + sum(len(s.input_ids) for s in samples)) / step_s,
+        "time/step": step_s,
+    })
+    metrics["time/other"] = max(0.0, step_s - generation_s - metrics["time/forward_backward"] - metrics["time/optimizer"])
+    return metrics
+
+
+async def _sft_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    samples = ctx.sft_data.batch(step, config.batch_size)
+    stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, sft=True)
+    step_s = time.perf_counter() - started
+    return {"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
+            "train/learning_rate": scheduler.get_last_lr()[0], "perf/tokens_per_s": stats.tokens / step_s,
+            "time/forward_backward": stats.forward_backward_s, "time/optimizer": stats.optimizer_s, "time/step": step_s}
+
+
+async def _held_out_eval(ctx: TrainContext, config: Any) -> dict[str, float]:
+    """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)."""
+    ctx.policy.model.eval()
+    examples = ctx.env.get_examples(config.eval.num_examples, split="eval")
+    groups: list[Any] = []
+    await run_rollouts(ctx.env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
+                       sampling=_sampling(config, 10_000_019), max_concurrent=64, on_group=groups.append)
+    rewards = [r.reward for g in groups for r in g.rollouts] or [0.0]
+    return {"eval/reward_mean": sum(rewards) / len(rewards)}
+
+
+def _checkpoint(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]) -> None:
+    try:
+        path = save_checkpoint(ctx.run_dir, step, ctx.policy, optimizer, scheduler,
+                               {"reward_mean": metrics.get("reward/mean"), "eval_reward_mean": metrics.get("eval/reward_mean"),
+                                "kl_beta": ctx.kl_beta},
+                               keep=config.checkpointing.keep_n_checkpoints)
+    except OSError as exc:
+        last = list_checkpoints(ctx.run_dir)
+        kept = f"; previous checkpoint intact: {last[-1]}" if last else ""
+        raise TrainingFailed(f"could not write the step {step} checkpoint ({exc.strerror or exc}){kept}") from exc
+    ctx.log.write(f"checkpoint {path.name}")
+
+
+def _sampling(config: Any, step: int) -> SamplingParams:
+    s = config.sampling
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=s.max_tokens,
+                          stop=list(s.stop), seed=config.seed * 100_003 + step)
+
+
+def _write_rollouts(run_dir: Path, step: int, groups: list[Any]) -> None:
+    folder = run_dir / "rollouts"
+    folder.mkdir(exist_ok=True)
+    with (folder / f"step_{step}.jsonl").open("wb") as f:
+        for group in groups:
+            for rollout in group.rollouts:
+                record = rollout.to_record()
+                record.pop("tokens", None)  # large and only needed in memory
+                f.write(orjson.dumps(record) + b"\n")
+
+
+def _func_means(rollouts: list[Any]) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for r in rollouts:
+        for name, value in r.rewards.items():
+            sums.setdefault(name, []).append(value)
+    return {name: sum(v) / len(v) for name, v in sums.items()}
+
+
+def _std(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+
+
+def _now() -> str:
+    from workbench.evaluate.service import now_iso
+
+    return now_iso()
+
+
+class _StopFlag:
+    """First Ctrl-C: finish the current step, checkpoint, exit cleanly. Second: stop at once."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.requested = False
+        self._reporter = reporter
+        self._previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self._reporter.message("stopping after this step (a checkpoint will be written); Ctrl-C again to abort")
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGINT, self._previous)

@@ -1,0 +1,86 @@
+"""Token-level policy-gradient losses with importance ratios against the sampler's logprobs.
+
+All three variants weight each sampled token by the rollout's advantage A and the ratio
+r = exp(logp_policy - logp_sampler) (1 on-policy, != 1 when the sampler was an older policy or
+numerics differ):
+
+- grpo:  -min(r A, clip(r, 1-eps, 1+eps) A)          PPO-style symmetric clip
+- dapo:  -min(r A, clip(r, 1-eps_low, 1+eps_high) A)  asymmetric "clip-higher" keeps exploring
+- cispo: -sg(min(r, cap)) A logp_policy               clip the IS weight, never drop a token's gradient
+
+Optional KL penalty (k3 estimator, unbiased and positive): exp(ref - new) - (ref - new) - 1.
+Losses are summed over tokens and divided by the number of loss tokens in the whole batch
+(token-level normalization: long and short completions count per token, as in DAPO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class LossStats:
+    loss: float = 0.0
+    entropy: float = 0.0
+    kl: float = 0.0
+    ratio_mean: float = 0.0
+    clip_frac: float = 0.0
+    tokens: int = 0
+
+
+def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tuple[Any, Any]:
+    """Logprobs of each next token under `model` (sampling temperature applied), and entropy.
+
+    Position t holds log p(input_ids[t] | input_ids[:t]); position 0 gets 0 (never a loss token).
+    """
+    import torch
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    logits = logits.float() / max(temperature, 1e-6)
+    logprobs_all = torch.log_softmax(logits, dim=-1)
+    targets = batch["input_ids"][:, 1:]
+    picked = logprobs_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
+    zeros = torch.zeros_like(picked[:, :1])
+    return torch.cat([zeros, picked], dim=1), torch.cat([zeros, entropy], dim=1)
+
+
+def policy_loss(kind: str, logprobs: Any, batch: dict[str, Any], *, clip_low: float, clip_high: float,
+                cispo_clip: float, total_tokens: int, ref_logprobs: Any = None, kl_beta: float = 0.0) -> tuple[Any, dict[str, float]]:
+    """Sum of per-token losses of one micro-batch divided by the batch's loss-token count."""
+    import torch
+
+    mask = batch["loss_mask"]
+    advantages = batch["advantages"].unsqueeze(1)
+    log_ratio = (logprobs - batch["sampler_logprobs"]) * mask
+    ratio = torch.exp(log_ratio)
+    if kind == "cispo":
+        weight = torch.clamp(ratio, max=cispo_clip).detach()
+        per_token = -weight * advantages * logprobs
+        clipped = (ratio > cispo_clip).float()
+    else:
+        high = clip_high if kind == "dapo" else clip_low
+        unclipped = ratio * advantages
+        clipped_ratio = torch.clamp(ratio, 1 - clip_low, 1 + high)
+        per_token = -torch.minimum(unclipped, clipped_ratio * advantages)
+        clipped = (clipped_ratio != ratio).float()
+    kl = torch.zeros_like(per_token)
+    if ref_logprobs is not None:
+        delta = (ref_logprobs - logprobs) * mask
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + kl_beta * kl
+    loss = (per_token * mask).sum() / max(total_tokens, 1)
+    n = mask.sum().clamp(min=1)
+    ratio, kl, clipped = ratio.detach(), kl.detach(), clipped.detach()
+    return loss, {
+        "kl": float((kl * mask).sum() / n),
+        "ratio_mean": float((ratio * mask).sum() / n),
+        "clip_frac": float((clipped * mask).sum() / n),
+        "tokens": int(mask.sum()),
+    }
+
+
+def sft_loss(logprobs: Any, batch: dict[str, Any], total_tokens: int) -> Any:
+    """Negative log-likelihood of the demonstration tokens, token-normalized over the batch."""
+    return -(logprobs * batch["loss_mask"]).sum() / max(total_tokens, 1)

@@ -1,0 +1,76 @@
+"""Step metrics: one JSON line per step in metrics.jsonl, and Weights & Biases (offline unless
+WANDB_API_KEY is set). Names follow DESIGN §7 (`reward/mean`, `train/loss`, ...)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, wandb_config: Any, run_name: str, config_dict: dict[str, Any],
+                 resume: bool) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self._wandb = None
+        mode = wandb_config.mode or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+        if mode != "disabled":
+            import wandb
+
+            self._wandb = wandb.init(
+                project=wandb_config.project or "workbench", name=wandb_config.name or run_name,
+                entity=wandb_config.entity, mode=mode, dir=str(run_dir), config=config_dict,
+                id=_wandb_id(run_dir), resume="allow" if resume else None, reinit="finish_previous",
+                settings=wandb.Settings(silent=True, console="off"),
+            )
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        with self.path.open("ab") as f:
+            f.write(orjson.dumps({"step": step, **metrics}) + b"\n")
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def _wandb_id(run_dir: Path) -> str:
+    """A stable W&B run id per run folder, so a resumed run continues the same W&B run."""
+    marker = run_dir / ".wandb_id"
+    if marker.exists():
+        return marker.read_text().strip()
+    run_id = os.urandom(6).hex()
+    marker.write_text(run_id)
+    return run_id
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """Drop metric lines after `last_step` (steps after the checkpoint we resume from are redone)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return
+    kept = [line for line in path.read_bytes().splitlines() if line.strip() and _step(line) <= last_step]
+    path.write_bytes(b"".join(line + b"\n" for line in kept))
+
+
+def _step(line: bytes) -> int:
+    try:
+        return int(orjson.loads(line)["step"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return 1 << 62
+
+
+STEP_LINE_KEYS = (("reward/mean", "reward"), ("eval/reward_mean", "eval"), ("train/loss", "loss"),
+                  ("policy/entropy", "entropy"), ("policy/kl", "kl"), ("filter/dropped_groups", "dropped"),
+                  ("time/step", "s/step"))
+
+
+def step_line(step: int, metrics: dict[str, Any], total: int | None = None) -> str:
+    """The one line per step shown on the console and written to run.log."""
+    parts = [f"step {step}/{total}" if total else f"step {step}"]
+    parts += [f"{label} {metrics[key]:.4g}" for key, label in STEP_LINE_KEYS if key in metrics]
+    return "  ".join(parts)

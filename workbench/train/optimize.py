@@ -1,0 +1,106 @@
+"""One optimizer step over a batch of samples: micro-batches with gradient accumulation,
+token-normalized loss, gradient clipping, AdamW, learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.train.loss import policy_loss, sft_loss, token_logprobs
+from workbench.train.policy import Policy
+from workbench.train.samples import Sample, collate, micro_batches
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+@dataclass
+class StepStats:
+    loss: float
+    grad_norm: float
+    entropy: float
+    kl: float
+    ratio_mean: float
+    clip_frac: float
+    tokens: int
+    forward_backward_s: float
+    optimizer_s: float
+
+
+def make_optimizer(policy: Policy, config: Any) -> tuple[Any, Any]:
+    import torch
+
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
+                                  weight_decay=config.weight_decay, betas=tuple(config.betas))
+    warmup = config.warmup_steps
+
+    def schedule(step: int) -> float:  # linear warmup, then constant
+        return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: list[Sample], config: Any,
+                     *, sft: bool = False, kl_beta: float = 0.0) -> StepStats:
+    import torch
+
+    started = time.perf_counter()
+    model = policy.model
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    total_tokens = sum(sum(s.loss_mask) for s in samples)
+    pad_id = policy.tokenizer.pad_token_id
+    use_kl = (not sft) and config.kl_penalty.enabled
+    totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0}
+    for chunk in micro_batches(samples, config.micro_batch_size):
+        batch = collate(chunk, pad_id)
+        temperature = 1.0 if sft else config.sampling.temperature
+        logprobs, entropy = token_logprobs(model, batch, temperature)
+        mask = batch["loss_mask"]
+        weight = float(mask.sum()) / max(total_tokens, 1)  # this chunk's share of the batch's tokens
+        if sft:
+            loss = sft_loss(logprobs, batch, total_tokens)
+            extra = {"kl": 0.0, "ratio_mean": 1.0, "clip_frac": 0.0}
+        else:
+            ref = None
+            if use_kl:
+                with torch.no_grad(), policy.reference_model() as reference:
+                    ref, _ = token_logprobs(reference, batch, temperature)
+            loss, extra = policy_loss(config.loss, logprobs, batch, clip_low=config.clip_low, clip_high=config.clip_high,
+                                      cispo_clip=config.cispo_clip, total_tokens=total_tokens, ref_logprobs=ref,
+                                      kl_beta=kl_beta)
+        if not torch.isfinite(loss):
+            optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(f"loss is {float(loss)}")
+        loss.backward()
+        totals["loss"] += float(loss)
+        totals["entropy"] += float((entropy.detach() * mask).sum()) / max(total_tokens, 1)
+        for key in ("kl", "ratio_mean", "clip_frac"):
+            totals[key] += extra[key] * weight
+    forward_backward_s = time.perf_counter() - started
+    started = time.perf_counter()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.max_grad_norm))
+    if not math.isfinite(grad_norm):
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteLoss(f"gradient norm is {grad_norm}")
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepStats(loss=totals["loss"], grad_norm=grad_norm, entropy=totals["entropy"], kl=totals["kl"],
+                     ratio_mean=totals["ratio_mean"], clip_frac=totals["clip_frac"], tokens=total_tokens,
+                     forward_backward_s=forward_backward_s, optimizer_s=time.perf_counter() - started)
+
+
+def adapt_kl_beta(beta: float, observed_kl: float, target_kl: float | None) -> float:
+    """Adaptive KL coefficient: double it when KL overshoots the target 1.5x, halve it when KL
+    stays under target / 1.5 (the PPO paper's rule; keeps KL near the target without tuning)."""
+    if target_kl is None or target_kl <= 0:
+        return beta
+    if observed_kl > 1.5 * target_kl:
+        return beta * 2.0
+    if observed_kl < target_kl / 1.5:
+        return beta / 2.0
+    return beta

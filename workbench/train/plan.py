@@ -1,0 +1,166 @@
+"""The resolved plan of a training run, as data: what `workbench train CONFIG --dry-run` prints
+(and what a real run shows before it starts). Also the notes about keys that cannot apply on
+this machine (GPU ids, parallelism, vLLM memory) — found without importing torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench.train.schema import TrainConfig
+
+
+@dataclass
+class PlanSection:
+    title: str
+    rows: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, label: str, value: object) -> None:
+        self.rows.append((label, str(value)))
+
+
+@dataclass
+class Plan:
+    sections: list[PlanSection]
+    notes: list[str]  # informational: translations, defaults, keys ignored on this machine
+    warnings: list[str]  # what stops a real run (a missing env_file), shown but not fatal here
+
+
+def cuda_gpu_count() -> int | None:
+    """GPUs the NVIDIA driver reports: 0 without a driver, None when present but not countable."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.is_dir():
+        return len(list(gpus.iterdir()))
+    return None if shutil.which("nvidia-smi") else 0
+
+
+def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str]:
+    """Keys set in the config that cannot apply on this machine, by name."""
+    count = cuda_gpu_count() if gpu_count is None else gpu_count
+    inf = config.inference
+    gpu_keys = {
+        "num_gpus": config.num_gpus, "trainer_gpu_ids": config.trainer_gpu_ids or None,
+        "inference.gpu_ids": inf.gpu_ids or None, "inference.gpu_memory_utilization": inf.gpu_memory_utilization,
+        "inference.tensor_parallel_size": inf.tensor_parallel_size if inf.tensor_parallel_size > 1 else None,
+        "inference.data_parallel_size": inf.data_parallel_size if inf.data_parallel_size > 1 else None,
+        "pipeline_parallel_size": config.pipeline_parallel_size if config.pipeline_parallel_size > 1 else None,
+    }
+    set_keys = {k: v for k, v in gpu_keys.items() if v is not None}
+    if count == 0:
+        notes = [f"{k} = {_fmt(v)} is ignored: no CUDA GPU on this machine (everything runs on the CPU)"
+                 for k, v in set_keys.items()]
+        if config.model != "tiny" and set_keys:
+            notes.append(f"'{config.model}' on a CPU is slow; try this config with --set model=tiny")
+        return notes
+    notes = []
+    if count is not None:
+        for key in ("trainer_gpu_ids", "inference.gpu_ids"):
+            bad = [i for i in set_keys.get(key, []) if i >= count]
+            if bad:
+                notes.append(f"{key} = {_fmt(set_keys[key])}: this machine has {count} GPU(s) (ids 0..{count - 1}); {bad} do not exist")
+        if config.num_gpus and config.num_gpus > count:
+            notes.append(f"num_gpus = {config.num_gpus}: this machine has {count} GPU(s)")
+    if inf.mode == "colocated":
+        vllm_only = [k for k in set_keys if k.startswith("inference.")]
+        if vllm_only:
+            notes.append(f"{', '.join(vllm_only)} configure a vLLM server; with inference.mode = 'colocated' the trainer's model generates")
+    return notes
+
+
+def wandb_mode(config: TrainConfig) -> str:
+    if config.wandb.mode:
+        return config.wandb.mode
+    return "online (WANDB_API_KEY is set)" if os.environ.get("WANDB_API_KEY") else "offline (online when WANDB_API_KEY is set, e.g. by an env_file)"
+
+
+def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gpu_count: int | None = None) -> Plan:
+    """Sections of the resolved config, in the order a reader checks them."""
+    c = config
+    run = PlanSection("Run")
+    run.add("model", c.model + (f"  (tokenizer {c.tokenizer})" if c.tokenizer else ""))
+    run.add("mode", "RL" if c.mode == "rl" else "SFT on demonstrations")
+    run.add("run folder", c.output_dir or f"outputs/runs/{c.run_name or '<generated at start>'}")
+    run.add("seed", c.seed)
+
+    envs = PlanSection("Environments")
+    total = sum(e.weight for e in c.env) or 1.0
+    for e in c.env:
+        args = ", ".join(f"{k}={v!r}" for k, v in e.args.items()) or "no args"
+        envs.add(e.id, f"weight {e.weight:g} ({e.weight / total:.0%} of examples) · {args}")
+    if not c.env:
+        envs.add("-", "none")
+
+    steps = PlanSection("Steps")
+    steps.add("max_steps", c.max_steps)
+    if c.mode == "rl":
+        examples = c.batch_size // c.rollouts_per_example
+        steps.add("per step", f"{c.batch_size} rollouts = {examples} examples x {c.rollouts_per_example} rollouts_per_example")
+        steps.add("total", f"{c.batch_size * c.max_steps:,} rollouts over {examples * c.max_steps:,} examples")
+    else:
+        steps.add("per step", f"{c.batch_size} demonstrations")
+        steps.add("data", c.sft.data_path or "the environments' reference answers")
+    steps.add("micro-batches", f"{c.gradient_accumulation_steps} x {c.micro_batch_size} samples (gradient accumulation)")
+    steps.add("seq_len", c.seq_len or "model maximum")
+    s = c.sampling
+    stop = f" · stop {s.stop}" if s.stop else ""
+    steps.add("sampling", f"max_tokens {s.max_tokens} · temperature {s.temperature} · top_p {s.top_p} · top_k {s.top_k}{stop}")
+    truncated = [n for n, on in (("masked", c.mask_truncated_completions), ("zero reward", c.zero_truncated_completions)) if on]
+    steps.add("truncated completions", " + ".join(truncated) or "kept as is")
+
+    optim = PlanSection("Optimization")
+    optim.add("optimizer", f"AdamW lr {c.learning_rate:g} · weight_decay {c.weight_decay:g} · betas {tuple(c.betas)} · warmup {c.warmup_steps} steps · clip grad norm {c.max_grad_norm:g}")
+    optim.add("loss", _loss(c))
+    optim.add("advantages", "reward - group mean" + (", / group std" if c.scale_advantages_by_std else ""))
+    lo = c.lora
+    optim.add("LoRA", f"r {lo.r} · alpha {lo.alpha:g} · dropout {lo.dropout:g} · {', '.join(lo.target_modules)}" if lo.enabled else "off: full fine-tuning")
+    kl = c.kl_penalty
+    optim.add("KL penalty", (f"beta {kl.beta:g}" + (f" · adaptive, target_kl {kl.target_kl:g}" if kl.target_kl else "")) if kl.enabled else "off")
+    f = c.difficulty_filter
+    optim.add("difficulty filter", f"drop variance < {f.min_reward_variance:g} (and zero), mean outside [{f.min_reward:g}, {f.max_reward:g}]; oversample up to {f.oversampling_factor:g}x" if f.enabled else "off")
+    optim.add("async", f"rollouts at most {c.max_async_level} step(s) behind the policy · drop samples > {c.max_off_policy_steps} steps old")
+    optim.add("activation checkpointing", "on" if c.activation_checkpointing else "off")
+
+    out = PlanSection("Outputs")
+    keep = "all" if c.checkpointing.keep_n_checkpoints == 0 else f"newest {c.checkpointing.keep_n_checkpoints}"
+    out.add("checkpoints", f"every {c.checkpointing.save_every_n_steps} steps and at the end · keep {keep}")
+    w = c.wandb
+    out.add("W&B", f"{wandb_mode(c)} · project {w.project or 'workbench'} · name {w.name or '<run folder>'}" + (f" · entity {w.entity}" if w.entity else ""))
+    e = c.eval
+    out.add("eval", f"every {e.interval} steps on {e.num_examples} held-out examples x {e.rollouts_per_example}" if e.interval else "off")
+    out.add("env_file", ", ".join(f"{p} ({'found' if Path(p).is_file() else 'MISSING'})" for p in c.env_file) or "none")
+
+    infra = PlanSection("Inference & hardware")
+    i = c.inference
+    if i.mode == "colocated":
+        infra.add("inference", "colocated: the trainer's model generates the rollouts")
+    else:
+        infra.add("inference", f"server · {', '.join(i.base_urls) or 'launch vLLM'} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}")
+    vllm = {"model": i.model, "gpu_ids": i.gpu_ids or None, "tensor_parallel_size": i.tensor_parallel_size if i.tensor_parallel_size > 1 else None,
+            "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len,
+            "tool_call_parser": i.tool_call_parser, "enable_auto_tool_choice": i.enable_auto_tool_choice or None}
+    shown = ", ".join(f"{k} {_fmt(v)}" for k, v in vllm.items() if v is not None)
+    if shown:
+        infra.add("inference settings", shown)
+    count = cuda_gpu_count() if gpu_count is None else gpu_count
+    infra.add("this machine", "no CUDA GPU: CPU" if count == 0 else f"{count if count is not None else 'some'} CUDA GPU(s)")
+    hw = {"num_gpus": c.num_gpus, "trainer_gpu_ids": c.trainer_gpu_ids or None,
+          "pipeline_parallel_size": c.pipeline_parallel_size if c.pipeline_parallel_size > 1 else None}
+    if shown_hw := ", ".join(f"{k} {_fmt(v)}" for k, v in hw.items() if v is not None):
+        infra.add("requested", shown_hw)
+
+    return Plan([run, envs, steps, optim, out, infra], [*notes, *machine_notes(c, count)], warnings)
+
+
+def _loss(c: TrainConfig) -> str:
+    if c.loss == "grpo":
+        return f"grpo · token-level, ratio clipped to [{1 - c.clip_low:g}, {1 + c.clip_low:g}]"
+    if c.loss == "dapo":
+        return f"dapo · token-level, ratio clipped to [{1 - c.clip_low:g}, {1 + c.clip_high:g}]"
+    return f"cispo · importance weight capped at {c.cispo_clip:g} (detached)"
+
+
+def _fmt(value: object) -> str:
+    return str(list(value)) if isinstance(value, (list, tuple)) else str(value)

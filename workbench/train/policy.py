@@ -1,0 +1,79 @@
+"""The policy being trained: a Hugging Face causal LM, with a peft LoRA adapter by default.
+
+The reference policy for the KL penalty costs nothing with LoRA (the same model with the
+adapter disabled); with full fine-tuning it is a frozen copy of the starting weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import UserError
+
+
+@dataclass
+class Policy:
+    model: Any  # the trainable module (a PeftModel when LoRA is on)
+    tokenizer: Any
+    base_path: str  # what `model` was loaded from (recorded in checkpoints)
+    lora: bool
+    reference: Any = None  # frozen copy for full fine-tuning with a KL penalty
+
+    def trainable_parameters(self) -> list[Any]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    @contextlib.contextmanager
+    def reference_model(self) -> Iterator[Any]:
+        """The model to compute reference logprobs with."""
+        if self.lora:
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            yield self.reference
+
+
+def load_policy(model_source: str | Path, config: Any, *, need_reference: bool, adapter_dir: Path | None = None) -> Policy:
+    """Load `model_source`; wrap it with LoRA (`config.lora`) unless disabled.
+
+    `adapter_dir` resumes a LoRA adapter (or, for full fine-tuning, is the model folder itself).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = str(adapter_dir if (adapter_dir is not None and not config.lora.enabled) else model_source)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(config.tokenizer or model_source))
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    except OSError as exc:
+        raise UserError(f"could not load model '{model_source}': {str(exc).splitlines()[0]}") from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if config.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    if not config.lora.enabled:
+        model.train()
+        reference = None
+        if need_reference:
+            reference = copy.deepcopy(model).eval().requires_grad_(False)
+        return Policy(model, tokenizer, str(model_source), lora=False, reference=reference)
+
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if adapter_dir is not None:
+        model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+    else:
+        available = {name.split(".")[-1] for name, _ in model.named_modules()}
+        missing = [m for m in config.lora.target_modules if m not in available]
+        if missing:
+            raise UserError(f"lora.target_modules {missing} are not in this model "
+                            f"(it has e.g. {sorted(available & {'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'c_attn'})})")
+        lora = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+                          target_modules=list(config.lora.target_modules), task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
+    model.train()
+    return Policy(model, tokenizer, str(model_source), lora=True)

@@ -1,0 +1,204 @@
+"""`TrainConfig`: the one validated schema behind `workbench train CONFIG.toml`.
+
+The field descriptions are the reference documentation. A config file may be written in the
+hosted style (these names, the canonical one), or in the self-hosted or minimal trainer's
+styles; `workbench.train.translate` maps those onto these names before validation.
+
+    model = "tiny"
+    max_steps = 20
+    batch_size = 64
+    rollouts_per_example = 8
+
+    [[env]]
+    id = "reverse-text"
+
+Cross-field rules (batch divisibility, gradient accumulation) are checked here, so every
+`TrainConfig` — loaded from a file, a run folder or built in code — is consistent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_MICRO_BATCH_SIZE = 16
+
+
+class ConfigProblem(ValueError):
+    """A value that cannot work, raised from a validator; `key` names the field to point at."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class Section(BaseModel):
+    # coerce_numbers_to_str: `--set run_name=123` and `name = 2024` mean the string
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+class EnvConfig(Section):
+    id: str = Field(description="Environment id: 'reverse-text', 'owner/name', or a module name.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the environment's load_environment.")
+    weight: float = Field(1.0, gt=0, description="Relative share of each step's examples drawn from this environment (weights are normalized).")
+
+
+class SamplingConfig(Section):
+    max_tokens: int = Field(128, ge=1, description="Max tokens per model turn during training rollouts.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature. RL needs diversity within a group, so 1.0 is the usual choice.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1.0 keeps the full distribution (the importance ratio assumes the sampler's own distribution).")
+    top_k: int = Field(-1, ge=-1, description="Top-k sampling; -1 disables it.")
+    stop: list[str] = Field(default_factory=list, description="Strings that end a turn.")
+
+
+class LoraConfig(Section):
+    enabled: bool = Field(True, description="Train a LoRA adapter (peft) instead of all weights: far less memory, and checkpoints are small adapters loadable on their base model.")
+    r: int = Field(8, ge=1, description="LoRA rank.")
+    alpha: float = Field(16, gt=0, description="LoRA alpha; the update is scaled by alpha / r.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA path.")
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get adapters (attention projections by default).")
+
+
+class KLConfig(Section):
+    enabled: bool = Field(False, description="Add a KL penalty (k3 estimator) against the reference model: the base model, or for LoRA the same model with the adapter disabled. Off by default: the clipped ratio already limits drift, and the reference costs an extra forward pass.")
+    beta: float = Field(0.05, ge=0, description="Weight of the KL term in the loss.")
+    target_kl: float | None = Field(None, gt=0, description="If set, beta adapts each step to keep the measured KL near this value.")
+
+
+class DifficultyFilterConfig(Section):
+    enabled: bool = Field(False, description="Online difficulty filtering: drop groups that cannot teach the policy anything and sample more examples to refill the batch.")
+    min_reward_variance: float = Field(0.0, ge=0, description="Drop groups whose reward variance is below this; zero-variance groups (all rollouts scored the same, so every advantage is 0) are always dropped when enabled.")
+    max_reward: float = Field(1.0, description="Drop groups whose mean reward is above this (too easy).")
+    min_reward: float = Field(0.0, description="Drop groups whose mean reward is below this (too hard).")
+    oversampling_factor: float = Field(2.0, ge=1, description="At most this many examples are sampled per needed example before the step goes ahead with a partly filled batch.")
+
+    @model_validator(mode="after")
+    def _range(self) -> DifficultyFilterConfig:
+        if self.min_reward > self.max_reward:
+            raise ConfigProblem("min_reward", f"difficulty_filter.min_reward ({self.min_reward}) is above max_reward ({self.max_reward}): every group would be dropped")
+        return self
+
+
+class CheckpointConfig(Section):
+    save_every_n_steps: int = Field(10, ge=1, description="Write a checkpoint every N steps (and always at the last step and on Ctrl-C).")
+    keep_n_checkpoints: int = Field(3, ge=0, description="Keep the newest N checkpoints; 0 keeps all.")
+
+
+class WandbConfig(Section):
+    project: str | None = Field(None, description="W&B project (default 'workbench').")
+    name: str | None = Field(None, description="W&B run name (default: the run folder's name).")
+    entity: str | None = Field(None, description="W&B team or user.")
+    mode: Literal["offline", "online", "disabled"] | None = Field(None, description="None: offline unless WANDB_API_KEY is set (an env_file may set it), so a run never needs a login.")
+
+
+class EvalDuringTrainConfig(Section):
+    interval: int = Field(0, ge=0, description="Evaluate on held-out examples every N steps (and before the first and after the last); 0 turns it off.")
+    num_examples: int = Field(32, ge=1, description="Held-out examples per evaluation.")
+    rollouts_per_example: int = Field(1, ge=1, description="Rollouts per held-out example.")
+
+
+class SFTConfig(Section):
+    data_path: str | None = Field(None, description='Demonstrations: a JSONL file with one {"messages": [...]} per line (relative to the config file).')
+    from_env: bool = Field(False, description="Use the environments' own reference answers (reference_completion) as demonstrations.")
+    epochs: float = Field(1.0, gt=0, description="Passes over the demonstrations; used when max_steps would run past the data.")
+
+
+class InferenceConfig(Section):
+    mode: Literal["colocated", "server"] = Field("colocated", description="'colocated': the trainer's own model generates rollouts (one machine, CPU or GPU). 'server': rollouts come from OpenAI-compatible (vLLM) servers that receive weight updates.")
+    base_urls: list[str] = Field(default_factory=list, description="Server mode: base URLs of running inference servers.")
+    launch: bool = Field(False, description="Server mode: start a vLLM server on inference.gpu_ids.")
+    gpu_ids: list[int] = Field(default_factory=list, description="GPUs for the launched inference server.")
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallel size.")
+    data_parallel_size: int = Field(1, ge=1, description="vLLM data parallel size (replicas).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Fraction of GPU memory vLLM may use (vLLM's default when unset).")
+    max_model_len: int | None = Field(None, ge=1, description="vLLM max context length (default: the model's).")
+    enable_auto_tool_choice: bool = Field(False, description="vLLM: let the model call tools.")
+    tool_call_parser: str | None = Field(None, description="vLLM tool call parser, e.g. 'hermes'.")
+    model: str | None = Field(None, description="Model name served for inference when it differs from `model`.")
+
+    @model_validator(mode="after")
+    def _server_source(self) -> InferenceConfig:
+        if self.mode == "server" and not self.base_urls and not self.launch:
+            raise ConfigProblem("mode", "inference.mode = 'server' needs inference.base_urls or inference.launch = true")
+        return self
+
+
+class TrainConfig(Section):
+    model: str = Field("tiny", description="'tiny' (the embedded model), a local model folder or checkpoint, or a Hugging Face id.")
+    tokenizer: str | None = Field(None, description="Tokenizer to use when it differs from the model's.")
+    mode: Literal["rl", "sft"] = Field("rl", description="'rl': reinforcement learning on environments. 'sft': supervised fine-tuning on demonstrations.")
+    max_steps: int = Field(20, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(64, ge=1, description="Rollouts (samples) per optimizer step; batch_size / rollouts_per_example examples per step.")
+    rollouts_per_example: int = Field(8, ge=1, description="Rollouts per example. Advantages are reward minus the group mean, so a group needs at least 2.")
+    micro_batch_size: int = Field(DEFAULT_MICRO_BATCH_SIZE, ge=1, description="Samples per forward/backward pass; must divide batch_size. When not given it is batch_size / gradient_accumulation_steps, or the largest divisor of batch_size up to 16.")
+    gradient_accumulation_steps: int | None = Field(None, ge=1, description="Micro-batches per optimizer step. Derived (batch_size / micro_batch_size) when not given; must agree when both are given.")
+    learning_rate: float = Field(5e-4, ge=0, description="AdamW peak learning rate. The default suits LoRA on small models; full fine-tuning of large models wants ~1e-6..1e-5.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps from 0 to learning_rate.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping by global norm.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    loss: Literal["grpo", "dapo", "cispo"] = Field("grpo", description="'grpo': ratio clipped to [1-clip_low, 1+clip_low]. 'dapo': asymmetric clip [1-clip_low, 1+clip_high]. 'cispo': the importance weight is capped at cispo_clip and detached, so every token keeps a gradient.")
+    clip_low: float = Field(0.2, ge=0, description="Lower clip of the importance ratio (both sides for grpo).")
+    clip_high: float = Field(0.28, ge=0, description="Upper clip for dapo (a higher upper clip lets unlikely good tokens grow).")
+    cispo_clip: float = Field(5.0, gt=0, description="Cap on the importance weight for cispo.")
+    scale_advantages_by_std: bool = Field(False, description="Divide advantages by the group's reward std. Off by default: scaling over-weights near-uniform groups (Dr. GRPO).")
+    max_async_level: int = Field(1, ge=0, description="Rollouts for a step may come from a policy at most this many steps old (0: fully on-policy).")
+    max_off_policy_steps: int = Field(8, ge=0, description="Drop samples whose generating policy is more than this many steps old.")
+    seq_len: int | None = Field(None, ge=1, description="Max tokens per training sample (prompt + completion); longer samples are truncated. Default: no limit beyond the model's.")
+    mask_truncated_completions: bool = Field(False, description="Leave completions cut by max_tokens out of the loss.")
+    zero_truncated_completions: bool = Field(False, description="Give completions cut by max_tokens zero reward.")
+    seed: int = Field(0, description="Seed for example order, sampling and initialization; the same seed reproduces a run.")
+    run_name: str | None = Field(None, description="Run folder name (default: generated from env, model and time).")
+    output_dir: str | None = Field(None, description="Run folder (default outputs/runs/<run_name>).")
+    env: list[EnvConfig] = Field(default_factory=list, description="Training environments ([[env]] tables); required for rl.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="How training rollouts are sampled.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter settings.")
+    kl_penalty: KLConfig = Field(default_factory=KLConfig, description="KL penalty against the reference model.")
+    difficulty_filter: DifficultyFilterConfig = Field(default_factory=DifficultyFilterConfig, description="Online difficulty filtering.")
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoint frequency and retention.")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="Weights & Biases logging.")
+    eval: EvalDuringTrainConfig = Field(default_factory=EvalDuringTrainConfig, description="Held-out evaluation during training.")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning data (mode = 'sft').")
+    inference: InferenceConfig = Field(default_factory=InferenceConfig, description="Where rollouts are generated.")
+    activation_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: less memory, ~30% more compute.")
+    num_gpus: int | None = Field(None, ge=1, description="GPUs to use in all; on a machine without CUDA everything runs on the CPU.")
+    trainer_gpu_ids: list[int] = Field(default_factory=list, description="GPUs for the trainer (the rest of num_gpus serve inference).")
+    pipeline_parallel_size: int = Field(1, ge=1, description="Pipeline parallel stages of the trainer.")
+    env_file: list[str] = Field(default_factory=list, description="KEY=VALUE files (relative to the config file) loaded into the environment before the run, e.g. API keys. Their values are never saved; a missing file stops a run.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.mode == "rl":
+            if not self.env:
+                raise ConfigProblem("env", "rl training needs at least one [[env]] (e.g. [[env]] id = \"reverse-text\")")
+            if self.rollouts_per_example < 2:
+                raise ConfigProblem("rollouts_per_example", "rollouts_per_example must be at least 2 for rl: advantages compare rollouts of the same example")
+            if self.batch_size % self.rollouts_per_example:
+                raise ConfigProblem("batch_size", f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example ({self.rollouts_per_example})")
+        if self.mode == "sft" and not self.sft.data_path and not self.sft.from_env:
+            raise ConfigProblem("mode", "mode = 'sft' needs sft.data_path (a JSONL of chat messages) or sft.from_env = true")
+        if self.mode == "sft" and self.sft.from_env and not self.env:
+            raise ConfigProblem("sft", "sft.from_env = true needs at least one [[env]] to take reference answers from")
+        self._resolve_micro_batches()
+        return self
+
+    def _resolve_micro_batches(self) -> None:
+        """Fill in micro_batch_size / gradient_accumulation_steps; explicit values must agree."""
+        given = self.model_fields_set
+        accum = self.gradient_accumulation_steps
+        if "micro_batch_size" in given:
+            if self.micro_batch_size > self.batch_size:
+                raise ConfigProblem("micro_batch_size", f"micro_batch_size ({self.micro_batch_size}) is larger than batch_size ({self.batch_size})")
+            if self.batch_size % self.micro_batch_size:
+                raise ConfigProblem("micro_batch_size", f"batch_size ({self.batch_size}) must be divisible by micro_batch_size ({self.micro_batch_size})")
+        elif accum is not None:
+            if self.batch_size % accum:
+                raise ConfigProblem("gradient_accumulation_steps", f"batch_size ({self.batch_size}) must be divisible by gradient_accumulation_steps ({accum})")
+            self.micro_batch_size = self.batch_size // accum
+        else:
+            self.micro_batch_size = max(d for d in range(1, min(DEFAULT_MICRO_BATCH_SIZE, self.batch_size) + 1) if self.batch_size % d == 0)
+        derived = self.batch_size // self.micro_batch_size
+        if accum is not None and accum != derived:
+            raise ConfigProblem("gradient_accumulation_steps", f"gradient_accumulation_steps ({accum}) disagrees with batch_size / micro_batch_size ({self.batch_size} / {self.micro_batch_size} = {derived}); set one of them")
+        self.gradient_accumulation_steps = derived

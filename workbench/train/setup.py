@@ -1,0 +1,146 @@
+"""Everything a training run needs before its first step: run folder, envs, policy, client, data."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.envs import EnvGroup, load_environment
+from workbench.envs.environment import Environment
+from workbench.errors import UserError
+from workbench.evaluate.service import RunLog, now_iso
+from workbench.train.policy import Policy, load_policy
+from workbench.train.samples import Sample
+from workbench.workspace import model_label, new_run_id, runs_dir
+
+
+@dataclass
+class TrainContext:
+    run_dir: Path
+    env: Environment
+    policy: Policy
+    client: Any  # LocalClient over the policy's own model
+    log: RunLog
+    metadata: dict[str, Any]
+    saved_config: dict[str, Any]
+    sft_data: SFTData | None = None
+    kl_beta: float = 0.0  # current KL coefficient (adapted toward kl_penalty.target_kl when set)
+
+
+def new_run_dir(config: Any) -> Path:
+    if config.output_dir:
+        return Path(config.output_dir)
+    env_part = "+".join(e.id.split("/")[-1] for e in config.env) or "sft"
+    name = config.run_name or f"{env_part}--{model_label(config.model)}--{new_run_id()}"
+    return runs_dir() / name
+
+
+def load_envs(config: Any) -> Environment:
+    envs = [load_environment(e.id, **e.args) for e in config.env]
+    if len(envs) == 1:
+        return envs[0]
+    names = [e.id.split("/")[-1] for e in config.env]
+    if len(set(names)) != len(names):
+        names = [f"{n}-{i}" for i, n in enumerate(names)]
+    return EnvGroup(envs, env_names=names, weights=[e.weight for e in config.env])
+
+
+def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainContext:
+    import torch
+
+    from workbench.inference.local_client import LocalClient
+    from workbench.inference.resolve import resolve_model_path
+    from workbench.train.config import config_for_saving, save_resolved_config
+
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)  # LoRA init and anything else drawn from torch's global RNG
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "checkpoints").mkdir(exist_ok=True)
+    if checkpoint is None:
+        save_resolved_config(config, run_dir)
+    env = load_envs(config) if config.env else None
+    source = resolve_model_path(config.model)
+    need_reference = config.mode == "rl" and config.kl_penalty.enabled
+    policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
+    client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
+                                    max_batch_size=max(64, config.batch_size))
+    log = RunLog(run_dir / "run.log")
+    log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
+    metadata = {
+        "kind": "train", "run_id": run_dir.name, "model": config.model, "mode": config.mode,
+        "env_ids": [e.id for e in config.env], "env_id": "+".join(e.id for e in config.env),
+        "max_steps": config.max_steps, "created_at": now_iso(), "updated_at": now_iso(), "pid": os.getpid(),
+    }
+    previous = run_dir / "metadata.json"
+    if previous.exists():
+        import orjson
+
+        metadata["created_at"] = orjson.loads(previous.read_bytes()).get("created_at", metadata["created_at"])
+    sft_data = SFTData.from_config(config, env, policy.tokenizer) if config.mode == "sft" else None
+    if config.mode == "rl" and env is None:
+        raise UserError("RL training needs at least one [[env]]")
+    return TrainContext(run_dir, env, policy, client, log, metadata, config_for_saving(config), sft_data,
+                        kl_beta=config.kl_penalty.beta)
+
+
+class SFTData:
+    """Demonstrations (chat conversations) as tokenized samples, cycled in a seeded order."""
+
+    def __init__(self, samples: list[Sample], seed: int) -> None:
+        if not samples:
+            raise UserError("no SFT demonstrations: set sft.data_path or sft.from_env with an env that has reference answers")
+        self.samples = samples
+        self.seed = seed
+        self._orders: dict[int, list[int]] = {}
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            order = list(range(len(self.samples)))
+            random.Random(f"{self.seed}:{epoch}").shuffle(order)
+            self._orders[epoch] = order
+        return self._orders[epoch]
+
+    @classmethod
+    def from_config(cls, config: Any, env: Environment | None, tokenizer: Any) -> SFTData:
+        from workbench.models.sft_data import IGNORE_INDEX, encode_demonstration
+
+        conversations = list(_read_jsonl_messages(Path(config.sft.data_path))) if config.sft.data_path else []
+        if config.sft.from_env and env is not None:
+            for example in env.get_examples(-1, split="train"):
+                reference = env.reference_completion(example)
+                if reference:
+                    conversations.append(example.prompt + reference)
+        max_len = config.seq_len or 4096
+        samples = []
+        for messages in conversations:
+            demo = encode_demonstration(tokenizer, messages, max_len)
+            mask = [int(label != IGNORE_INDEX) for label in demo.labels]
+            samples.append(Sample(demo.input_ids, mask, [0.0] * len(mask), 0.0))
+        return cls(samples, config.seed)
+
+    def batch(self, step: int, size: int) -> list[Sample]:
+        """The step's samples: epoch e is a seeded shuffle; steps walk through it."""
+        start = (step - 1) * size
+        out = []
+        for position in range(start, start + size):
+            epoch, index = divmod(position, len(self.samples))
+            out.append(self.samples[self._order(epoch)[index]])
+        return out
+
+
+def _read_jsonl_messages(path: Path):
+    import orjson
+
+    if not path.is_file():
+        raise UserError(f"sft.data_path not found: {path}")
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+            yield record["messages"]
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}:{number}: expected a JSON object with 'messages'") from exc

@@ -1,0 +1,371 @@
+"""Map the training config styles users paste onto the workbench schema (`TrainConfig` names).
+
+Accepted styles, detected from the keys present (a file may mix them):
+
+- hosted (canonical): `model`, `batch_size`, `[sampling]`, `[[env]]`, `[lora]`, ... — unchanged.
+- prime-rl nested: `[model] name`, `[trainer.optim] lr`, `[trainer.model.lora] rank`,
+  `[orchestrator] batch_size`, `[orchestrator.buffer]`, `[[orchestrator.env]]`,
+  `[inference.model]`, `inference_gpu_ids`, ...
+- prime-rl flat: `model_name`, `use_lora`, `lora_rank`, `use_difficulty_filtering`,
+  `difficulty_threshold`, `tensor_parallel_size`, ... and a single `[env]` table.
+- vf-rl (the minimal trainer): `[trainer] gpus` + `[trainer.args]`, `[inference] gpus` +
+  `[inference.args]` (vLLM arguments), `[env] id` + `[env.args]`.
+
+`translate` is a pure function: raw TOML dict in, canonical dict + notes out. Keys it does not
+know are left in place, so validation reports them with file, line and the closest valid key;
+leftovers inside a foreign table (`[trainer.optim] lrr`) are returned in `Translation.unknown`
+with the closest key that table accepts.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+NESTED, FLAT, VF = "prime-rl nested", "prime-rl flat", "vf-rl"
+PRIME_RL_DEFAULT_ENV = "reverse-text"  # prime-rl's orchestrator trains on this when no env is given
+
+# tables of the canonical schema: a rule path through them is not a foreign table
+CANONICAL_TABLES = {"sampling", "lora", "kl_penalty", "difficulty_filter", "checkpointing", "wandb", "eval", "sft", "inference"}
+GEPA_KEYS = ("reflection_model", "max_calls", "num_train", "num_val", "minibatch_size", "perfect_score")
+
+
+class TranslationError(ValueError):
+    """A config that cannot be translated; `key` is the dotted source key to point at (or None)."""
+
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass
+class Translation:
+    data: dict[str, Any]  # canonical names, ready for TrainConfig validation
+    style: str  # "hosted", one of the styles above, or "mixed (a + b)"
+    notes: list[str] = field(default_factory=list)
+    moves: list[tuple[str, str]] = field(default_factory=list)  # (source key, canonical key)
+    unknown: tuple[str, str | None] | None = None  # (source key, closest valid) inside a foreign table
+
+
+class _Builder:
+    """Collects the canonical dict, remembering where each value came from."""
+
+    def __init__(self) -> None:
+        self.out: dict[str, Any] = {}
+        self.moves: list[tuple[str, str]] = []
+        self.notes: list[str] = []
+        self.styles: list[str] = []
+        self.gpus: dict[str, int] = {}
+
+    def put(self, dst: str, value: Any, src: str) -> None:
+        *parents, leaf = dst.split(".")
+        node = self.out
+        for part in parents:
+            node = node.setdefault(part, {})
+        if leaf in node and node[leaf] != value:
+            raise TranslationError(src, f"'{src}' sets {dst}, which '{origin(self.moves, dst)}' already sets; keep one")
+        node[leaf] = value
+        self.moves.append((src, dst))
+
+
+Handler = Callable[[Any, str, _Builder], None]
+
+
+def _to(dst: str) -> Handler:
+    return lambda value, src, b: b.put(dst, value, src)
+
+
+def _ac_freq(value: Any, src: str, b: _Builder) -> None:
+    b.put("activation_checkpointing", bool(value), src)
+    if isinstance(value, int) and value > 1:
+        b.notes.append(f"{src} = {value}: workbench checkpoints activations of every layer")
+
+
+def _buffer_type(value: Any, src: str, b: _Builder) -> None:
+    kinds = {"online-difficulty": True, "online_difficulty": True, "simple": False, "default": False}
+    if value not in kinds:
+        raise TranslationError(src, f"{src} = {value!r} is not supported (use \"online-difficulty\" or \"simple\")")
+    b.put("difficulty_filter.enabled", kinds[value], src)
+
+
+def _wandb_offline(value: Any, src: str, b: _Builder) -> None:
+    if value:
+        b.put("wandb.mode", "offline", src)  # False: leave it to WANDB_API_KEY (online when set)
+
+
+def _beta(index: int) -> Handler:
+    def handle(value: Any, src: str, b: _Builder) -> None:
+        betas = list(b.out.get("betas", [0.9, 0.999]))
+        betas[index] = value
+        b.out["betas"] = betas
+        b.moves.append((src, f"betas[{index}]"))
+    return handle
+
+
+def _scale_rewards(value: Any, src: str, b: _Builder) -> None:
+    if value not in ("group", "none", True, False):
+        raise TranslationError(src, f"{src} = {value!r} is not supported (use \"group\" or \"none\")")
+    b.put("scale_advantages_by_std", value in ("group", True), src)
+
+
+def _kl_beta(value: Any, src: str, b: _Builder) -> None:
+    b.put("kl_penalty.enabled", bool(value), src)
+    if value:
+        b.put("kl_penalty.beta", value, src)
+
+
+def _scheduler(value: Any, src: str, b: _Builder) -> None:
+    if value != "constant":
+        b.notes.append(f"{src} = {value!r} is not supported: the learning rate warms up linearly, then stays constant")
+
+
+def _gpus(role: str) -> Handler:
+    def handle(value: Any, src: str, b: _Builder) -> None:
+        b.gpus[role] = value
+        b.moves.append((src, "inference.gpu_ids" if role == "inference" else "trainer_gpu_ids"))
+    return handle
+
+
+def _lora_rules(prefix: str, style: str) -> list[tuple[str, Handler, str]]:
+    names = {"rank": "r", "alpha": "alpha", "dropout": "dropout", "target_modules": "target_modules"}
+    return [(f"{prefix}.{k}", _to(f"lora.{v}"), style) for k, v in names.items()]
+
+
+_VF_ARGS = {
+    "run_name": "run_name", "output_dir": "output_dir", "micro_batch_size": "micro_batch_size",
+    "rollouts_per_example": "rollouts_per_example", "batch_size": "batch_size", "max_steps": "max_steps",
+    "max_seq_len": "seq_len", "max_tokens": "sampling.max_tokens", "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p", "top_k": "sampling.top_k", "learning_rate": "learning_rate",
+    "weight_decay": "weight_decay", "warmup_steps": "warmup_steps", "max_grad_norm": "max_grad_norm",
+    "seed": "seed", "use_lora": "lora.enabled", "lora_rank": "lora.r", "lora_alpha": "lora.alpha",
+    "lora_dropout": "lora.dropout", "lora_target_modules": "lora.target_modules",
+    "mask_truncated_completions": "mask_truncated_completions", "zero_truncated_completions": "zero_truncated_completions",
+    "gradient_checkpointing": "activation_checkpointing", "save_steps": "checkpointing.save_every_n_steps",
+    "num_batches_ahead": "max_async_level", "epsilon": "clip_low",
+}
+_VLLM_ARGS = ("enable_auto_tool_choice", "tool_call_parser", "max_model_len", "gpu_memory_utilization",
+              "tensor_parallel_size", "data_parallel_size", "model")
+
+RULES: list[tuple[str, Handler, str]] = [
+    # prime-rl nested
+    ("model.name", _to("model"), NESTED),
+    ("trainer.model.name", _to("model"), NESTED),
+    ("trainer.tokenizer.name", _to("tokenizer"), NESTED),
+    ("trainer.optim.lr", _to("learning_rate"), NESTED),
+    ("trainer.optim.weight_decay", _to("weight_decay"), NESTED),
+    ("trainer.optim.max_norm", _to("max_grad_norm"), NESTED),
+    ("trainer.optim.betas1", _beta(0), NESTED),
+    ("trainer.optim.betas2", _beta(1), NESTED),
+    ("trainer.scheduler.warmup_steps", _to("warmup_steps"), NESTED),
+    ("trainer.model.ac.freq", _ac_freq, NESTED),
+    *_lora_rules("trainer.model.lora", NESTED),
+    *_lora_rules("trainer.model.experimental.lora", NESTED),
+    *[(f"orchestrator.{k}", _to(k), NESTED) for k in (
+        "batch_size", "micro_batch_size", "rollouts_per_example", "seq_len", "max_steps", "seed", "max_async_level",
+        "max_off_policy_steps", "mask_truncated_completions", "zero_truncated_completions")],
+    ("orchestrator.oversampling_factor", _to("difficulty_filter.oversampling_factor"), NESTED),
+    ("orchestrator.sampling", _to("sampling"), NESTED),
+    ("orchestrator.buffer.online_difficulty_filtering", _to("difficulty_filter.enabled"), NESTED),
+    ("orchestrator.buffer.type", _buffer_type, NESTED),
+    ("orchestrator.buffer.oversampling_factor", _to("difficulty_filter.oversampling_factor"), NESTED),
+    ("orchestrator.buffer.easy_threshold", _to("difficulty_filter.max_reward"), NESTED),
+    ("orchestrator.buffer.hard_threshold", _to("difficulty_filter.min_reward"), NESTED),
+    ("orchestrator.env", _to("env"), NESTED),
+    ("ckpt.interval", _to("checkpointing.save_every_n_steps"), NESTED),
+    ("ckpt.keep_last", _to("checkpointing.keep_n_checkpoints"), NESTED),
+    ("inference.model.name", _to("inference.model"), NESTED),
+    *[(f"inference.model.{k}", _to(f"inference.{k}"), NESTED) for k in ("enable_auto_tool_choice", "tool_call_parser", "max_model_len")],
+    ("inference.parallel.tp", _to("inference.tensor_parallel_size"), NESTED),
+    ("inference.parallel.dp", _to("inference.data_parallel_size"), NESTED),
+    ("inference_gpu_ids", _to("inference.gpu_ids"), NESTED),
+    ("wandb.offline", _wandb_offline, ""),  # too weak a sign to call the file prime-rl style
+    # prime-rl flat / options
+    ("model_name", _to("model"), FLAT),
+    ("use_lora", _to("lora.enabled"), FLAT),
+    ("lora_rank", _to("lora.r"), FLAT),
+    ("lora_alpha", _to("lora.alpha"), FLAT),
+    ("lora_dropout", _to("lora.dropout"), FLAT),
+    ("lora_target_modules", _to("lora.target_modules"), FLAT),
+    ("use_difficulty_filtering", _to("difficulty_filter.enabled"), FLAT),
+    ("difficulty_threshold", _to("difficulty_filter.min_reward_variance"), FLAT),
+    ("max_tokens", _to("sampling.max_tokens"), FLAT),
+    ("temperature", _to("sampling.temperature"), FLAT),
+    ("max_seq_len", _to("seq_len"), FLAT),
+    *[(k, _to(f"inference.{k}"), FLAT) for k in ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization", "max_model_len")],
+    # vf-rl
+    ("inference.gpus", _gpus("inference"), VF),
+    ("trainer.gpus", _gpus("trainer"), VF),
+    *[(f"inference.args.{k}", _to(f"inference.{k}"), VF) for k in _VLLM_ARGS],
+    *[(f"trainer.args.{k}", _to(v), VF) for k, v in _VF_ARGS.items()],
+    ("trainer.args.beta", _kl_beta, VF),
+    ("trainer.args.scale_rewards", _scale_rewards, VF),
+    ("trainer.args.lr_scheduler_type", _scheduler, VF),
+]
+
+# top-level keys accepted as aliases (offered as suggestions for top-level typos)
+TOP_LEVEL_ALIASES = sorted({src for src, _, _ in RULES if "." not in src})
+
+
+def _foreign_tables() -> dict[str, set[str]]:
+    """Every table a rule reaches into that is not a canonical table -> the keys it accepts."""
+    tables: dict[str, set[str]] = {}
+    for src, _, _ in RULES:
+        parts = src.split(".")
+        for depth in range(1, len(parts)):
+            prefix = ".".join(parts[:depth])
+            if prefix not in CANONICAL_TABLES:
+                tables.setdefault(prefix, set()).add(parts[depth])
+    return tables
+
+
+FOREIGN_TABLES = _foreign_tables()
+
+
+def translate(raw: dict[str, Any]) -> Translation:
+    """Translate `raw` (as parsed from TOML) onto the canonical schema. Raises TranslationError."""
+    _reject_other_tools(raw)
+    raw = copy.deepcopy(raw)
+    b = _Builder()
+    _hoist_misplaced(raw, b)
+    lora_tables = [p for p in ("trainer.model.lora", "trainer.model.experimental.lora") if isinstance(_get(raw, p), dict)]
+    for src, handle, style in RULES:
+        found, value = _pop(raw, src)
+        if found:
+            handle(value, src, b)
+            if style:
+                b.styles.append(style)
+    if lora_tables:
+        b.put("lora.enabled", True, lora_tables[0])
+    if isinstance(raw.get("env"), dict):  # a single [env] table (flat and vf-rl styles)
+        raw["env"] = [raw["env"]]
+        b.moves.append(("env", "env.0"))
+    if isinstance(b.out.get("env"), dict):  # a single [orchestrator.env] table
+        b.out["env"] = [b.out["env"]]
+    _place_gpus(b)
+    unknown = _leftovers(raw)
+    styles = list(dict.fromkeys(b.styles))
+    style = "hosted" if not styles else styles[0] if len(styles) == 1 else f"mixed ({' + '.join(styles)})"
+    if unknown is not None:  # the caller reports it; the rest would only add confusing errors
+        return Translation(b.out, style, b.notes, b.moves, unknown)
+    _merge(b.out, raw, b.moves, [])
+    _prime_rl_defaults(b, styles, had_lora_table=bool(lora_tables))
+    if styles:
+        b.notes.insert(0, f"written in the {style} style: {len(b.moves)} keys translated onto the workbench schema")
+    return Translation(b.out, style, b.notes, b.moves, unknown)
+
+
+def _reject_other_tools(raw: dict[str, Any]) -> None:
+    gepa = [k for k in GEPA_KEYS if k in raw]
+    if len(gepa) >= 2 or "reflection_model" in raw:
+        raise TranslationError(None, f"looks like a GEPA config ({', '.join(gepa)}); use `workbench gepa run` with it")
+    if "env_id" in raw and "env" not in raw:
+        raise TranslationError("env_id", "looks like an eval config (env_id); use `workbench eval run` with it, "
+                                         "or write [[env]] id = \"...\" to train")
+
+
+def _hoist_misplaced(raw: dict[str, Any], b: _Builder) -> None:
+    """A top-level key written below a table header lands in that table (TOML reads
+    `[wandb] ... env_file = [...]` as wandb.env_file). Documented configs do this; when the key
+    means nothing in that table but is a top-level key, read it as the top-level key."""
+    from workbench.train.schema import TrainConfig
+
+    top_level = (set(TrainConfig.model_fields) - CANONICAL_TABLES - {"env"}) | set(TOP_LEVEL_ALIASES)
+    for table in sorted(CANONICAL_TABLES):
+        body = raw.get(table)
+        if not isinstance(body, dict):
+            continue
+        valid = set(TrainConfig.model_fields[table].annotation.model_fields)
+        misplaced = [k for k in body if k not in valid and k in top_level and k not in raw]
+        for key in misplaced:
+            raw[key] = body.pop(key)
+            b.moves.append((f"{table}.{key}", key))
+        if misplaced:
+            names, one = ", ".join(misplaced), len(misplaced) == 1
+            b.notes.append(f"{names} {'follows' if one else 'follow'} the [{table}] header, so TOML puts "
+                           f"{'it' if one else 'them'} in [{table}]; read as top-level (move "
+                           f"{'it' if one else 'them'} above the first table to silence this)")
+
+
+def _prime_rl_defaults(b: _Builder, styles: list[str], had_lora_table: bool) -> None:
+    """Where prime-rl's own defaults differ from ours, a prime-rl config gets prime-rl's."""
+    if NESTED in styles and not had_lora_table and "lora" not in b.out:
+        b.out.setdefault("lora", {})["enabled"] = False
+        b.notes.append("no [trainer.model.lora] table: full fine-tuning, as prime-rl does")
+    if {NESTED, FLAT} & set(styles) and not b.out.get("env") and b.out.get("mode", "rl") == "rl":
+        b.out["env"] = [{"id": PRIME_RL_DEFAULT_ENV}]
+        b.notes.append(f"no environment given: training on '{PRIME_RL_DEFAULT_ENV}', prime-rl's default")
+
+
+def _place_gpus(b: _Builder) -> None:
+    """vf-rl gives GPU counts: inference takes the first ones, the trainer the next."""
+    if not b.gpus:
+        return
+    n_inf, n_train = b.gpus.get("inference", 0), b.gpus.get("trainer", 0)
+    if n_inf:
+        b.out.setdefault("inference", {})["gpu_ids"] = list(range(n_inf))
+    if n_train:
+        b.out["trainer_gpu_ids"] = list(range(n_inf, n_inf + n_train))
+    b.out["num_gpus"] = n_inf + n_train
+
+
+def _get(data: dict[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _pop(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    *parents, leaf = dotted.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict) and leaf in node:
+        return True, node.pop(leaf)
+    return False, None
+
+
+def _leftovers(raw: dict[str, Any]) -> tuple[str, str | None] | None:
+    """Drop foreign tables emptied by the rules; the first key left in one is unknown."""
+    unknown: tuple[str, str | None] | None = None
+    for table in sorted(FOREIGN_TABLES, key=lambda t: -t.count(".")):
+        *parents, leaf = table.split(".")
+        parent = _get(raw, ".".join(parents)) if parents else raw
+        if not isinstance(parent, dict) or not isinstance(parent.get(leaf), dict):
+            continue  # absent, or a canonical value (model = "x") that happens to share the name
+        if not parent[leaf]:
+            del parent[leaf]
+        elif unknown is None:  # deepest first: the most specific table names the key
+            key = next(iter(parent[leaf]))
+            hint = difflib.get_close_matches(key, sorted(FOREIGN_TABLES[table]), n=1, cutoff=0.6)
+            unknown = (f"{table}.{key}", f"{table}.{hint[0]}" if hint else None)
+    return unknown
+
+
+def _merge(out: dict[str, Any], rest: dict[str, Any], moves: list[tuple[str, str]], path: list[str]) -> None:
+    """Keys already in canonical form join the translated ones; setting one key twice is an error."""
+    for key, value in rest.items():
+        here = [*path, key]
+        if key not in out:
+            out[key] = value
+        elif isinstance(out[key], dict) and isinstance(value, dict):
+            _merge(out[key], value, moves, here)
+        else:
+            dotted = ".".join(here)
+            raise TranslationError(dotted, f"'{dotted}' is also set by '{origin(moves, dotted)}'; keep one")
+
+
+def origin(moves: list[tuple[str, str]], canonical: str) -> str:
+    """The source key a canonical key came from (the longest translated prefix), else itself."""
+    parts = canonical.split(".")
+    best: tuple[int, str] = (0, canonical)
+    for src, dst in moves:
+        dst_parts = dst.split(".")
+        if parts[:len(dst_parts)] == dst_parts and len(dst_parts) > best[0]:
+            best = (len(dst_parts), ".".join([src, *parts[len(dst_parts):]]))
+    return best[1]
