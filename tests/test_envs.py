@@ -240,3 +240,30 @@ def test_assemble_tokens_masks_env_turns():
     broken = TokenData(prompt_ids=[1, 2, 7, 7, 9], completion_ids=[5], completion_logprobs=[-0.5])
     assert assemble_tokens([turn1, broken]).completion_mask == [0, 0, 0, 1]  # turn 1 not found: masked out
     assert assemble_tokens([turn1, None]) is None
+
+
+async def test_context_overflow_ends_rollout_as_truncated_not_error():
+    from workbench.errors import ContextLengthError
+
+    class Overflowing(ScriptedClient):
+        async def chat(self, messages, *, sampling, tools=None):
+            if len(messages) > 3:
+                raise ContextLengthError("prompt is 2000 tokens; maximum context length is 1024")
+            return await super().chat(messages, sampling=sampling, tools=tools)
+
+    class Chatty(MultiTurnEnv):
+        async def env_response(self, messages, state):
+            return [{"role": "user", "content": "more"}]
+
+    env = Chatty(dataset=[{"question": "go"}], max_turns=5)
+    out = await env.rollout(Overflowing([{"role": "assistant", "content": "a"}] * 5), env.get_examples(1)[0], SamplingParams())
+    assert out.error is None and out.is_truncated and out.stop_condition == "prompt_too_long" and out.num_turns == 2
+
+
+async def test_http_400_context_message_maps_to_context_length_error():
+    from workbench.errors import ContextLengthError
+    from workbench.inference.openai_client import error_for_status
+
+    body = b'{"error": {"message": "This model\'s maximum context length is 1024 tokens."}}'
+    assert isinstance(error_for_status(400, body, "http://x/v1/chat/completions"), ContextLengthError)
+    assert not isinstance(error_for_status(400, b'{"error": {"message": "bad"}}', "u"), ContextLengthError)

@@ -15,3 +15,15 @@ class InferenceError(Exception):
         super().__init__(message)
         self.transient = transient
         self.status = status
+
+
+class ContextLengthError(InferenceError):
+    """The conversation no longer fits the model's context window. Not an error of the run:
+    a multi-turn rollout that grows past it ends as truncated (as vLLM and verifiers treat it)."""
+
+    def __init__(self, message: str, status: int | None = 400) -> None:
+        super().__init__(message, transient=False, status=status)
+
+
+# How servers (vLLM, OpenAI, workbench serve) phrase a context overflow in a 400 reply.
+CONTEXT_LENGTH_MARKERS = ("maximum context length", "context length", "too long for the model", "prompt is too long")

@@ -11,7 +11,7 @@ import time
 
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.rubric import maybe_await
-from workbench.errors import InferenceError
+from workbench.errors import ContextLengthError, InferenceError
 from workbench.inference.client import Client
 from workbench.types import Example, Messages, RolloutError, SamplingParams, State, TokenData
 
@@ -43,6 +43,9 @@ class MultiTurnEnv(Environment):
             started = time.perf_counter()
             try:
                 choice = (await client.chat(messages, sampling=single, tools=self.oai_tools))[0]
+            except ContextLengthError:  # the conversation outgrew the context window: truncated, not failed
+                out.is_truncated, out.stop_condition = True, "prompt_too_long"
+                break
             except InferenceError as exc:
                 out.error = RolloutError.from_exception(exc, "inference")
                 out.stop_condition = "error"

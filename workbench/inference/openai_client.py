@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from workbench.errors import InferenceError
+from workbench.errors import CONTEXT_LENGTH_MARKERS, ContextLengthError, InferenceError
 from workbench.inference.client import Client
 from workbench.types import Completion, Messages, SamplingParams, TokenData
 
@@ -32,8 +32,11 @@ def is_transient_status(status: int) -> bool:
 
 def error_for_status(status: int, body: bytes, url: str) -> InferenceError:
     """An `InferenceError` for an HTTP error response, carrying the server's own message."""
+    message = _server_message(body)
+    if status == 400 and any(marker in message.lower() for marker in CONTEXT_LENGTH_MARKERS):
+        return ContextLengthError(f"HTTP {status} from {url}: {message}", status=status)
     return InferenceError(
-        f"HTTP {status} from {url}: {_server_message(body)}",
+        f"HTTP {status} from {url}: {message}",
         transient=is_transient_status(status),
         status=status,
     )
