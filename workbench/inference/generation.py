@@ -1,0 +1,282 @@
+"""Batched autoregressive decoding with a KV cache and per-row sampling settings.
+
+This is the engine under `LocalClient`: one call decodes a whole batch of rows, each with
+its own prompt, temperature, top-p, top-k, max_tokens, stop strings and seed. It runs its
+own loop (not `model.generate`) so rows with different sampling settings share one forward
+pass per step, and rows that finish are dropped from the batch and the cache.
+
+- Left padding: prompts are left-padded; the attention mask hides the pads and
+  `position_ids = cumsum(mask) - 1` so every row's positions start at 0.
+- Shared prefill: identical prompts (an RL group, or n > 1) are prefilled once and their
+  cache rows copied.
+- Sampling is inverse-CDF with one uniform per row and step. A row with a seed draws its
+  uniforms from its own generator, so a seeded request reproduces whatever it is batched
+  with (up to floating-point differences between batch shapes).
+- Logprobs: the log-probability of the sampled token under the temperature-scaled
+  softmax over the *full* vocabulary (`log_softmax(logits / T)`), before top-k/top-p
+  truncation. That is what a trainer recomputes from its own logits (it divides by the same
+  temperature), so importance ratios are exact for the RL default top_p=1, top_k=-1.
+  Greedy rows (T=0) report `log_softmax(logits)` (T=1), which is more useful than the
+  point mass's 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.types import SamplingParams
+
+
+@dataclass
+class GenerationRow:
+    """One sequence to decode."""
+
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    max_new_tokens: int  # already capped by the model's context length
+    seed: int | None = None
+
+
+@dataclass
+class RowResult:
+    """What one row produced."""
+
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str | None = None  # set when a stop string cut it; filled in for every row at the end
+    finish_reason: str = "length"  # "stop" | "length"
+
+
+@dataclass
+class BatchCounters:
+    """Work done by one `generate_batch` call (feeds `LocalClient.stats`)."""
+
+    forward_passes: int = 0
+    prefill_rows: int = 0
+
+
+def generate_batch(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[GenerationRow],
+    *,
+    stop_token_ids: set[int],
+    pad_token_id: int,
+    counters: BatchCounters | None = None,
+    tokenizer_lock: AbstractContextManager[Any] | None = None,
+) -> list[RowResult]:
+    """Decode all `rows` together; returns one result per row, in order.
+
+    `tokenizer_lock` guards `tokenizer.decode` when another thread may use the same
+    tokenizer (fast tokenizers can fail with "Already borrowed" under concurrent use).
+    """
+    import torch
+
+    counters = counters or BatchCounters()
+    device = next(model.parameters()).device
+    results = [RowResult() for _ in rows]
+    decoder = _TextStopper(tokenizer, rows, tokenizer_lock or nullcontext())
+    with torch.inference_mode():
+        logits, cache, attention_mask = _prefill(model, rows, pad_token_id, device, counters)
+        active = torch.arange(len(rows), device=device)  # batch position -> row index
+        next_position = attention_mask.sum(-1)
+        params = _RowParams.build(rows, device)
+        while True:
+            tokens, logprobs = sample_next(
+                logits, params.temperature, params.top_p, params.top_k, params.uniforms(len(active), device)
+            )
+            finished = _record_step(rows, results, active.tolist(), tokens.tolist(), logprobs.tolist(), stop_token_ids, decoder)
+            if finished:
+                keep = [i for i, row in enumerate(active.tolist()) if row not in finished]
+                if not keep:
+                    break
+                keep_index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(keep_index)
+                active, tokens = active[keep_index], tokens[keep_index]
+                attention_mask, next_position = attention_mask[keep_index], next_position[keep_index]
+                params = params.select(keep)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(active), 1))], dim=1)
+            out = model(
+                input_ids=tokens.unsqueeze(1),
+                attention_mask=attention_mask,
+                position_ids=next_position.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            counters.forward_passes += 1
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            next_position = next_position + 1
+    for result in results:
+        if result.text is None:
+            result.text = decoder.decode(result.completion_ids)
+    return results
+
+
+def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms: Any) -> tuple[Any, Any]:
+    """Sample one token per row; returns (tokens, logprobs under log_softmax(logits / T)).
+
+    `temperature` 0 = greedy; `top_k` <= 0 = off; `uniforms` in [0, 1), one per row.
+    """
+    import torch
+
+    vocab = logits.shape[-1]
+    greedy = temperature <= 0
+    safe_temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
+    logprobs_all = torch.log_softmax(logits / safe_temperature.unsqueeze(1), dim=-1)
+    probs = logprobs_all.exp()
+    top_k = torch.where(top_k <= 0, torch.full_like(top_k, vocab), top_k.clamp(max=vocab))
+    needs_truncation = bool(((top_k < vocab) | (top_p < 1.0)).any())
+    if needs_truncation:
+        probs, order = probs.sort(dim=-1, descending=True)
+        ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
+        # Keep the k most likely tokens, and of those the smallest prefix whose mass reaches
+        # top_p (a token stays if the mass *before* it is still below top_p: the top one always).
+        keep = (ranks < top_k.unsqueeze(1)) & ((probs.cumsum(-1) - probs) < top_p.unsqueeze(1))
+        keep[:, 0] = True  # top_p <= 0 still leaves the most likely token
+        probs = probs * keep
+    cdf = probs.cumsum(-1)
+    targets = (uniforms * cdf[:, -1]).unsqueeze(1)
+    picked = torch.searchsorted(cdf, targets, right=True).clamp(max=vocab - 1).squeeze(1)
+    tokens = order.gather(1, picked.unsqueeze(1)).squeeze(1) if needs_truncation else picked
+    tokens = torch.where(greedy, logits.argmax(-1), tokens)
+    return tokens, logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+def _prefill(model: Any, rows: Sequence[GenerationRow], pad_token_id: int, device: Any, counters: BatchCounters) -> tuple[Any, Any, Any]:
+    """Run the prompts (each distinct prompt once); returns last logits, cache and mask per row."""
+    import torch
+    from transformers import DynamicCache
+
+    unique: dict[tuple[int, ...], int] = {}
+    row_to_unique = [unique.setdefault(tuple(row.prompt_ids), len(unique)) for row in rows]
+    prompts = list(unique)
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[i, width - len(prompt) :] = 1
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,  # only the last position's logits are needed
+    )
+    counters.forward_passes += 1
+    counters.prefill_rows += len(prompts)
+    cache = out.past_key_values
+    logits = out.logits[:, -1, :].float()
+    if row_to_unique != list(range(len(prompts))):
+        index = torch.tensor(row_to_unique, device=device)
+        cache.batch_select_indices(index)
+        logits, attention_mask = logits[index], attention_mask[index]
+    return logits, cache, attention_mask
+
+
+@dataclass
+class _RowParams:
+    """Per-row sampling tensors for the rows still in the batch."""
+
+    temperature: Any
+    top_p: Any
+    top_k: Any
+    generators: list[Any]  # a torch.Generator per seeded row, None otherwise
+
+    @classmethod
+    def build(cls, rows: Sequence[GenerationRow], device: Any) -> _RowParams:
+        import torch
+
+        generators = []
+        for row in rows:
+            generator = None
+            if row.seed is not None:
+                generator = torch.Generator().manual_seed(row.seed)
+            generators.append(generator)
+        return cls(
+            temperature=torch.tensor([float(r.sampling.temperature) for r in rows], device=device),
+            top_p=torch.tensor([float(r.sampling.top_p) for r in rows], device=device),
+            top_k=torch.tensor([int(r.sampling.top_k) for r in rows], device=device),
+            generators=generators,
+        )
+
+    def select(self, keep: list[int]) -> _RowParams:
+        import torch
+
+        index = torch.tensor(keep, device=self.temperature.device)
+        return _RowParams(
+            self.temperature[index], self.top_p[index], self.top_k[index], [self.generators[i] for i in keep]
+        )
+
+    def uniforms(self, count: int, device: Any) -> Any:
+        import torch
+
+        values = torch.rand(count)
+        for i, generator in enumerate(self.generators):
+            if generator is not None:
+                values[i] = torch.rand(1, generator=generator)[0]
+        return values.to(device)
+
+
+class _TextStopper:
+    """Detects stop strings in decoded text, decoding only a short tail per step."""
+
+    def __init__(self, tokenizer: Any, rows: Sequence[GenerationRow], lock: AbstractContextManager[Any]) -> None:
+        self.tokenizer = tokenizer
+        self.lock = lock
+        self.stops = [[s for s in row.sampling.stop if s] for row in rows]
+        # A stop string of c characters spans at most 4c byte-tokens (UTF-8): a safe tail window.
+        self.windows = [4 * max((len(s) for s in stops), default=0) + 8 for stops in self.stops]
+
+    def decode(self, ids: list[int]) -> str:
+        with self.lock:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def check(self, row: int, ids: list[int]) -> str | None:
+        """The trimmed text if a stop string has appeared, else None."""
+        stops = self.stops[row]
+        if not stops:
+            return None
+        tail = self.decode(ids[-self.windows[row] :])
+        if not any(stop in tail for stop in stops):
+            return None
+        text = self.decode(ids)
+        cut = min((i for i in (text.find(stop) for stop in stops) if i >= 0), default=-1)
+        return text[:cut] if cut >= 0 else None
+
+
+def _record_step(
+    rows: Sequence[GenerationRow],
+    results: list[RowResult],
+    active: list[int],
+    tokens: list[int],
+    logprobs: list[float],
+    stop_token_ids: set[int],
+    stopper: _TextStopper,
+) -> set[int]:
+    """Append each active row's new token; return the rows that finished this step."""
+    finished: set[int] = set()
+    for row, token, logprob in zip(active, tokens, logprobs):
+        result = results[row]
+        result.completion_ids.append(token)
+        result.logprobs.append(logprob)
+        if token in stop_token_ids:
+            result.finish_reason = "stop"
+            finished.add(row)
+            continue
+        text = stopper.check(row, result.completion_ids)
+        if text is not None:
+            result.text, result.finish_reason = text, "stop"
+            finished.add(row)
+        elif len(result.completion_ids) >= rows[row].max_new_tokens:
+            result.finish_reason = "length"
+            finished.add(row)
+    return finished

@@ -1,0 +1,331 @@
+"""`LocalClient`: a Hugging Face causal LM in-process, with dynamic batching.
+
+Concurrent `chat` calls (the engine runs many rollouts at once) are queued; one background
+worker thread takes everything pending (up to `max_batch_size` rows; a request with n > 1
+brings n rows), decodes it as one batch with a KV cache (`generation.generate_batch`), and
+hands each result back to its event loop with `call_soon_threadsafe`. Requests arriving
+meanwhile form the next batch. Rows with different sampling settings share a batch.
+
+The model runs in a thread, not the event loop, so the loop stays responsive (reward
+functions, HTTP, the TUI's file writes) while tokens are generated. torch/transformers are
+imported when a client is created, never when this module is imported.
+
+Semantics (as in vLLM/OpenAI where they define them): a stop string ends the generation and
+is cut from the text, but `tokens.completion_ids`/logprobs keep every sampled token (RL trains
+on what was sampled); an EOS / `<|im_end|>` token is kept in the ids and dropped from the
+text. Logprobs: see `generation` (temperature-scaled, before top-k/top-p). `sampling.extra`
+(server-specific knobs such as min_p) is ignored here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ContextLengthError, InferenceError
+from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch
+from workbench.inference.tool_parsing import parse_hermes_tool_calls
+from workbench.types import Completion, Messages, SamplingParams, TokenData
+
+
+@dataclass
+class LocalClientStats:
+    """Counters for tests, benchmarks and the run log."""
+
+    requests: int = 0
+    rows: int = 0  # sequences decoded (a request with n=3 is 3 rows)
+    batches: int = 0  # decode batches run (< requests when batching works)
+    forward_passes: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    max_batch_rows: int = 0  # largest batch seen
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    max_new_tokens: int
+    parse_tools: bool
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[Completion]]
+    rows: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rows = max(1, self.sampling.n)
+
+
+class LocalClient:
+    """In-process `Client` for any `AutoModelForCausalLM` (the tiny model, a hub id, a folder)."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        model_name: str | None = None,
+        max_batch_size: int = 64,
+        device: str = "cpu",
+        dtype: str = "auto",
+        _loaded: tuple[Any, Any] | None = None,
+    ) -> None:
+        """Load the model and tokenizer. `dtype`: "auto" (float32 on CPU, the checkpoint's
+        dtype elsewhere) or a torch dtype name such as "bfloat16"."""
+        self.model = model_name or str(model_path)
+        self.max_batch_size = max(1, max_batch_size)
+        self.stats = LocalClientStats()
+        self._hf_model, self._tokenizer = _loaded or _load(model_path, device, dtype)
+        # Hold this to change weights between batches (a colocated trainer syncing the policy).
+        self.weights_lock = threading.Lock()
+        # The loop thread encodes prompts while the worker decodes: one tokenizer user at a time.
+        self._tokenizer_lock = threading.Lock()
+        self._max_positions = _max_positions(self._hf_model)
+        self._stop_token_ids = _stop_token_ids(self._hf_model, self._tokenizer)
+        pad = self._tokenizer.pad_token_id
+        self._pad_token_id = pad if pad is not None else min(self._stop_token_ids, default=0)
+        self._staged: list[_Request] = []  # queued this loop turn, not yet visible to the worker
+        self._pending: deque[_Request] = deque()
+        self._wakeup = threading.Condition()
+        self._closed = False
+        self._worker: threading.Thread | None = None
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int = 64) -> LocalClient:
+        """Wrap an already loaded model (e.g. the trainer's policy) without copying it."""
+        return cls(model_name, model_name=model_name, max_batch_size=max_batch_size, _loaded=(model, tokenizer))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def max_positions(self) -> int:
+        """Longest sequence (prompt + completion) the model accepts."""
+        return self._max_positions
+
+    def render_prompt_ids(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of `messages` under the chat template, ready for the assistant's turn."""
+        text = self._tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=False, add_generation_prompt=True
+        )
+        with self._tokenizer_lock:
+            # The template already wrote any BOS it wants; don't let the tokenizer add another.
+            return self._tokenizer.encode(text, add_special_tokens=False)
+
+    async def chat(
+        self,
+        messages: Messages,
+        *,
+        sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[Completion]:
+        """Return `sampling.n` completions for `messages` (see `Client.chat`)."""
+        try:
+            prompt_ids = self.render_prompt_ids(messages, tools)
+        except Exception as exc:  # a template error is the caller's input, not a transient fault
+            raise InferenceError(f"could not apply the chat template: {exc}", transient=False) from exc
+        return await self.complete_ids(prompt_ids, sampling=sampling, parse_tools=bool(tools))
+
+    async def complete_ids(
+        self, prompt_ids: list[int], *, sampling: SamplingParams, parse_tools: bool = False
+    ) -> list[Completion]:
+        """Tokens-in form of `chat`: continue `prompt_ids` as given (multi-turn RL never re-tokenizes)."""
+        if self._closed:
+            raise InferenceError("LocalClient is closed", transient=False)
+        if not prompt_ids:
+            raise InferenceError("empty prompt", transient=False)
+        if len(prompt_ids) >= self._max_positions:
+            raise ContextLengthError(
+                f"prompt is {len(prompt_ids)} tokens; {self.model}'s maximum context length is "
+                f"{self._max_positions} (prompt + completion)"
+            )
+        loop = asyncio.get_running_loop()
+        request = _Request(
+            prompt_ids=list(prompt_ids),
+            sampling=sampling,
+            max_new_tokens=max(1, min(sampling.max_tokens, self._max_positions - len(prompt_ids))),
+            parse_tools=parse_tools,
+            loop=loop,
+            future=loop.create_future(),
+        )
+        with self._wakeup:
+            self._ensure_worker()
+            self._staged.append(request)
+        # Release to the worker on the next loop turn, not now: requests started in the same
+        # turn (asyncio.gather of many rollouts) are all staged by then and form one batch.
+        loop.call_soon(self._release_staged)
+        return await request.future
+
+    def _release_staged(self) -> None:
+        with self._wakeup:
+            if self._staged:
+                self._pending.extend(self._staged)
+                self._staged.clear()
+                self._wakeup.notify()
+
+    async def close(self) -> None:
+        """Stop the worker (after its current batch), fail queued requests, drop the model."""
+        with self._wakeup:
+            self._closed = True
+            self._wakeup.notify_all()
+            pending = self._staged + list(self._pending)
+            self._staged.clear()
+            self._pending.clear()
+        for request in pending:
+            _deliver(request, InferenceError("LocalClient closed", transient=False))
+        if self._worker is not None:
+            await asyncio.to_thread(self._worker.join)
+            self._worker = None
+
+    # -- worker thread -------------------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="local-client-worker", daemon=True)
+            self._worker.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._pending and not self._closed:
+                    self._wakeup.wait()
+                if self._closed:
+                    return
+                batch = self._take_batch()
+            if batch:
+                self._run_batch(batch)
+
+    def _take_batch(self) -> list[_Request]:
+        """Everything pending up to `max_batch_size` rows (always at least one request)."""
+        batch: list[_Request] = []
+        rows = 0
+        while self._pending:
+            request = self._pending[0]
+            if batch and rows + request.rows > self.max_batch_size:
+                break
+            self._pending.popleft()
+            if request.future.cancelled():
+                continue
+            batch.append(request)
+            rows += request.rows
+        return batch
+
+    def _run_batch(self, batch: list[_Request]) -> None:
+        rows: list[GenerationRow] = []
+        for request in batch:
+            for choice in range(request.rows):
+                seed = None if request.sampling.seed is None else request.sampling.seed * 1_000_003 + choice
+                rows.append(GenerationRow(request.prompt_ids, request.sampling, request.max_new_tokens, seed))
+        counters = BatchCounters()
+        try:
+            with self.weights_lock:
+                results = generate_batch(
+                    self._hf_model,
+                    self._tokenizer,
+                    rows,
+                    stop_token_ids=self._stop_token_ids,
+                    pad_token_id=self._pad_token_id,
+                    counters=counters,
+                    tokenizer_lock=self._tokenizer_lock,
+                )
+        except Exception as exc:  # noqa: BLE001 - every waiter must hear about the failure
+            error = InferenceError(f"local generation failed: {type(exc).__name__}: {exc}", transient=False)
+            for request in batch:
+                _deliver(request, error)
+            return
+        self.stats.batches += 1
+        self.stats.requests += len(batch)
+        self.stats.rows += len(rows)
+        self.stats.max_batch_rows = max(self.stats.max_batch_rows, len(rows))
+        self.stats.forward_passes += counters.forward_passes
+        offset = 0
+        for request in batch:
+            own = results[offset : offset + request.rows]
+            offset += request.rows
+            completions = [self._to_completion(request, result) for result in own]
+            self.stats.prompt_tokens += len(request.prompt_ids) * len(own)
+            self.stats.completion_tokens += sum(len(r.completion_ids) for r in own)
+            _deliver(request, completions)
+
+    def _to_completion(self, request: _Request, result: RowResult) -> Completion:
+        text = result.text or ""
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        finish_reason = result.finish_reason
+        if request.parse_tools:
+            content, tool_calls = parse_hermes_tool_calls(text)
+            if tool_calls:
+                message = {"role": "assistant", "content": content, "tool_calls": tool_calls}
+                finish_reason = "tool_calls"
+        return Completion(
+            message=message,
+            finish_reason=finish_reason,
+            prompt_tokens=len(request.prompt_ids),
+            completion_tokens=len(result.completion_ids),
+            tokens=TokenData(
+                prompt_ids=list(request.prompt_ids),
+                completion_ids=result.completion_ids,
+                completion_logprobs=result.logprobs,
+            ),
+        )
+
+
+def _deliver(request: _Request, value: list[Completion] | BaseException) -> None:
+    """Resolve the request's future on its own event loop (we are on the worker thread)."""
+
+    def resolve() -> None:
+        if request.future.done():
+            return
+        if isinstance(value, BaseException):
+            request.future.set_exception(value)
+        else:
+            request.future.set_result(value)
+
+    try:
+        request.loop.call_soon_threadsafe(resolve)
+    except RuntimeError:
+        pass  # the caller's loop is closed: nobody is waiting any more
+
+
+def _load(model_path: str | Path, device: str, dtype: str) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype == "auto":
+        torch_dtype: Any = torch.float32 if device == "cpu" else "auto"  # CPU kernels want fp32
+    else:
+        torch_dtype = getattr(torch, dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+        model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch_dtype)
+    except (OSError, ValueError) as exc:
+        raise InferenceError(f"could not load model {model_path}: {exc}", transient=False) from exc
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def _max_positions(model: Any) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 1 << 20  # no declared limit (e.g. pure RoPE without a config value)
+
+
+def _stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """EOS ids from the generation config, the tokenizer, and `<|im_end|>` if the vocab has it."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(v for v in value if isinstance(v, int))
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return ids
