@@ -17,8 +17,9 @@ from workbench.workspace import tiny_model_dir
 
 BUNDLED_ENVS = ("reverse_text", "alphabet_sort", "gsm8k", "math_python", "wordle", "wiki_search")
 # The tiny model is warm-started on these envs' reference answers only: short, format-heavy
-# tasks a 1M-parameter model can partly learn in a minute.
-TINY_DEMO_ENVS = ("reverse_text", "alphabet_sort")
+# tasks a 1M-parameter model can partly learn in a minute. Share of demonstrations per env:
+# mostly reverse-text (the env RL is shown on), enough alphabet-sort to hold a conversation.
+TINY_DEMO_SHARES = {"reverse_text": 0.7, "alphabet_sort": 0.3}
 
 
 def scaffold_source() -> Path:
@@ -70,16 +71,17 @@ def scaffold_workspace(root: Path, force: bool = False) -> ScaffoldReport:
 Progress = Callable[[int, int, float], None]
 
 
-def tiny_demonstrations(num_per_env: int) -> list[list[dict]]:
+def tiny_demonstrations(total: int) -> list[list[dict]]:
     """SFT demonstrations from the bundled environments' train splits (prompt + reference answer)."""
     from workbench.envs.loader import EnvSource, import_env_module
 
     demos: list[list[dict]] = []
-    for name in TINY_DEMO_ENVS:
+    for name, share in TINY_DEMO_SHARES.items():
+        count = int(total * share)
         module = import_env_module(EnvSource(name, bundled_environments_dir() / name, "bundled"))
-        env = module.load_environment(num_train_examples=num_per_env)
+        env = module.load_environment(num_train_examples=count)
         env.env_id = name.replace("_", "-")
-        for example in env.get_examples(num_per_env, split="train"):
+        for example in env.get_examples(count, split="train"):
             demos.append(example.prompt + env.reference_completion(example))
     return demos
 
@@ -90,9 +92,11 @@ def build_tiny(root: Path, progress: Progress | None = None, force: bool = False
 
     spec = TinyModelSpec()
     out = tiny_model_dir(root)
-    fingerprint = build_fingerprint(spec)
+    # The demonstrations come from this file and the bundled envs: changing either rebuilds.
+    recipe = [Path(__file__)] + [bundled_environments_dir() / n / f"{n}.py" for n in TINY_DEMO_SHARES]
+    fingerprint = build_fingerprint(spec, extra="".join(p.read_text() for p in recipe))
     if not force and is_current_build(out, fingerprint):
         return out, False
-    demos = tiny_demonstrations(spec.num_demonstrations_per_env)
-    build_tiny_model(out, demos, spec=spec, progress=progress)
+    demos = tiny_demonstrations(spec.num_demonstrations)
+    build_tiny_model(out, demos, spec=spec, progress=progress, fingerprint=fingerprint)
     return out, True

@@ -46,7 +46,7 @@ class TinyModelSpec:
     num_heads: int = 4
     intermediate_size: int = 384  # ~3x width, the usual Llama MLP ratio
     # Longest sequence the model is declared (and trained) for; prompts beyond it are refused.
-    max_position_embeddings: int = 1024
+    max_position_embeddings: int = 4096
     rope_theta: float = 10_000.0  # the Llama default; sequences are short, no scaling needed
     # Training. Steps and lr set how good the model gets; tuned so rewards land mid-range.
     steps: int = 300
@@ -57,9 +57,9 @@ class TinyModelSpec:
     weight_decay: float = 0.01  # light regularisation; the data is small and repetitive
     grad_clip: float = 1.0  # standard clip; guards against rare spikes at high lr
     max_seq_len: int = 512  # demonstrations are truncated here (keeps batches short)
-    # Demonstrations drawn per bundled environment by `workbench setup`: ~2 epochs over
+    # Demonstrations drawn from the bundled environments by `workbench setup`: ~2 epochs over
     # steps x batch_size rows, varied enough that the model generalises instead of memorising.
-    num_demonstrations_per_env: int = 1000
+    num_demonstrations: int = 2000
     seed: int = 0
 
 
