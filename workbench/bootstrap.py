@@ -19,7 +19,7 @@ BUNDLED_ENVS = ("reverse_text", "alphabet_sort", "gsm8k", "math_python", "wordle
 # The tiny model is warm-started on these envs' reference answers only: short, format-heavy
 # tasks a 1M-parameter model can partly learn in a minute. Share of demonstrations per env:
 # mostly reverse-text (the env RL is shown on), enough alphabet-sort to hold a conversation.
-TINY_DEMO_SHARES = {"reverse_text": 0.7, "alphabet_sort": 0.3}
+TINY_DEMO_SHARES = {"reverse_text": 0.85, "alphabet_sort": 0.15}
 
 
 def scaffold_source() -> Path:

@@ -53,6 +53,7 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
 
     result = run_train(train_config, RichReporter(unit="steps"), resume=resume)
     console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
+    print_outcome(result.run_dir)
     if result.status == "stopped":
         err_console.print(f"[yellow]stopped with a checkpoint; continue with `workbench train --resume {result.run_dir}`[/]")
         raise typer.Exit(130)
@@ -87,6 +88,27 @@ app = typer.Typer(cls=TrainGroup, no_args_is_help=False,
                   help="Train with RL or SFT from a TOML config (workbench train CONFIG), or export a checkpoint.")
 app.command("run", help="Train from a config (the default: `workbench train CONFIG` means `workbench train run CONFIG`).")(train)
 app.command("export")(export)
+
+
+def print_outcome(run_dir: Path) -> None:
+    """Held-out reward before and after training, and how to use the final checkpoint."""
+    import json
+
+    from workbench.cli.render import console
+    from workbench.train.checkpoint import list_checkpoints
+
+    metrics_file = run_dir / "metrics.jsonl"
+    lines = metrics_file.read_text().splitlines() if metrics_file.exists() else []
+    evals = [(m["step"], m["eval/reward_mean"]) for m in map(json.loads, lines) if "eval/reward_mean" in m]
+    if len(evals) >= 2:
+        (first_step, before), (last_step, after) = evals[0], evals[-1]
+        console.print(f"held-out reward: [bold]{before:.3f}[/] (step {first_step}) → [bold]{after:.3f}[/] "
+                      f"(step {last_step})  [{'green' if after > before else 'yellow'}]{after - before:+.3f}[/]")
+    checkpoints = list_checkpoints(run_dir)
+    if checkpoints:
+        console.print(f"final checkpoint: {checkpoints[-1]}\n"
+                      f"  evaluate it: workbench eval run ENV -m {checkpoints[-1]}\n"
+                      f"  export it:   workbench train export {run_dir} --merge")
 
 
 def config_path(config: Path | None, resume: Path | None) -> Path:

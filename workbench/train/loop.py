@@ -63,6 +63,9 @@ def run_train(config: Any, reporter: Reporter | None = None, *, resume: str | Pa
 
 async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainResult:
     run_dir = resume or new_run_dir(config)
+    if resume is None and list_checkpoints(run_dir):
+        raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
+                        "or choose another run_name/output_dir")
     checkpoint = list_checkpoints(run_dir)[-1] if resume and list_checkpoints(run_dir) else None
     ctx = build_context(config, run_dir, checkpoint)
     optimizer, scheduler = make_optimizer(ctx.policy, config)
