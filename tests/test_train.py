@@ -236,7 +236,7 @@ def test_reward_function_that_raises_is_recorded_not_fatal(tiny_workspace: Path)
     (folder / "flaky_env.py").write_text(
         "from workbench.envs import SingleTurnEnv, Rubric\n"
         "def sometimes(completion, info):\n"
-        "    if info['i'] % 2:\n"
+        "    if info['i'] != 0:\n"
         "        raise ValueError('reward bug')\n"
         "    return float(len(completion[-1]['content']) % 3) / 2\n"
         "def load_environment():\n"
@@ -260,7 +260,7 @@ def test_sft_mode_lowers_loss(tiny_workspace: Path):
 
 def test_difficulty_filter_drops_and_multi_env_mixes(tiny_workspace: Path):
     tail = ('[[env]]\nid = "alphabet-sort"\nweight = 1.0\nargs = { max_turns = 2 }\n'
-            "[difficulty_filter]\nenabled = true\nmin_reward_variance = 0.5\noversampling_factor = 1.5\n")
+            "[difficulty_filter]\nenabled = true\nmin_reward_variance = 0.5\noversampling_factor = 4.0\n")
     result = train(write_config(tiny_workspace, "mix", 1, tail=tail), "output_dir='runs/mix'")
     metrics = result.metrics[0]
     assert metrics["filter/dropped_groups"] >= 1  # variance 0.5 is impossible for rewards in [0, 1]

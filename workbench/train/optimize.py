@@ -76,7 +76,7 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
             optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLoss(f"loss is {float(loss)}")
         loss.backward()
-        totals["loss"] += float(loss)
+        totals["loss"] += float(loss.detach())
         totals["entropy"] += float((entropy.detach() * mask).sum()) / max(total_tokens, 1)
         for key in ("kl", "ratio_mean", "clip_frac"):
             totals[key] += extra[key] * weight
