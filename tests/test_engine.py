@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from tests.servers import EchoBackend, FaultInjector, make_app, serve_in_subprocess, serve_in_thread
 from workbench.engine import RetryPolicy, run_rollouts

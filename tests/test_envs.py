@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from workbench.envs import EnvGroup, MultiTurnEnv, Parser, Rubric, SingleTurnEnv, ThinkParser, ToolEnv, XMLParser, load_environment, tool_schema
+from workbench.envs import EnvGroup, MultiTurnEnv, Rubric, SingleTurnEnv, ThinkParser, ToolEnv, XMLParser, load_environment, tool_schema
 from workbench.envs.rubric import ScoringInput
 from workbench.errors import UserError
 from workbench.inference.echo import EchoClient

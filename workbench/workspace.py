@@ -62,3 +62,9 @@ def new_run_id() -> str:
 def eval_runs_dir(env_name: str, model: str, root: Path | None = None) -> Path:
     name = env_name.split("/")[-1].replace("-", "_")
     return environments_dir(root) / name / "outputs" / "evals" / f"{slug(env_name.split('/')[-1])}--{model_label(model)}"
+
+
+def gepa_runs_dir(env_name: str, model: str, root: Path | None = None) -> Path:
+    """environments/<env>/outputs/gepa/<env>--<model>/ (a run is a <run_id>/ folder inside)."""
+    name = env_name.split("/")[-1].replace("-", "_")
+    return environments_dir(root) / name / "outputs" / "gepa" / f"{slug(env_name.split('/')[-1])}--{model_label(model)}"

@@ -123,3 +123,11 @@ def show(
     written = export_rollouts(groups, fmt, output, path)
     if written is not None:
         console.print(f"[dim]wrote {written}[/]")
+
+
+@app.command("tui")
+def tui(workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder. \\[default: $WORKBENCH_WORKSPACE or the current directory]", show_default=False)] = None) -> None:
+    """Open the terminal UI on this workspace's runs (the same as `workbench tui`)."""
+    from workbench.cli.tui_cmd import tui as open_tui
+
+    open_tui(workspace)

@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from workbench.cli import env_cmd, eval_cmd, serve_cmd, setup_cmd, train_cmd
+from workbench.cli import env_cmd, eval_cmd, gepa_cmd, serve_cmd, setup_cmd, train_cmd, tui_cmd
 from workbench.errors import UserError
 
 app = typer.Typer(
@@ -26,6 +26,8 @@ app.add_typer(eval_cmd.app, name="eval")
 app.add_typer(env_cmd.app, name="env")
 app.command("serve")(serve_cmd.serve)
 app.add_typer(train_cmd.app, name="train")
+app.command("tui")(tui_cmd.tui)
+app.add_typer(gepa_cmd.app, name="gepa")
 
 
 def quiet_libraries() -> None:

@@ -10,20 +10,20 @@ import typer
 from workbench.errors import UserError
 
 Model = Annotated[str | None, typer.Option("--model", "-m", help="'tiny', a model folder or checkpoint, a Hugging Face id, an endpoint id from configs/endpoints.toml, or the model name a -b server serves.", show_default=False)]
-NumExamples = Annotated[int | None, typer.Option("--num-examples", "-n", help="Examples from the eval split (-1: all). [default: 5]", show_default=False)]
-RolloutsPerExample = Annotated[int | None, typer.Option("--rollouts-per-example", "-r", help="Rollouts per example; a group's spread is what RL learns from. [default: 3]", show_default=False)]
-MaxConcurrent = Annotated[int | None, typer.Option("--max-concurrent", "-c", help="Rollouts in flight at once. [default: 32]", show_default=False)]
-MaxTokens = Annotated[int | None, typer.Option("--max-tokens", "-t", help="Max tokens per model turn. [default: 256]", show_default=False)]
-Temperature = Annotated[float | None, typer.Option("--temperature", "-T", help="Sampling temperature. [default: 1.0]", show_default=False)]
+NumExamples = Annotated[int | None, typer.Option("--num-examples", "-n", help="Examples from the eval split (-1: all). \\[default: 5]", show_default=False)]
+RolloutsPerExample = Annotated[int | None, typer.Option("--rollouts-per-example", "-r", help="Rollouts per example; a group's spread is what RL learns from. \\[default: 3]", show_default=False)]
+MaxConcurrent = Annotated[int | None, typer.Option("--max-concurrent", "-c", help="Rollouts in flight at once. \\[default: 32]", show_default=False)]
+MaxTokens = Annotated[int | None, typer.Option("--max-tokens", "-t", help="Max tokens per model turn. \\[default: 256]", show_default=False)]
+Temperature = Annotated[float | None, typer.Option("--temperature", "-T", help="Sampling temperature. \\[default: 1.0]", show_default=False)]
 SamplingArgs = Annotated[str | None, typer.Option("--sampling-args", "-S", help='Sampling settings as JSON, e.g. \'{"top_p": 0.9, "stop": ["</answer>"]}\'.', show_default=False)]
 EnvArgs = Annotated[str | None, typer.Option("--env-args", "-a", help='Arguments for the environment as JSON, e.g. \'{"max_turns": 3}\'.', show_default=False)]
 BaseUrl = Annotated[str | None, typer.Option("--api-base-url", "-b", help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.", show_default=False)]
 ApiKeyVar = Annotated[str | None, typer.Option("--api-key-var", "-k", help="NAME of the environment variable that holds the API key (the key itself is never saved).", show_default=False)]
-EndpointsPath = Annotated[str | None, typer.Option("--endpoints-path", "-e", help="Endpoint registry file. [default: configs/endpoints.toml]", show_default=False)]
+EndpointsPath = Annotated[str | None, typer.Option("--endpoints-path", "-e", help="Endpoint registry file. \\[default: configs/endpoints.toml]", show_default=False)]
 SaveResults = Annotated[bool, typer.Option("--save-results", "-s", help="Accepted for compatibility: results are always saved.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Print every rollout.")]
 StateColumns = Annotated[list[str] | None, typer.Option("--state-columns", "-C", help="Rollout state keys to save with each rollout (repeat or comma-separate).", show_default=False)]
-Seed = Annotated[int | None, typer.Option("--seed", help="Sampling seed; each rollout gets its own seed derived from it. [default: 0]", show_default=False)]
+Seed = Annotated[int | None, typer.Option("--seed", help="Sampling seed; each rollout gets its own seed derived from it. \\[default: 0]", show_default=False)]
 
 
 def parse_json_object(value: str | None, flag: str) -> dict[str, Any] | None:

@@ -51,7 +51,9 @@ class RichReporter:
         self._progress.console.print(step_line(step, metrics))
 
     def message(self, text: str) -> None:
-        err_console.print(f"[yellow]{text}[/]")
+        from rich.markup import escape
+
+        err_console.print(f"[yellow]{escape(text)}[/]")
 
     def finish(self) -> None:
         if self._progress is not None:

@@ -11,7 +11,7 @@ def serve(
     model: Annotated[str, typer.Argument(help="'tiny', a local model folder or checkpoint, or a Hugging Face id.")] = "tiny",
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", help="Port to listen on.")] = 8000,
-    served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name clients ask for. [default: MODEL]", show_default=False)] = None,
+    served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name clients ask for. \\[default: MODEL]", show_default=False)] = None,
     max_batch_size: Annotated[int, typer.Option("--max-batch-size", help="Most sequences generated together.")] = 64,
 ) -> None:
     """Serve a model with /v1/chat/completions, /v1/models and /health (OpenAI-compatible).

@@ -61,9 +61,9 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
 
 def export(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A training run folder (outputs/runs/<run>).")],
-    step: Annotated[int | None, typer.Option("--step", help="Checkpoint step. [default: the newest]", show_default=False)] = None,
+    step: Annotated[int | None, typer.Option("--step", help="Checkpoint step. \\[default: the newest]", show_default=False)] = None,
     merge: Annotated[bool, typer.Option("--merge", help="Fold the LoRA adapter into the base weights: a plain Hugging Face model.")] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Target folder. [default: RUN/exports/step_N[-merged]]", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Target folder. \\[default: RUN/exports/step_N[-merged]]", show_default=False)] = None,
 ) -> None:
     """Export a checkpoint as a model folder that transformers and vLLM load (--merge: no peft needed).
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from workbench import __version__
 from workbench.engine import run_rollouts
@@ -42,7 +42,16 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def sampling_for(config: EvalConfig, env_defaults: dict[str, Any]) -> SamplingParams:
+class SamplingFlags(Protocol):
+    """The sampling fields eval and GEPA configs share (-t, -T, -S, --seed)."""
+
+    max_tokens: int | None
+    temperature: float | None
+    sampling_args: dict[str, Any]
+    seed: int | None
+
+
+def sampling_for(config: SamplingFlags, env_defaults: dict[str, Any]) -> SamplingParams:
     """Defaults ← the environment's preferences ← -t/-T ← -S (the most specific wins)."""
     overrides: dict[str, Any] = dict(env_defaults)
     if config.max_tokens is not None:
@@ -99,7 +108,7 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
         client = make_client(config.model, base_url=config.api_base_url, api_key_var=config.api_key_var,
                              endpoints_file=config.endpoints_path)
     try:
-        await _preflight(client)
+        await preflight(client)
         if resume is None:
             run_dir = eval_runs_dir(config.env_id, config.model) / new_run_id()
         return await _run(config, env, client, examples, sampling, run_dir, reporter)
@@ -108,7 +117,7 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
             await client.close()
 
 
-async def _preflight(client: Client) -> None:
+async def preflight(client: Client) -> None:
     """Fail fast, with one line, when the server cannot be reached (instead of N failed rollouts)."""
     ping = getattr(client, "ping", None)
     if ping is None:

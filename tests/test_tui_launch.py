@@ -1,0 +1,114 @@
+"""Launch a real child run from the TUI, watch it appear, read its log, stop it gracefully —
+and check that quitting the TUI never kills a run it started.
+
+The child is `workbench eval run reverse-text -m echo -b URL/v1` against an echo server on
+127.0.0.1 slowed by a middleware, so it is still running when the test presses stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from tests.servers import EchoBackend, make_app, serve_in_thread
+from tests.tui_data import wait_for
+from workbench.tui.app import WorkbenchApp
+from workbench.tui.screens.launch import LaunchScreen
+from workbench.tui.screens.log import LogScreen
+from workbench.tui.widgets.runs_table import RunsTable
+
+SIZE = (80, 24)
+
+
+def slow_server(delay_s: float) -> web.Application:
+    @web.middleware
+    async def delay(request, handler):
+        if request.path.endswith("/chat/completions"):
+            await asyncio.sleep(delay_s)
+        return await handler(request)
+
+    return make_app(EchoBackend(), middlewares=(delay,))
+
+
+async def launch_eval_from_ui(pilot, app: WorkbenchApp, url: str) -> None:
+    await pilot.press("l")
+    screen = app.screen
+    assert isinstance(screen, LaunchScreen)
+    await pilot.press("ctrl+e")
+    screen.query_one("#eval-env").value = "reverse-text"
+    screen.query_one("#eval-model").value = "echo"
+    screen.query_one("#eval-n").value = "50"
+    screen.query_one("#eval-r").value = "2"
+    screen.query_one("#eval-extra").value = f"-b {url}/v1 -c 1"
+    await pilot.pause()
+    await pilot.press("ctrl+s")
+
+
+def runs_of(app: WorkbenchApp) -> list:
+    return app.screen.query_one(RunsTable).runs
+
+
+def metadata(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metadata.json").read_text())
+
+
+async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
+    with serve_in_thread(slow_server(0.15)) as url:
+        app = WorkbenchApp(workspace, poll_s=0.3)
+        async with app.run_test(size=SIZE) as pilot:
+            await launch_eval_from_ui(pilot, app, url)
+            await pilot.pause()
+            launch = app.launcher.launches()[0]
+            assert launch.args == ["eval", "run", "reverse-text", "-m", "echo", "-n", "50", "-r", "2",
+                                   "-b", f"{url}/v1", "-c", "1"]
+            # it appears in Runs at once, before the child has written anything
+            await wait_for(pilot, lambda: any(r.pid == launch.pid for r in runs_of(app)), timeout=1.0)
+            first = next(r for r in runs_of(app) if r.pid == launch.pid)
+            assert first.status in ("starting", "running") and first.env == "reverse-text"
+            # then its own run folder takes over the row, with progress, and the cursor follows it
+            await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch and (r.done or 0) > 0
+                                              for r in runs_of(app)), timeout=40)
+            table = app.screen.query_one(RunsTable)
+            run = table.current
+            assert run is not None and run.pid == launch.pid and run.status == "running" and run.kind == "eval"
+            # the log: the child's output and the run's run.log
+            await pilot.press("g")
+            logs = app.screen
+            assert isinstance(logs, LogScreen) and [label for label, _ in logs.logs] == ["output", "run.log"]
+            output = logs.query_one("#log-0 LogTail")
+            await wait_for(pilot, lambda: output.line_count > 0)
+            assert output.lines[0].startswith("$ workbench eval run reverse-text -m echo")
+            await pilot.press("escape")
+            # stop gracefully: Ctrl-C to the child, which keeps its groups and says "stopped"
+            await pilot.press("x")
+            await wait_for(pilot, lambda: metadata(run.path)["status"] == "stopped", timeout=30)
+            await wait_for(pilot, lambda: not app.launcher.is_running(launch), timeout=10)
+            meta = metadata(run.path)
+            assert 0 < meta["completed_rollouts"] < 100
+            await wait_for(pilot, lambda: any(r.path == run.path and r.status == "stopped" for r in runs_of(app)))
+            log_text = Path(launch.log_path).read_text()
+            assert "Traceback" not in log_text and "-R latest" in log_text  # the CLI's own stop message
+
+
+async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
+    with serve_in_thread(slow_server(0.15)) as url:
+        app = WorkbenchApp(workspace, poll_s=0.3)
+        async with app.run_test(size=SIZE) as pilot:
+            await launch_eval_from_ui(pilot, app, url)
+            launch = app.launcher.launches()[0]
+            await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch for r in runs_of(app)), timeout=40)
+            run_dir = next(r.path for r in runs_of(app) if r.pid == launch.pid)
+            await pilot.press("q")
+        assert not app.is_running
+        time.sleep(0.5)
+        os.kill(launch.pid, 0)  # still alive after the TUI quit
+        assert os.getsid(launch.pid) == launch.pid  # in its own session: terminal signals never reach it
+        assert metadata(run_dir)["status"] == "running"
+        os.killpg(launch.pid, signal.SIGINT)  # what the next TUI session's stop would do
+        assert app.launcher.wait(launch, 30) == 130
+        assert metadata(run_dir)["status"] == "stopped"

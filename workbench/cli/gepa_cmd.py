@@ -1,0 +1,152 @@
+"""`workbench gepa run ENV|CONFIG.toml`: optimize an environment's system prompt with GEPA."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from workbench.cli import options as o
+
+if TYPE_CHECKING:
+    from workbench.gepa.service import GepaResult
+
+app = typer.Typer(help="Optimize an environment's system prompt with GEPA (reflection + Pareto frontier).",
+                  no_args_is_help=True)
+
+# flag name -> GepaConfig field, for flags that override a TOML config only when given
+FLAG_FIELDS = {
+    "model": "model", "reflection_model": "reflection_model", "max_calls": "max_calls", "num_train": "num_train",
+    "num_val": "num_val", "minibatch_size": "minibatch_size", "perfect_score": "perfect_score",
+    "max_concurrent": "max_concurrent", "max_tokens": "max_tokens", "temperature": "temperature",
+    "api_base_url": "api_base_url", "api_key_var": "api_key_var", "endpoints_path": "endpoints_path",
+    "reflection_base_url": "reflection_base_url", "reflection_api_key_var": "reflection_api_key_var",
+    "seed": "seed", "output_dir": "output_dir",
+}
+
+ReflectionModel = Annotated[str | None, typer.Option("--reflection-model", "-M", help="Model that reads rollouts and proposes prompts (same forms as -m). \\[default: the -m model]", show_default=False)]
+MaxCalls = Annotated[int | None, typer.Option("--max-calls", "-B", help="Budget in metric calls (one rollout of one example), seed evaluation included. \\[default: 500]", show_default=False)]
+NumTrain = Annotated[int | None, typer.Option("--num-train", "-n", help="Training examples (train split) for reflection minibatches; -1: all. \\[default: 100]", show_default=False)]
+NumVal = Annotated[int | None, typer.Option("--num-val", "-N", help="Validation examples (eval split) every accepted prompt is scored on; -1: all. \\[default: 50]", show_default=False)]
+MinibatchSize = Annotated[int | None, typer.Option("--minibatch-size", help="Training examples per reflection step. \\[default: 3]", show_default=False)]
+PerfectScore = Annotated[float | None, typer.Option("--perfect-score", help="The best possible score; minibatches already there are skipped. \\[default: 1.0]", show_default=False)]
+ReflectionBaseUrl = Annotated[str | None, typer.Option("--reflection-base-url", help="Base URL of the reflection model's server. \\[default: its endpoint registry entry, else -b]", show_default=False)]
+ReflectionKeyVar = Annotated[str | None, typer.Option("--reflection-api-key-var", help="NAME of the environment variable with the reflection server's API key. \\[default: -k on the policy's server]", show_default=False)]
+ReflectionSampling = Annotated[str | None, typer.Option("--reflection-sampling-args", help='Reflection sampling settings as JSON, e.g. \'{"temperature": 0.7}\'. \\[default: max_tokens 2048]', show_default=False)]
+OutputDir = Annotated[str | None, typer.Option("--output-dir", "-o", help="Run folder to write. \\[default: environments/<env>/outputs/gepa/<env>--<model>/<run_id>]", show_default=False)]
+Resume = Annotated[str | None, typer.Option("--resume", "-R", help="Continue an interrupted run: its folder, or 'latest' for this env and model. -B raises its budget.", show_default=False)]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
+
+
+@app.command("run")
+def run(
+    target: Annotated[str | None, typer.Argument(help="An environment id (reverse-text, owner/name) or a GEPA config .toml.", show_default=False)] = None,
+    model: o.Model = None,
+    reflection_model: ReflectionModel = None,
+    max_calls: MaxCalls = None,
+    num_train: NumTrain = None,
+    num_val: NumVal = None,
+    minibatch_size: MinibatchSize = None,
+    perfect_score: PerfectScore = None,
+    state_columns: o.StateColumns = None,
+    env_args: o.EnvArgs = None,
+    api_base_url: o.BaseUrl = None,
+    api_key_var: o.ApiKeyVar = None,
+    endpoints_path: o.EndpointsPath = None,
+    max_concurrent: o.MaxConcurrent = None,
+    max_tokens: o.MaxTokens = None,
+    temperature: o.Temperature = None,
+    sampling_args: o.SamplingArgs = None,
+    reflection_base_url: ReflectionBaseUrl = None,
+    reflection_api_key_var: ReflectionKeyVar = None,
+    reflection_sampling_args: ReflectionSampling = None,
+    seed: o.Seed = None,
+    output_dir: OutputDir = None,
+    resume: Resume = None,
+    dry_run: DryRun = False,
+) -> None:
+    """Evolve an environment's system prompt: score it, let a reflection model read the rollouts
+    and propose better prompts, keep a Pareto frontier over validation examples, until the
+    budget is spent. Writes best_prompt.txt, pareto_frontier.jsonl and metadata.json.
+
+    Examples:
+
+      workbench gepa run reverse-text -m my-model -b http://127.0.0.1:8000/v1 -B 300 -n 50 -N 30
+
+      workbench gepa run wordle -m MODEL -M REFLECTION_MODEL -B 1000 -n 200 -N 100
+
+      workbench gepa run configs/gepa/my-env.toml --dry-run
+
+      workbench gepa run --resume environments/reverse_text/outputs/gepa/<env>--<model>/<run_id>
+    """
+    from workbench.cli.eval_cmd import build_config
+    from workbench.config.toml_loader import read_toml, validate
+    from workbench.gepa.config import GepaConfig
+
+    flags = dict(locals())
+    given: dict[str, Any] = {field: flags[flag] for flag, field in FLAG_FIELDS.items() if flags[flag] is not None}
+    for flag, name, value in (("-a/--env-args", "env_args", env_args), ("-S/--sampling-args", "sampling_args", sampling_args),
+                              ("--reflection-sampling-args", "reflection_sampling_args", reflection_sampling_args)):
+        if (parsed := o.parse_json_object(value, flag)) is not None:
+            given[name] = parsed
+    if (columns := o.split_columns(state_columns)) is not None:
+        given["state_columns"] = columns
+    if target is None and resume not in (None, "latest"):
+        from workbench.gepa.service import find_gepa_run
+
+        find_gepa_run(resume, None)  # a clear error before its metadata is read
+    config = build_config(target, given, resume, read_toml, validate, GepaConfig)
+    if dry_run:
+        from workbench.cli.train_cmd import print_plan
+        from workbench.gepa.plan import build_plan
+
+        print_plan(build_plan(config))
+        return
+    _run(config, resume)
+
+
+def _run(config: Any, resume: str | None) -> None:
+    from workbench.cli.render import RichReporter, err_console
+    from workbench.gepa import run_gepa
+
+    result = run_gepa(config, RichReporter(unit="calls"), resume=resume)
+    print_summary(result, config)
+    if result.status == "stopped":
+        err_console.print(f"[yellow]stopped: saved up to the last finished iteration. Resume with "
+                          f"`workbench gepa run --resume {result.run_dir}`[/]", soft_wrap=True)
+        raise typer.Exit(130)
+    if result.status == "failed":
+        raise typer.Exit(1)
+
+
+def print_summary(result: GepaResult, config: Any) -> None:
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from workbench.cli.render import console
+
+    def score(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    table = Table(title=f"gepa · {config.env_id} · {config.model} · {result.status}", show_header=False,
+                  title_justify="left", box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    gain = ""
+    if result.seed_score is not None and result.best_score is not None:
+        delta = result.best_score - result.seed_score
+        gain = f"  ([{'green' if delta > 0 else 'yellow'}]{delta:+.4f}[/])"
+    table.add_row("validation score", f"seed {score(result.seed_score)} → best {score(result.best_score)}{gain}")
+    table.add_row("metric calls", f"{result.metric_calls_used} of {result.max_calls}")
+    accepted = max(result.num_candidates - 1, 0)
+    table.add_row("candidates", f"the seed + {accepted} accepted, over {result.iterations} iterations")
+    if result.stopped_early:
+        table.add_row("stopped early", result.stopped_early)
+    if result.error:
+        table.add_row("error", f"[red]{escape(result.error)}[/]")
+    console.print(table)
+    console.print(Panel(escape(result.best_prompt), title="best prompt", title_align="left"))
+    console.print(f"[dim]saved to {result.run_dir}[/]")
+    console.print(f"[dim]check the gain: workbench eval run {config.env_id} -m {config.model} "
+                  f"-a '{{\"system_prompt\": <the text of best_prompt.txt>}}'[/]")

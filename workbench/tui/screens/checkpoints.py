@@ -1,0 +1,205 @@
+"""Checkpoints of a training run: step, save time, reward at that step and size; evaluate one
+(launches `workbench eval run ENV -m <checkpoint>`), and compare two evals of the run's
+checkpoints (or of its base model) side by side."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Static
+
+from workbench.tui.data.runs import RunCatalog, RunInfo
+from workbench.tui.data.training import CheckpointInfo, format_size, list_checkpoint_infos
+from workbench.tui.launcher import LaunchSpec, eval_args
+from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.format import num, reward_text, status_text, when
+
+
+def evals_of_run(runs: list[RunInfo], run: RunInfo, root: Path) -> list[tuple[str, RunInfo]]:
+    """(label, eval run) for evals whose model is one of this run's checkpoints ('step N') or its
+    base model ('base'), newest first."""
+    checkpoints = (run.path / "checkpoints").resolve()
+    found = []
+    for other in runs:
+        if other.kind != "eval" or other.is_launch:
+            continue
+        model = Path(other.model) if Path(other.model).is_absolute() else root / other.model
+        if model.resolve().parent == checkpoints:
+            step = model.name.removeprefix("step_").lstrip("0") or "0"
+            found.append((f"step {step}", other))
+        elif other.model == run.model and other.env in run.metadata.get("env_ids", [run.env]):
+            found.append(("base", other))
+    return found
+
+
+class EvalCheckpointScreen(ModalScreen[LaunchSpec | None]):
+    """Asks env, examples and rollouts for an eval of one checkpoint."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "go", "Launch", priority=True)]
+
+    def __init__(self, checkpoint: CheckpointInfo, envs: list[str]) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.envs = envs or ["reverse-text"]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="eval-ckpt-box") as box:
+            box.border_title = f"Evaluate checkpoint step {self.checkpoint.step}"
+            with Horizontal(classes="field"):
+                yield Label("environment", classes="field-label")
+                yield Select([(e, e) for e in self.envs], value=self.envs[0], allow_blank=False, id="ck-env", compact=True)
+            with Horizontal(classes="field"):
+                yield Label("examples (-n)", classes="field-label")
+                yield Input("20", type="integer", id="ck-n", compact=True)
+            with Horizontal(classes="field"):
+                yield Label("rollouts (-r)", classes="field-label")
+                yield Input("4", type="integer", id="ck-r", compact=True)
+            yield Button("Launch eval (ctrl+s)", id="ck-go", variant="primary", compact=True)
+
+    @on(Button.Pressed, "#ck-go")
+    @on(Input.Submitted)
+    def action_go(self) -> None:
+        try:
+            n = int(self.query_one("#ck-n", Input).value)
+            r = int(self.query_one("#ck-r", Input).value)
+        except ValueError:
+            self.notify("examples and rollouts must be numbers", severity="error")
+            return
+        env = str(self.query_one("#ck-env", Select).value)
+        model = str(self.checkpoint.path.resolve())
+        self.dismiss(LaunchSpec("eval", eval_args(env, model, n, r), env, f"step {self.checkpoint.step}"))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class CheckpointsScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("e", "evaluate", "Evaluate checkpoint"),
+        Binding("space", "mark", "Mark eval"),
+        Binding("c", "compare", "Compare marked"),
+        Binding("o", "open_eval", "Open eval", show=False),
+    ]
+
+    def __init__(self, run: RunInfo) -> None:
+        super().__init__()
+        self.run = run
+        self.checkpoints: list[CheckpointInfo] = []
+        self.evals: list[tuple[str, RunInfo]] = []
+        self.marked: set[str] = set()
+        self._catalog: RunCatalog | None = None
+        self._scanning = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"[b]Checkpoints[/b] · {self.run.env} · {self.run.model} · [dim]{self.run.run_id}[/]",
+                     classes="screen-title")
+        yield DataTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
+        yield Static("Evals of these checkpoints and the base model · space marks two · c compares · "
+                     "enter opens", id="evals-title", classes="section-title")
+        yield DataTable(id="ckpt-evals", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#ckpt-table", DataTable)
+        for label, width in (("step", 6), ("saved", 11), ("reward", 6), ("eval", 6), ("size", 9)):
+            table.add_column(label, width=width)
+        evals = self.query_one("#ckpt-evals", DataTable)
+        for label, width in (("", 1), ("model", 10), ("status", 8), ("progress", 9), ("reward", 6), ("started", 11)):
+            evals.add_column(label, width=width)
+        table.focus()
+        self._catalog = RunCatalog(self.wb.root)
+        self.refresh_data()
+        self.set_interval(max(2.0, self.wb.poll_s), self.refresh_data)
+
+    @work(group="checkpoints")
+    async def refresh_data(self) -> None:
+        if self._scanning:
+            return
+        self._scanning = True
+        try:
+            checkpoints, evals = await asyncio.to_thread(self._read)
+        finally:
+            self._scanning = False
+        if [c.step for c in checkpoints] != [c.step for c in self.checkpoints]:
+            self.checkpoints = checkpoints
+            table = self.query_one("#ckpt-table", DataTable)
+            row = table.cursor_row
+            table.clear()
+            for c in checkpoints:
+                table.add_row(str(c.step), when(c.saved_at), reward_text(c.reward), num(c.eval_reward),
+                              format_size(c.size_bytes), key=str(c.step))
+            table.move_cursor(row=row if row >= 0 else 0, animate=False)
+        self.evals = evals
+        self._render_evals()
+
+    def _read(self) -> tuple[list[CheckpointInfo], list[tuple[str, RunInfo]]]:
+        assert self._catalog is not None
+        return list_checkpoint_infos(self.run.path), evals_of_run(self._catalog.scan(), self.run, self.wb.root)
+
+    def _render_evals(self) -> None:
+        table = self.query_one("#ckpt-evals", DataTable)
+        row = table.cursor_row
+        table.clear()
+        for label, run in self.evals:
+            table.add_row("●" if run.key in self.marked else " ", label, status_text(run.status), run.progress,
+                          reward_text(run.reward), when(run.created_at), key=run.key)
+        if self.evals:
+            table.move_cursor(row=min(max(row, 0), len(self.evals) - 1), animate=False)
+        if not self.checkpoints:
+            self.query_one("#evals-title", Static).update(Text("no complete checkpoints yet", style="dim"))
+
+    def _current_eval(self) -> RunInfo | None:
+        table = self.query_one("#ckpt-evals", DataTable)
+        if not self.evals or not 0 <= table.cursor_row < len(self.evals):
+            return None
+        return self.evals[table.cursor_row][1]
+
+    def action_evaluate(self) -> None:
+        table = self.query_one("#ckpt-table", DataTable)
+        if not self.checkpoints:
+            self.notify("no checkpoints yet", severity="warning")
+            return
+        checkpoint = self.checkpoints[max(0, table.cursor_row)]
+        envs = self.run.metadata.get("env_ids") or ([self.run.env] if self.run.env != "-" else [])
+
+        def launch(spec: LaunchSpec | None) -> None:
+            if spec is None:
+                return
+            launch = self.wb.launcher.start(spec)
+            self.notify(f"started: {launch.command}", title="evaluating checkpoint")
+            self.refresh_data()
+
+        self.app.push_screen(EvalCheckpointScreen(checkpoint, [str(e) for e in envs]), launch)
+
+    def action_mark(self) -> None:
+        self.query_one("#ckpt-evals", DataTable).focus()
+        run = self._current_eval()
+        if run is None:
+            return
+        self.marked ^= {run.key}
+        self._render_evals()
+
+    def action_compare(self) -> None:
+        from workbench.tui.screens.compare import CompareScreen
+
+        chosen = [(label, run) for label, run in self.evals if run.key in self.marked]
+        if len(chosen) != 2:
+            self.notify("mark exactly two evals with space, then press c", severity="warning")
+            return
+        (label_a, a), (label_b, b) = sorted(chosen, key=lambda item: item[1].created_at.timestamp() if item[1].created_at else 0)
+        self.app.push_screen(CompareScreen(a, b, labels=(label_a, label_b)))
+
+    @on(DataTable.RowSelected, "#ckpt-evals")
+    def action_open_eval(self) -> None:
+        from workbench.tui.screens.rollouts import RolloutsScreen
+
+        run = self._current_eval()
+        if run is not None:
+            self.app.push_screen(RolloutsScreen(run.path / "results.jsonl", run=run))

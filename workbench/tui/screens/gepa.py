@@ -1,0 +1,106 @@
+"""GEPA run: candidates with scores, the Pareto frontier (per validation example: best score and
+the candidates reaching it), the best prompt, and its diff against the seed prompt."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+
+from workbench.tui.data.gepa import GepaRun, load_gepa_run
+from workbench.tui.data.runs import RunInfo
+from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.format import clip, num, reward_text
+
+
+def diff_text(lines: list[str]) -> Text:
+    text = Text()
+    for line in lines:
+        style = "bold" if line.startswith(("---", "+++")) else "green" if line.startswith("+") else \
+            "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+        text.append(line + "\n", style=style)
+    return text
+
+
+class GepaScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("1", "tab('candidates')", "Candidates"),
+        Binding("2", "tab('pareto')", "Pareto"),
+        Binding("3", "tab('best')", "Best prompt"),
+        Binding("4", "tab('diff')", "Diff"),
+        Binding("g", "logs", "Log", show=False),
+    ]
+
+    def __init__(self, run: RunInfo) -> None:
+        super().__init__()
+        self.run = run
+        self.gepa: GepaRun | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="gepa-title", classes="screen-title")
+        with TabbedContent(id="gepa-tabs"):
+            with TabPane("Candidates", id="candidates"):
+                yield DataTable(id="gepa-candidates", cursor_type="row", zebra_stripes=True)
+            with TabPane("Pareto", id="pareto"):
+                yield DataTable(id="gepa-pareto", cursor_type="row", zebra_stripes=True)
+            with TabPane("Best prompt", id="best"):
+                with VerticalScroll():
+                    yield Static(id="gepa-best", classes="prompt-text")
+            with TabPane("Diff", id="diff"):
+                with VerticalScroll():
+                    yield Static(id="gepa-diff", classes="prompt-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        candidates = self.query_one("#gepa-candidates", DataTable)
+        for label, width in (("#", 3), ("score", 6), ("parents", 7), ("calls", 6), ("prompt", 40)):
+            candidates.add_column(label, width=width)
+        pareto = self.query_one("#gepa-pareto", DataTable)
+        for label, width in (("example", 8), ("best", 6), ("candidates reaching it", 50)):
+            pareto.add_column(label, width=width)
+        candidates.focus()
+        self.load()
+        if self.run.is_live:
+            self.set_interval(max(2.0, self.wb.poll_s), self.load)
+
+    @work(group="gepa")
+    async def load(self) -> None:
+        self.gepa = gepa = await asyncio.to_thread(load_gepa_run, self.run.path)
+        best = gepa.best_index
+        self.query_one("#gepa-title", Static).update(
+            f"[b]GEPA[/b] · {self.run.env} · {self.run.model} · {gepa.status}\n"
+            f"seed {num(gepa.seed_score)} → best {num(gepa.best_score)} · {len(gepa.candidates)} candidates · "
+            f"{gepa.metric_calls if gepa.metric_calls is not None else '-'} metric calls")
+        table = self.query_one("#gepa-candidates", DataTable)
+        table.clear()
+        for c in gepa.candidates:
+            first_line = (c.prompt or "-").strip().splitlines()[0] if (c.prompt or "").strip() else "-"
+            marker = Text(f"{c.index}", style="bold green" if c.index == best else "")
+            table.add_row(marker, reward_text(c.score), ",".join(map(str, c.parents)) or "-",
+                          "-" if c.metric_calls is None else str(c.metric_calls), clip(first_line, 40))
+        pareto = self.query_one("#gepa-pareto", DataTable)
+        pareto.clear()
+        for row in gepa.frontier:
+            pareto.add_row(row.example, reward_text(row.best_score), clip(", ".join(row.candidates) or "-", 50))
+        self.query_one("#gepa-best", Static).update(Text(gepa.best_prompt) if gepa.best_prompt else Text("-", style="dim"))
+        diff = gepa.prompt_diff()
+        self.query_one("#gepa-diff", Static).update(
+            diff_text(diff) if diff else Text("- (no seed or best prompt yet, or they are identical)", style="dim"))
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_logs(self) -> None:
+        from workbench.tui.screens.log import LogScreen, logs_of
+
+        logs = logs_of(self.run, self.wb.launcher)
+        if logs:
+            live_pid = self.run.pid if self.run.is_live else None
+            self.app.push_screen(LogScreen(logs, title=f"gepa · {self.run.run_id}", pid=live_pid))
+        else:
+            self.notify("no log for this run", severity="warning")

@@ -1,0 +1,73 @@
+"""`?`: every key of the current screen (and the global ones), in a modal table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.actions import parse as parse_action
+from textual.app import ComposeResult
+from textual.binding import ActiveBinding, Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Static
+
+# Textual's own screen bindings that say nothing about this app.
+HIDDEN_ACTIONS = {"screen.copy_text", "screen.maximize", "screen.minimize", "command_palette"}
+
+
+def screen_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
+    """(key, binding) of the screen's and the app's described keys. Widget keys (a table's
+    cursor keys) are left out, but a screen key that a focused widget shadows (Enter on a
+    table) is still listed: it names what the key does on this screen."""
+    found: list[tuple[str, ActiveBinding]] = []
+    actions: set[str] = set()
+    for key, active in screen.active_bindings.items():
+        binding = active.binding
+        if not binding.description or binding.system or binding.action in HIDDEN_ACTIONS:
+            continue
+        if active.node is screen or active.node is screen.app:
+            found.append((key, active))
+            actions.add(binding.action)
+    for cls in type(screen).__mro__:
+        for binding in Binding.make_bindings(cls.__dict__.get("BINDINGS", [])):
+            if binding.description and binding.action not in actions and binding.action not in HIDDEN_ACTIONS:
+                _, name, params = parse_action(binding.action)
+                if screen.check_action(name, params):
+                    found.append((binding.key, ActiveBinding(screen, binding, True, binding.tooltip)))
+                    actions.add(binding.action)
+    return found
+
+
+def key_rows(screen: Screen, key_display: Callable[[Binding], str]) -> list[tuple[str, str, str]]:
+    """(key, what it does, where) for each described key of `screen`, screen keys first."""
+    rows = [(key_display(active.binding), active.binding.description, "global" if active.node is screen.app else "screen")
+            for _, active in screen_bindings(screen)]
+    return sorted(rows, key=lambda row: row[2] == "global")
+
+
+class KeysScreen(ModalScreen[None]):
+    """Lists keys; any of escape, ? or q closes it."""
+
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+
+    def __init__(self, rows: list[tuple[str, str, str]], title: str) -> None:
+        super().__init__()
+        self.rows = rows
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="keys-box") as box:
+            box.border_title = f"Keys · {self.title_text}"
+            table: DataTable = DataTable(id="keys-table", cursor_type="row", zebra_stripes=True)
+            yield table
+            yield Static("ctrl+p: command palette (every action by name) · escape: close", classes="hint")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("key", "action", "where")
+        for row in self.rows:
+            table.add_row(*row)
+        table.focus()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,63 @@
+"""Logs of a run: the child's own output (for runs launched from the TUI) and the run's run.log,
+followed live; `x` stops the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+
+from workbench.tui.data.runs import RunInfo, pid_alive
+from workbench.tui.launcher import Launcher, launch_of
+from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.log_tail import LogTail
+
+
+def logs_of(run: RunInfo, launcher: Launcher) -> list[tuple[str, Path]]:
+    """(label, path) of every log a run has: the launch output first, then run.log."""
+    logs: list[tuple[str, Path]] = []
+    launch = launch_of(run) or launcher.for_pid(run.pid)
+    if launch is not None and launch.log.is_file():
+        logs.append(("output", launch.log))
+    if not run.is_launch and (run.path / "run.log").is_file():
+        logs.append(("run.log", run.path / "run.log"))
+    return logs
+
+
+class LogScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("x", "stop", "Stop run"),
+        Binding("1", "tab(0)", "First log", show=False),
+        Binding("2", "tab(1)", "Second log", show=False),
+    ]
+
+    def __init__(self, logs: list[tuple[str, Path]], *, title: str, pid: int | None = None) -> None:
+        super().__init__()
+        self.logs = logs
+        self.title_text = title
+        self.pid = pid
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"[b]Log[/b] · {self.title_text}", classes="screen-title")
+        with TabbedContent(id="log-tabs"):
+            for index, (label, path) in enumerate(self.logs):
+                with TabPane(label, id=f"log-{index}"):
+                    yield LogTail(path, classes="log-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query(LogTail).first().focus()
+
+    def action_tab(self, index: int) -> None:
+        if index < len(self.logs):
+            self.query_one(TabbedContent).active = f"log-{index}"
+            self.query_one(f"#log-{index} LogTail").focus()
+
+    def action_stop(self) -> None:
+        if not self.pid or not pid_alive(self.pid):
+            self.notify("not running", severity="warning")
+            return
+        if self.wb.launcher.stop(self.pid):
+            self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")

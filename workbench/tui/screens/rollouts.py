@@ -1,0 +1,257 @@
+"""Rollouts: the groups of a rollouts file (eval results, or one training step's samples) with
+mean and std of reward, and the selected rollout's full conversation and reward breakdown.
+
+Opening is lazy (`RolloutIndex`): only byte offsets and light rollouts are read up front, the
+conversation of one rollout is read when it is shown. Filters and search run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.timer import Timer
+from textual.widgets import Footer, Static
+
+from workbench.store.files import read_json
+from workbench.tui.data.rollout_index import RolloutFilter, RolloutIndex, parse_reward_range
+from workbench.tui.data.runs import RunInfo, run_from_metadata
+from workbench.tui.data.training import step_rollout_files
+from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.conversation import ConversationView, RewardBreakdown
+from workbench.tui.widgets.format import num
+from workbench.tui.widgets.groups_table import GroupsTable
+from workbench.tui.widgets.prompt_bar import PromptBar
+from workbench.types import Group, Rollout
+
+
+class RolloutsScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("right_square_bracket", "rollout(1)", "Next rollout"),
+        Binding("left_square_bracket", "rollout(-1)", "Prev rollout"),
+        Binding("n", "example(1)", "Next example", show=False),
+        Binding("p", "example(-1)", "Prev example", show=False),
+        Binding("e", "toggle('errors')", "Errors", show=False),
+        Binding("t", "toggle('truncated')", "Truncated", show=False),
+        Binding("z", "toggle('zero_variance')", "Zero variance", show=False),
+        Binding("r", "reward_range", "Reward range", show=False),
+        Binding("slash", "search", "Search"),
+        Binding("a", "clear_filters", "Clear filters", show=False),
+        Binding("y", "copy", "Copy JSON"),
+        Binding("v", "variance", "Variance"),
+        Binding("full_stop", "step(1)", "Next step", show=False),
+        Binding("comma", "step(-1)", "Prev step", show=False),
+    ]
+
+    def __init__(self, path: Path, *, run: RunInfo | None = None, label: str = "results",
+                 focus_example: int | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.run = run
+        self.label = label
+        self.focus_example = focus_example
+        self.index = RolloutIndex(path)
+        self.filter = RolloutFilter()
+        self.group: Group | None = None
+        self.position = 0  # rollout shown within the group
+        self.rollout: Rollout | None = None
+        self.loaded = False  # set once the first view is on screen (tests, benchmark)
+        self._lock = asyncio.Lock()
+        self._shown = 0
+        self._live: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="rollouts-title", classes="screen-title")
+        with Horizontal(id="rollouts-body"):
+            yield GroupsTable(id="groups")
+            with Vertical(id="rollout-detail"):
+                yield RewardBreakdown(id="breakdown")
+                yield ConversationView(id="conversation")
+        yield PromptBar(id="rollouts-prompt")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(GroupsTable).focus()
+        self._update_title()
+        self.reload(first=True)
+        if self.run is not None and self.run.is_live:
+            self._live = self.set_interval(max(self.wb.poll_s, 1.0), self.follow)
+
+    # ----- loading -----------------------------------------------------------------------
+    def follow(self) -> None:
+        """A live run: pick up new groups and the run's status (until it ends)."""
+        if not self.is_current or self.run is None:
+            return
+        try:
+            self.run = run_from_metadata(self.run.path, read_json(self.run.path / "metadata.json"), self.run.kind)
+        except (OSError, ValueError):
+            pass
+        if not self.run.is_live and self._live is not None:
+            self._live.stop()
+        self._update_title()
+        self.reload()
+
+    @work(group="rollouts")
+    async def reload(self, first: bool = False) -> None:
+        """Read appended lines (all of them the first time) and re-apply the filter."""
+        async with self._lock:
+            changed = await asyncio.to_thread(self.index.refresh)
+            if not (changed or first):
+                return
+            groups = await asyncio.to_thread(self.index.filtered, self.filter)
+        self._show_groups(groups, self.focus_example if first else None)
+        if first:
+            self.loaded = True
+
+    @work(group="rollouts")
+    async def apply_filter(self) -> None:
+        async with self._lock:
+            groups = await asyncio.to_thread(self.index.filtered, self.filter)
+        self._show_groups(groups, None)
+        if not groups:
+            self.notify("no groups match these filters (a clears them)", severity="warning")
+
+    def _show_groups(self, groups: list[Group], select: int | None) -> None:
+        table = self.query_one(GroupsTable)
+        self._shown = len(groups)
+        table.show(groups, select)
+        if not groups:
+            self.group, self.rollout = None, None
+            self.query_one(RewardBreakdown).show(None)
+            self.query_one(ConversationView).rollout = None
+        self._update_title()
+
+    def _update_title(self) -> None:
+        groups = self.index.groups()
+        rewards = [r.reward for r in self.index.rollouts]
+        mean = sum(rewards) / len(rewards) if rewards else None
+        run = self.run
+        head = f"[b]Rollouts[/b] · {run.kind} · {run.env} · {run.model} · {run.status}" if run else "[b]Rollouts[/b]"
+        body = f"{self.label}: {len(groups)} groups · {len(rewards)} rollouts · mean {num(mean)}"
+        shown = f" · showing {self._shown}" if self.filter.active else ""
+        self.query_one("#rollouts-title", Static).update(f"{head}\n{body} · filter: {self.filter.describe()}{shown}")
+
+    # ----- showing one rollout --------------------------------------------------------------
+    @on(GroupsTable.Highlighted)
+    def _group_highlighted(self, event: GroupsTable.Highlighted) -> None:
+        same = self.group is not None and self.group.example_id == event.group.example_id
+        self.group = event.group
+        if not same:
+            self.position = 0
+        self.position = min(self.position, len(event.group.rollouts) - 1)
+        if not same or self.rollout is None:
+            self._show_rollout()
+
+    @on(GroupsTable.Chosen)
+    def _group_chosen(self) -> None:
+        self.query_one(ConversationView).focus()
+
+    def _show_rollout(self) -> None:
+        group = self.group
+        if group is None or not group.rollouts:
+            return
+        light = group.rollouts[self.position]
+        self.rollout = self.index.load(light.example_id, light.rollout_index)
+        self.query_one(RewardBreakdown).show(self.rollout, len(group.rollouts))
+        self.query_one(ConversationView).rollout = self.rollout
+
+    def action_rollout(self, step: int) -> None:
+        if self.group is None:
+            return
+        size = len(self.group.rollouts)
+        self.position = (self.position + step) % size
+        self._show_rollout()
+
+    def action_example(self, step: int) -> None:
+        table = self.query_one(GroupsTable)
+        if table.row_count:
+            table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + step)), animate=False)
+
+    def select_example(self, example_id: int) -> None:
+        """Show `example_id` (clearing filters that hide it)."""
+        if not self.query_one(GroupsTable).select_example(example_id):
+            self.filter = RolloutFilter()
+            self.focus_example = example_id
+            self.reload(first=True)
+
+    # ----- filters ---------------------------------------------------------------------------
+    def action_toggle(self, name: str) -> None:
+        self.filter = replace(self.filter, **{name: not getattr(self.filter, name)})
+        self.apply_filter()
+
+    def action_clear_filters(self) -> None:
+        self.filter = RolloutFilter()
+        self.apply_filter()
+
+    def action_search(self) -> None:
+        self.query_one(PromptBar).ask("search", "text in prompts, completions, answers, errors (Enter to apply)",
+                                      self.filter.search)
+
+    def action_reward_range(self) -> None:
+        low, high = self.filter.reward_min, self.filter.reward_max
+        current = "" if low is None and high is None else f"{_bound(low)}..{_bound(high)}"
+        self.query_one(PromptBar).ask("range", "group mean reward range, e.g. 0.2..0.8 or 0.5.. (empty clears)", current)
+
+    @on(PromptBar.Answered)
+    def _answered(self, event: PromptBar.Answered) -> None:
+        if event.purpose == "search":
+            self.filter = replace(self.filter, search=event.value.strip())
+        else:
+            try:
+                low, high = parse_reward_range(event.value)
+            except ValueError as exc:
+                self.notify(f"reward range: {exc}", severity="error")
+                return
+            self.filter = replace(self.filter, reward_min=low, reward_max=high)
+        self.apply_filter()
+
+    # ----- other actions ---------------------------------------------------------------------
+    def action_copy(self) -> None:
+        if self.rollout is None:
+            return
+        record = self.index.record(self.rollout.example_id, self.rollout.rollout_index)
+        text = json.dumps(record, indent=2, ensure_ascii=False)
+        self.app.copy_to_clipboard(text)
+        self.notify(f"example {self.rollout.example_id} rollout {self.rollout.rollout_index} "
+                    f"copied as JSON ({len(text):,} characters)", title="copied")
+
+    def action_variance(self) -> None:
+        from workbench.tui.screens.variance import VarianceScreen
+
+        def chosen(example_id: object) -> None:
+            if isinstance(example_id, int):
+                self.select_example(example_id)
+
+        self.app.push_screen(VarianceScreen(self.path, run=self.run, label=self.label, index=self.index), chosen)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "step":
+            return self.run is not None and self.run.kind == "train"
+        return True
+
+    def action_step(self, step: int) -> None:
+        """Training runs: move to the previous/next step's sampled rollouts."""
+        if self.run is None:
+            return
+        files = step_rollout_files(self.run.path)
+        paths = [p for _, p in files]
+        if self.path not in paths:
+            return
+        at = paths.index(self.path) + step
+        if not 0 <= at < len(paths):
+            self.notify("no more steps", severity="warning")
+            return
+        self.path, self.label = paths[at], f"step {files[at][0]}"
+        self.index = RolloutIndex(self.path)
+        self.group, self.rollout = None, None
+        self.reload(first=True)
+
+
+def _bound(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"

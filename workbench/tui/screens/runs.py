@@ -1,0 +1,266 @@
+"""Runs (home): every eval, training and GEPA run in the workspace, refreshed live, with filters
+and search; Enter opens a run on the screen made for its kind."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, Static
+
+from workbench.tui.data.runs import KINDS, RunInfo, filter_runs
+from workbench.tui.data.training import step_rollout_files
+from workbench.tui.launcher import Launch
+from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.prompt_bar import PromptBar
+from workbench.tui.widgets.runs_table import RunsTable
+
+STATUS_FILTERS = (None, "running", "finished", "stopped", "failed", "died")
+
+
+class RunsScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("enter", "open", "Open"),
+        Binding("l", "launch", "Launch"),
+        Binding("slash", "search", "Search"),
+        Binding("f", "kind_filter", "Kind"),
+        Binding("s", "status_filter", "Status"),
+        Binding("g", "log", "Log"),
+        Binding("x", "stop", "Stop"),
+        Binding("space", "mark", "Mark for compare", show=False),
+        Binding("c", "compare", "Compare marked evals", show=False),
+        Binding("r", "rollouts", "Rollouts", show=False),
+        Binding("v", "variance", "Reward variance", show=False),
+        Binding("k", "checkpoints", "Checkpoints", show=False),
+        Binding("escape", "clear_filters", "Clear filters", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.all_runs: list[RunInfo] = []
+        self.kind: str | None = None
+        self.status: str | None = None
+        self.query_text = ""
+        self.marked: set[str] = set()
+        self._scanning = False
+        self._follow_pid: int | None = None  # select this launch's run once its folder appears
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="runs-summary", classes="screen-title")
+        yield RunsTable(id="runs-table")
+        yield Static("No runs yet. Press [b]l[/b] to launch one, or run "
+                     "`workbench eval run reverse-text -m tiny` in this workspace.", id="runs-empty", classes="empty")
+        yield PromptBar(id="runs-prompt")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(RunsTable).focus()
+        self.set_interval(self.wb.poll_s, self.refresh_runs)
+        self.refresh_runs()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_runs()
+
+    @work(group="scan")
+    async def refresh_runs(self) -> None:
+        """Re-scan in a thread (one scan at a time) and update the table; paused while another
+        screen is on top (it re-scans when it comes back)."""
+        if self._scanning or not self.is_current:
+            return
+        self._scanning = True
+        try:
+            runs = await asyncio.to_thread(self._scan)
+        finally:
+            self._scanning = False
+        self.all_runs = runs
+        self._render_runs()
+
+    def _scan(self) -> list[RunInfo]:
+        launcher = self.wb.launcher
+        launcher.poll()
+        runs = self.wb.catalog.scan()
+        return launcher.pending_rows(runs) + runs
+
+    def _render_runs(self, select: str | None = None) -> None:
+        visible = filter_runs(self.all_runs, self.kind, self.status, self.query_text)
+        if self._follow_pid is not None and select is None:
+            match = next((r for r in visible if r.pid == self._follow_pid), None)
+            if match is not None:
+                select = match.key
+                if not match.is_launch:
+                    self._follow_pid = None
+        self.marked &= {r.key for r in self.all_runs}
+        self.query_one(RunsTable).show(visible, self.marked, select)
+        live = sum(r.is_live for r in self.all_runs)
+        parts = [f"{len(visible)}/{len(self.all_runs)} runs", f"{live} running",
+                 f"kind: {self.kind or 'all'}", f"status: {self.status or 'all'}"]
+        if self.query_text:
+            parts.append(f"search: {self.query_text}")
+        if self.marked:
+            parts.append(f"{len(self.marked)} marked")
+        self.query_one("#runs-summary", Static).update(f"[b]Runs[/b] · {self.wb.root.name} · " + " · ".join(parts))
+        self.query_one("#runs-empty").display = not self.all_runs
+
+    @property
+    def current(self) -> RunInfo | None:
+        return self.query_one(RunsTable).current
+
+    # ----- navigation --------------------------------------------------------------------
+    @on(RunsTable.Opened)
+    def _opened(self, event: RunsTable.Opened) -> None:
+        self.open_run(event.run)
+
+    def action_open(self) -> None:
+        if self.current is not None:
+            self.open_run(self.current)
+
+    def open_run(self, run: RunInfo) -> None:
+        from workbench.tui.screens import gepa, monitor
+
+        if run.is_launch:
+            self.action_log()
+        elif run.kind == "train":
+            self.app.push_screen(monitor.TrainMonitorScreen(run))
+        elif run.kind == "gepa":
+            self.app.push_screen(gepa.GepaScreen(run))
+        else:
+            self.action_rollouts()
+
+    def action_rollouts(self) -> None:
+        from workbench.tui.screens.rollouts import RolloutsScreen
+
+        run = self._require(("eval", "train"), "rollouts")
+        if run is None:
+            return
+        target = rollouts_file(run)
+        if target is None:
+            self.notify("this run has no rollouts yet", severity="warning")
+            return
+        self.app.push_screen(RolloutsScreen(target[0], run=run, label=target[1]))
+
+    def action_variance(self) -> None:
+        from workbench.tui.screens.rollouts import RolloutsScreen
+        from workbench.tui.screens.variance import VarianceScreen
+
+        run = self._require(("eval", "train"), "reward variance")
+        target = rollouts_file(run) if run else None
+        if run is None or target is None:
+            return
+
+        def open_example(example_id: object) -> None:
+            if isinstance(example_id, int):
+                self.app.push_screen(RolloutsScreen(target[0], run=run, label=target[1], focus_example=example_id))
+
+        self.app.push_screen(VarianceScreen(target[0], run=run, label=target[1]), open_example)
+
+    def action_checkpoints(self) -> None:
+        from workbench.tui.screens.checkpoints import CheckpointsScreen
+
+        run = self._require(("train",), "checkpoints")
+        if run is not None:
+            self.app.push_screen(CheckpointsScreen(run))
+
+    def action_log(self) -> None:
+        from workbench.tui.screens.log import LogScreen, logs_of
+
+        run = self.current
+        if run is None:
+            return
+        logs = logs_of(run, self.wb.launcher)
+        if not logs:
+            self.notify("no log for this run", severity="warning")
+            return
+        live_pid = run.pid if run.is_live else None
+        self.app.push_screen(LogScreen(logs, title=f"{run.kind} · {run.env} · {run.model}", pid=live_pid))
+
+    def action_launch(self) -> None:
+        from workbench.tui.screens.launch import LaunchScreen
+
+        def launched(launch: object) -> None:
+            if isinstance(launch, Launch):
+                self.notify(f"started: {launch.command}", title="launched")
+                self._follow_pid = launch.pid
+                self.kind = self.status = None
+                self.query_text = ""
+                self.refresh_runs()
+
+        self.app.push_screen(LaunchScreen(), launched)
+
+    def action_stop(self) -> None:
+        run = self.current
+        if run is None:
+            return
+        if not run.is_live or not run.pid:
+            self.notify(f"not running ({run.status})", severity="warning")
+            return
+        if self.wb.launcher.stop(run.pid):
+            self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")
+        else:
+            self.notify("the process is already gone", severity="warning")
+
+    # ----- marks and compare --------------------------------------------------------------
+    def action_mark(self) -> None:
+        run = self.current
+        if run is None:
+            return
+        self.marked ^= {run.key}
+        self._render_runs()
+        table = self.query_one(RunsTable)
+        if table.cursor_row < table.row_count - 1:
+            table.move_cursor(row=table.cursor_row + 1, animate=False)
+
+    def action_compare(self) -> None:
+        from workbench.tui.screens.compare import CompareScreen
+
+        chosen = [r for r in self.all_runs if r.key in self.marked and r.kind == "eval"]
+        if len(chosen) != 2:
+            self.notify("mark exactly two eval runs with space, then press c", severity="warning")
+            return
+        older, newer = sorted(chosen, key=lambda r: (r.created_at.timestamp() if r.created_at else 0, r.run_id))
+        self.app.push_screen(CompareScreen(older, newer))
+
+    # ----- filters ------------------------------------------------------------------------
+    def action_search(self) -> None:
+        self.query_one(PromptBar).ask("search", "search kind, env, model, status, run id (Enter to apply)", self.query_text)
+
+    @on(PromptBar.Answered)
+    def _answered(self, event: PromptBar.Answered) -> None:
+        self.query_text = event.value.strip()
+        self._render_runs()
+
+    def action_kind_filter(self) -> None:
+        options = (None, *KINDS)
+        self.kind = options[(options.index(self.kind) + 1) % len(options)]
+        self._render_runs()
+
+    def action_status_filter(self) -> None:
+        self.status = STATUS_FILTERS[(STATUS_FILTERS.index(self.status) + 1) % len(STATUS_FILTERS)]
+        self._render_runs()
+
+    def action_clear_filters(self) -> None:
+        self.kind = self.status = None
+        self.query_text = ""
+        self._render_runs()
+
+    def _require(self, kinds: tuple[str, ...], what: str) -> RunInfo | None:
+        run = self.current
+        if run is None:
+            return None
+        if run.kind not in kinds or run.is_launch:
+            state = " that is still starting" if run.is_launch else ""
+            self.notify(f"{what}: not available for a {run.kind} run{state}", severity="warning")
+            return None
+        return run
+
+
+def rollouts_file(run: RunInfo) -> tuple[Path, str] | None:
+    """The rollouts a run's Rollouts view opens: results.jsonl of an eval, the newest
+    rollouts/step_N.jsonl of a training run."""
+    if run.kind == "train":
+        steps = step_rollout_files(run.path)
+        return (steps[-1][1], f"step {steps[-1][0]}") if steps else None
+    path = run.path / "results.jsonl"
+    return (path, "results") if run.kind == "eval" else None

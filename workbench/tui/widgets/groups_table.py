@@ -1,0 +1,72 @@
+"""The per-example groups list of a rollouts file: example id, rollouts, mean and std of
+reward, and flags (E errors, T truncated, 0 zero variance). Virtual: thousands of groups cost
+nothing until they scroll into view."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.message import Message
+
+from workbench.tui.data.rollout_index import group_flags
+from workbench.tui.widgets.format import reward_text
+from workbench.tui.widgets.virtual_table import VirtualTable
+from workbench.types import Group
+
+COLUMNS = (("example", 7), ("n", 3), ("mean", 5), ("std", 5), ("", 3))
+
+
+class GroupsTable(VirtualTable):
+    """Shows `Group`s; posts `Highlighted(group)` as the cursor moves and `Chosen` on Enter."""
+
+    class _GroupMessage(Message):
+        def __init__(self, table: GroupsTable, group: Group) -> None:
+            super().__init__()
+            self.table = table
+            self.group = group
+
+        @property
+        def control(self) -> GroupsTable:
+            return self.table
+
+    class Highlighted(_GroupMessage):
+        """The cursor is on a group."""
+
+    class Chosen(_GroupMessage):
+        """Enter on a group."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(COLUMNS, id=id)
+        self.groups: list[Group] = []
+
+    @property
+    def current(self) -> Group | None:
+        if not self.groups or not 0 <= self.cursor_row < len(self.groups):
+            return None
+        return self.groups[self.cursor_row]
+
+    def show(self, groups: list[Group], select: int | None = None) -> None:
+        """Replace the rows, keeping the cursor on the same example when it is still listed."""
+        keep = select if select is not None else (self.current.example_id if self.current else None)
+        self.groups = groups
+        index = next((i for i, g in enumerate(groups) if g.example_id == keep), 0) if keep is not None else 0
+        self.set_rows([(str(g.example_id), str(len(g.rollouts)), reward_text(g.mean), f"{g.std:.3f}", group_flags(g))
+                       for g in groups], cursor=index)
+
+    def select_example(self, example_id: int) -> bool:
+        index = next((i for i, g in enumerate(self.groups) if g.example_id == example_id), None)
+        if index is None:
+            return False
+        self.move_cursor(index)
+        return True
+
+    @on(VirtualTable.Selected)
+    def _selected(self, event: VirtualTable.Selected) -> None:
+        event.stop()
+        if self.current is not None:
+            self.post_message(self.Chosen(self, self.current))
+
+    @on(VirtualTable.Highlighted)
+    def _highlighted(self, event: VirtualTable.Highlighted) -> None:
+        event.stop()
+        if self.current is not None:
+            self.post_message(self.Highlighted(self, self.current))
