@@ -24,7 +24,7 @@ from workbench.tui.launcher import config_spec
 
 @pytest.fixture
 def varied_run(workspace: Path) -> Path:
-    return make_eval("reverse-text", VariedClient(), 12, 4, "run-a")
+    return make_eval("reverse-words", VariedClient(), 12, 4, "run-a")
 
 
 def test_index_matches_read_groups_and_loads_full_rollouts(varied_run: Path):
@@ -115,8 +115,8 @@ def test_variance_report_uses_eval_summary_buckets(varied_run: Path):
 
 
 def test_compare_counts_flips(workspace: Path):
-    good = make_eval("reverse-text", VariedClient(), 12, 4, "good")
-    bad = make_eval("reverse-text", EchoClient(mode="echo"), 12, 4, "bad")
+    good = make_eval("reverse-words", VariedClient(), 12, 4, "good")
+    bad = make_eval("reverse-words", EchoClient(mode="echo"), 12, 4, "bad")
     comparison = compare_groups(read_groups(bad), read_groups(good))
     assert comparison.shared == 12 and comparison.mean_a == 0.0
     assert comparison.count("fixed") == sum(g.mean >= 0.5 for g in read_groups(good))

@@ -1,6 +1,8 @@
 """Workspaces for the TUI tests, produced by the project's own code where it can be:
 
-- eval runs: `run_eval` over real environments with `EchoClient`-based clients (no model);
+- eval runs: `run_eval` with `EchoClient`-based clients (no model) over two small environments
+  written into the workspace as a user would (`environments/<name>/<name>.py`, the env API):
+  their data is fixed here, so the pictures do not change when a bundled env's data does;
 - a training run: the files `workbench train` writes, written with the project's writers
   (`MetricsLogger`, `RunLog`, `write_json_atomic`; sampled rollouts are real eval records);
 - a GEPA run: hand-written files in the layout `workbench.gepa.recorder` writes.
@@ -29,6 +31,72 @@ from workbench.train.metrics import MetricsLogger
 from workbench.types import Completion, Messages, SamplingParams
 
 CREATED = "2026-01-02T03:04:05+00:00"
+
+# Workspace environments (module name -> source): a single-turn env with a partial-credit reward,
+# and a tool env (one deterministic tool) for conversations with tool calls and tool results.
+TEST_ENVS = {
+    "reverse_words": '''"""reverse-words: reverse a phrase character by character (single turn, partial credit)."""
+from difflib import SequenceMatcher
+
+from workbench.envs import Rubric, SingleTurnEnv, XMLParser
+
+PHRASES = ["bear", "apple river", "stone cloud green", "quiet light", "table paper", "music bread water",
+           "night house", "smile", "dance field", "storm ocean tiger", "lemon candle", "forest garden window"]
+
+
+def lcs_reward(completion, answer, parser) -> float:
+    parsed = parser.parse_answer(completion)
+    return 0.0 if parsed is None else SequenceMatcher(None, parsed, answer).ratio()
+
+
+def load_environment():
+    parser = XMLParser(["reversed_text"], answer_field="reversed_text")
+    rows = [{"question": p, "answer": p[::-1]} for p in PHRASES]
+    rubric = Rubric([lcs_reward, parser.get_format_reward_func()], weights=[1.0, 0.0], parser=parser)
+    return SingleTurnEnv(dataset=lambda: rows, eval_dataset=lambda: rows, parser=parser, rubric=rubric,
+                         system_prompt="Reverse the text character by character. Put your answer in <reversed_text> tags.")
+''',
+    "lookup_facts": '''"""lookup-facts: answer a question with a lookup tool (tool calls and results)."""
+from workbench.envs import Rubric, ToolEnv, XMLParser
+
+FACTS = {"Ada Quill": "Ada Quill (1801-1870) was a glassblower born in Lake Orvin.",
+         "Rios Zirus": "Rios Zirus worked for the Tridrea Works, a maker of lenses.",
+         "Mel Odrin": "Mel Odrin invented the lumenpress in 1827."}
+
+
+def lookup(query: str) -> str:
+    """Facts about the people named in the query.
+
+    Args:
+        query: a question or a name.
+    """
+    return " ".join(fact for name, fact in FACTS.items() if name in query) or "no match"
+
+
+def exact_answer(completion, answer, parser) -> float:
+    return float((parser.parse_answer(completion) or "").strip() == answer)
+
+
+def load_environment():
+    parser = XMLParser(["answer"], answer_field="answer")
+    rows = [{"question": "Where was Ada Quill born?", "answer": "Lake Orvin"},
+            {"question": "Who did Rios Zirus work for?", "answer": "Tridrea Works"},
+            {"question": "What did Mel Odrin invent?", "answer": "the lumenpress"}]
+    return ToolEnv([lookup], dataset=lambda: rows, eval_dataset=lambda: rows, parser=parser,
+                   rubric=Rubric([exact_answer], parser=parser), max_turns=3,
+                   system_prompt="Answer with the lookup tool. Reply with the answer in <answer> tags.")
+''',
+}
+
+
+def install_test_envs(root: Path) -> None:
+    """Write the test environments into `root`/environments (idempotent)."""
+    for name, source in TEST_ENVS.items():
+        folder = root / "environments" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.py"
+        if not path.exists() or path.read_text() != source:
+            path.write_text(source)
 
 
 def _hash(*parts: Any) -> int:
@@ -90,6 +158,9 @@ def normalize_run(run_dir: Path, run_id: str, created_at: str = CREATED) -> Path
 
 def make_eval(env_id: str, client: Any, n: int, r: int, run_id: str, model: str = "echo",
               created_at: str = CREATED, max_tokens: int | None = None) -> Path:
+    from workbench.workspace import workspace_root
+
+    install_test_envs(workspace_root())
     config = EvalConfig(env_id=env_id, model=model, num_examples=n, rollouts_per_example=r, max_concurrent=1,
                         max_tokens=max_tokens)
     result = run_eval(config, client=client)
@@ -115,14 +186,14 @@ def keepalive_pid() -> int:
     return _KEEPALIVE[0].pid
 
 
-def make_train_run(root: Path, name: str = "reverse-text--tiny--20260102-030405-abcd", *, steps: int = 6,
+def make_train_run(root: Path, name: str = "reverse-words--tiny--20260102-030405-abcd", *, steps: int = 6,
                    max_steps: int = 10, status: str = "running", pid: int | None = None,
                    rollouts_from: Path | None = None) -> Path:
     """A training run folder as `workbench train` leaves it mid-run (status `running` with a live
     pid, `keepalive_pid()`, by default), with `steps` metric lines, sampled rollouts per step and two checkpoints."""
     run_dir = root / "outputs" / "runs" / name
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(f'model = "tiny"\nmax_steps = {max_steps}\n[[env]]\nid = "reverse-text"\n')
+    (run_dir / "config.toml").write_text(f'model = "tiny"\nmax_steps = {max_steps}\n[[env]]\nid = "reverse-words"\n')
     log = RunLog(run_dir / "run.log")
     log.write("start pid=1234")
     wandb = SimpleNamespace(mode="disabled", project=None, name=None, entity=None)
@@ -139,8 +210,8 @@ def make_train_run(root: Path, name: str = "reverse-text--tiny--20260102-030405-
     logger.close()
     _normalize_log(run_dir / "run.log")
     write_json_atomic(run_dir / "metadata.json", {
-        "kind": "train", "run_id": name, "model": "tiny", "mode": "rl", "env_ids": ["reverse-text"],
-        "env_id": "reverse-text", "max_steps": max_steps, "created_at": CREATED, "updated_at": CREATED,
+        "kind": "train", "run_id": name, "model": "tiny", "mode": "rl", "env_ids": ["reverse-words"],
+        "env_id": "reverse-words", "max_steps": max_steps, "created_at": CREATED, "updated_at": CREATED,
         "pid": keepalive_pid() if pid is None else pid, "status": status, "step": steps,
         "reward_mean": train_metrics(steps)["reward/mean"],
     })
@@ -177,7 +248,7 @@ BEST_PROMPT = ("Reverse the text character by character, last character first.\n
 
 def make_gepa_run(root: Path, run_id: str = "20260102-030405-9e9e", status: str = "finished") -> Path:
     """A GEPA run folder in the layout `workbench gepa run` writes."""
-    run_dir = root / "environments" / "reverse_text" / "outputs" / "gepa" / "reverse-text--echo" / run_id
+    run_dir = root / "environments" / "reverse_words" / "outputs" / "gepa" / "reverse-words--echo" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     candidates = [
         {"index": 0, "val_score": 0.42, "val_examples": 4, "parents": [], "discovered_at_calls": 0, "prompt": SEED_PROMPT},
@@ -186,7 +257,7 @@ def make_gepa_run(root: Path, run_id: str = "20260102-030405-9e9e", status: str 
         {"index": 2, "val_score": 0.71, "val_examples": 4, "parents": [1], "discovered_at_calls": 48, "prompt": BEST_PROMPT},
     ]
     write_json_atomic(run_dir / "metadata.json", {
-        "kind": "gepa", "status": status, "run_id": run_id, "env_id": "reverse-text", "model": "echo",
+        "kind": "gepa", "status": status, "run_id": run_id, "env_id": "reverse-words", "model": "echo",
         "created_at": CREATED, "updated_at": CREATED, "config": {"max_calls": 100}, "seed_prompt": SEED_PROMPT,
         "seed_score": 0.42, "best_score": 0.71, "best_candidate": 2, "num_candidates": 3, "candidates": candidates,
         "metric_calls_used": 72, "max_calls": 100, "iterations": 3,
@@ -221,10 +292,10 @@ def shared_workspace(root: Path) -> Iterator[dict[str, Path]]:
 
 def build_workspace(root: Path) -> dict[str, Path]:
     """Every kind of run the TUI shows. Needs $WORKBENCH_WORKSPACE = root (the `workspace` fixture)."""
-    varied = make_eval("reverse-text", VariedClient(), 12, 4, "20260102-030405-aaaa")
-    base = make_eval("reverse-text", EchoClient(mode="echo"), 12, 4, "20260101-030405-bbbb", model="echo",
+    varied = make_eval("reverse-words", VariedClient(), 12, 4, "20260102-030405-aaaa")
+    base = make_eval("reverse-words", EchoClient(mode="echo"), 12, 4, "20260101-030405-bbbb", model="echo",
                      created_at="2026-01-01T03:04:05+00:00")
-    tools = make_eval("wiki-search", EchoClient(), 3, 2, "20260102-030405-cccc", created_at="2026-01-02T02:04:05+00:00")
+    tools = make_eval("lookup-facts", EchoClient(), 3, 2, "20260102-030405-cccc", created_at="2026-01-02T02:04:05+00:00")
     train = make_train_run(root, rollouts_from=varied)
     gepa = make_gepa_run(root)
     return {"varied": varied, "base": base, "tools": tools, "train": train, "gepa": gepa}

@@ -101,8 +101,8 @@ class CheckpointsScreen(WorkbenchScreen):
         yield Static(f"[b]Checkpoints[/b] · {self.run.env} · {self.run.model} · [dim]{self.run.run_id}[/]",
                      classes="screen-title")
         yield DataTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
-        yield Static("Evals of these checkpoints and the base model · space marks two · c compares · "
-                     "enter opens", id="evals-title", classes="section-title")
+        yield Static("Evals of these checkpoints and the base model · space: mark · c: compare",
+                     id="evals-title", classes="section-title")
         yield DataTable(id="ckpt-evals", cursor_type="row", zebra_stripes=True)
         yield Footer()
 

@@ -53,7 +53,7 @@ class TrainMonitorScreen(WorkbenchScreen):
     def compose(self) -> ComposeResult:
         yield Static(id="monitor-title", classes="screen-title")
         with Horizontal(id="monitor-progress"):
-            yield ProgressBar(total=None, show_eta=False, id="step-bar")
+            yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="step-bar")
             yield Static(id="monitor-eta")
         with TabbedContent(id="monitor-tabs"):
             with TabPane("Curves", id="curves"):

@@ -35,7 +35,7 @@ class VirtualTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "first", "First", show=False),
         Binding("end", "last", "Last", show=False),
-        Binding("enter", "select", "Select", show=False),
+        Binding("enter", "select", "Open"),
     ]
 
     class _RowMessage(Message):
