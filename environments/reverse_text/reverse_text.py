@@ -15,14 +15,13 @@ from workbench.types import Example, Messages
 
 SYSTEM_PROMPT = "Reverse the text character by character. Put your answer in <reversed_text> tags."
 
+# 48 common words: phrases are new combinations of a small vocabulary, so a small model can
+# partly learn the reversals and RL has room to improve them.
 WORDS = (
     "apple river stone cloud green quiet light table paper music bread water night house smile "
     "dance field storm ocean tiger lemon candle forest garden window silver planet rocket winter "
     "summer yellow purple orange banana cherry violin guitar pencil rabbit turtle dragon castle "
-    "bridge market sunset island desert valley meadow shadow mirror spirit bottle jacket pillow "
-    "blanket coffee butter honey pepper ginger salt sugar milk rice corn bean leaf tree bird fish "
-    "wolf bear deer frog moon star rain snow wind fire sand rock gold iron glass wood rope ship "
-    "road path door wall roof key lamp book note song word line page card game ball kite drum bell"
+    "bridge market sunset island desert valley"
 ).split()
 
 
