@@ -24,7 +24,8 @@ from workbench.evaluate.summary import summarize
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
 from workbench.store.results import ResultsWriter, compact_results, read_groups, read_metadata, write_metadata
-from workbench.types import Group, SamplingParams
+from workbench.envs.environment import Environment
+from workbench.types import Example, Group, SamplingParams
 from workbench.workspace import eval_runs_dir, new_run_id
 
 METADATA_INTERVAL_S = 1.0  # how often progress is written to metadata.json for watchers (the TUI)
@@ -128,7 +129,8 @@ async def preflight(client: Client) -> None:
         raise UserError(f"cannot use the model server: {exc}") from exc
 
 
-async def _run(config, env, client, examples, sampling, run_dir: Path, reporter: Reporter) -> EvalResult:
+async def _run(config: EvalConfig, env: Environment, client: Client, examples: list[Example],
+               sampling: SamplingParams, run_dir: Path, reporter: Reporter) -> EvalResult:
     r = config.rollouts_per_example
     done_groups = read_groups(run_dir, r) if (run_dir / "results.jsonl").exists() else []
     if done_groups:

@@ -33,6 +33,7 @@ import orjson
 
 from workbench.engine import run_rollouts
 from workbench.errors import UserError
+from workbench.evaluate.service import now_iso
 from workbench.events import NullReporter, Reporter
 from workbench.store.files import write_json_atomic
 from workbench.train.batches import collect_step
@@ -101,7 +102,7 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
             history.append({"step": step, **metrics})
             ctx.log.write(step_line(step, metrics, config.max_steps))
             reporter.step_done(step, metrics)
-            metadata.update(step=step, updated_at=_now(), reward_mean=metrics.get("reward/mean"),
+            metadata.update(step=step, updated_at=now_iso(), reward_mean=metrics.get("reward/mean"),
                             eval_reward_mean=metrics.get("eval/reward_mean", metadata.get("eval_reward_mean")))
             write_json_atomic(run_dir / "metadata.json", metadata)
             if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stop.requested:
@@ -117,7 +118,7 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
         reporter.finish()
         logger.close()
         await ctx.client.close()
-        metadata.update(status=status, updated_at=_now())
+        metadata.update(status=status, updated_at=now_iso())
         write_json_atomic(run_dir / "metadata.json", metadata)
         ctx.log.write(f"{status} at step {step}")
     return TrainResult(run_dir, status, step, history)
@@ -226,12 +227,6 @@ def _func_means(rollouts: list[Any]) -> dict[str, float]:
 def _std(values: list[float]) -> float:
     mean = sum(values) / len(values)
     return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
-
-
-def _now() -> str:
-    from workbench.evaluate.service import now_iso
-
-    return now_iso()
 
 
 class _StopFlag:
