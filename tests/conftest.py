@@ -11,6 +11,23 @@ SHARED = REPO.parent / "shared"
 
 
 @pytest.fixture
+def echo():
+    """An echo backend that records its calls (tests/servers.py)."""
+    from tests.servers import EchoBackend
+
+    return EchoBackend("echo-model")
+
+
+@pytest.fixture
+def url(echo):
+    """Base URL of `echo` served over real HTTP on 127.0.0.1 (no /v1)."""
+    from tests.servers import make_app, serve_in_thread
+
+    with serve_in_thread(make_app(echo)) as base_url:
+        yield base_url
+
+
+@pytest.fixture
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty workspace folder, current directory and $WORKBENCH_WORKSPACE."""
     monkeypatch.setenv("WORKBENCH_WORKSPACE", str(tmp_path))

@@ -125,6 +125,18 @@ def make_app(client: Any, *, served_model_name: str | None = None, middlewares: 
     return create_app(client, served_model_name=served_model_name or client.model, middlewares=middlewares)
 
 
+def slow_echo_app(delay_s: float) -> web.Application:
+    """An echo server that takes `delay_s` per chat request (so a run is still going when stopped)."""
+
+    @web.middleware
+    async def delay(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        if request.path.endswith("/chat/completions"):
+            await asyncio.sleep(delay_s)
+        return await handler(request)
+
+    return make_app(EchoBackend(), middlewares=(delay,))
+
+
 @contextlib.contextmanager
 def serve_in_thread(app: web.Application, host: str = "127.0.0.1") -> Iterator[str]:
     """Serve `app` on a free port from a background thread with its own event loop.

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -13,19 +12,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from aiohttp import web
 
-from tests.servers import EchoBackend, make_app, serve_in_thread
-
-
-def slow_app(delay_s: float) -> web.Application:
-    @web.middleware
-    async def delay(request, handler):
-        if request.path.endswith("/chat/completions"):
-            await asyncio.sleep(delay_s)
-        return await handler(request)
-
-    return make_app(EchoBackend(), middlewares=(delay,))
+from tests.servers import EchoBackend, make_app, serve_in_thread, slow_echo_app
 
 
 def run_cli(*args: str, cwd: Path, **kw) -> subprocess.Popen:
@@ -69,7 +57,7 @@ def test_eval_saves_layout_and_show_exports(tmp_path: Path):
 
 
 def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
-    with serve_in_thread(slow_app(0.15)) as url:
+    with serve_in_thread(slow_echo_app(0.15)) as url:
         args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "20", "-r", "2", "-c", "2"]
         proc = run_cli(*args, cwd=tmp_path)
         evals = tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo"

@@ -44,16 +44,6 @@ async def with_retries(call: Callable[[], Awaitable[list[Completion]]], attempts
     raise AssertionError("unreachable")
 
 
-@pytest.fixture
-def echo() -> EchoBackend:
-    return EchoBackend("echo-model")
-
-
-@pytest.fixture
-def url(echo: EchoBackend):
-    with serve_in_thread(make_app(echo)) as base_url:
-        yield base_url
-
 
 async def test_is_a_client() -> None:
     assert isinstance(OpenAIClient("http://127.0.0.1:1/v1", "m"), Client)

@@ -18,16 +18,6 @@ from workbench.types import Completion
 HELLO = [{"role": "user", "content": "hello"}]
 
 
-@pytest.fixture
-def echo() -> EchoBackend:
-    return EchoBackend("echo-model")
-
-
-@pytest.fixture
-def url(echo: EchoBackend):
-    with serve_in_thread(make_app(echo)) as base_url:
-        yield base_url
-
 
 async def post(url: str, body: Any, *, raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
     async with aiohttp.ClientSession() as session:

@@ -6,16 +6,14 @@ The child is `workbench eval run reverse-text -m echo -b URL/v1` against an echo
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import time
 from pathlib import Path
 
-from aiohttp import web
 
-from tests.servers import EchoBackend, make_app, serve_in_thread
+from tests.servers import serve_in_thread, slow_echo_app
 from tests.tui_data import wait_for
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.launch import LaunchScreen
@@ -23,16 +21,6 @@ from workbench.tui.screens.log import LogScreen
 from workbench.tui.widgets.runs_table import RunsTable
 
 SIZE = (80, 24)
-
-
-def slow_server(delay_s: float) -> web.Application:
-    @web.middleware
-    async def delay(request, handler):
-        if request.path.endswith("/chat/completions"):
-            await asyncio.sleep(delay_s)
-        return await handler(request)
-
-    return make_app(EchoBackend(), middlewares=(delay,))
 
 
 async def launch_eval_from_ui(pilot, app: WorkbenchApp, url: str) -> None:
@@ -58,7 +46,7 @@ def metadata(run_dir: Path) -> dict:
 
 
 async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
-    with serve_in_thread(slow_server(0.15)) as url:
+    with serve_in_thread(slow_echo_app(0.15)) as url:
         app = WorkbenchApp(workspace, poll_s=0.3)
         async with app.run_test(size=SIZE) as pilot:
             await launch_eval_from_ui(pilot, app, url)
@@ -96,7 +84,7 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
 
 
 async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
-    with serve_in_thread(slow_server(0.15)) as url:
+    with serve_in_thread(slow_echo_app(0.15)) as url:
         app = WorkbenchApp(workspace, poll_s=0.3)
         async with app.run_test(size=SIZE) as pilot:
             await launch_eval_from_ui(pilot, app, url)

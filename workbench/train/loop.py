@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,7 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
     completion_tokens = sum(r.usage.get("completion_tokens", 0) for r in all_rollouts)
     metrics.update({
         "reward/mean": sum(rewards) / len(rewards),
-        "reward/std": _std(rewards),
+        "reward/std": statistics.pstdev(rewards),
         **{f"reward/{name}": value for name, value in _func_means(all_rollouts).items()},
         "train/learning_rate": scheduler.get_last_lr()[0],
         "rollout/mean_length": completion_tokens / max(len(all_rollouts), 1),
@@ -222,11 +223,6 @@ def _func_means(rollouts: list[Any]) -> dict[str, float]:
         for name, value in r.rewards.items():
             sums.setdefault(name, []).append(value)
     return {name: sum(v) / len(v) for name, v in sums.items()}
-
-
-def _std(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
 
 
 class _StopFlag:
