@@ -34,18 +34,23 @@ def test_tiny_reward_band_on_reverse_text(tiny_workspace: Path):
     result = run_eval(config)
     summary = result.summary
     assert result.status == "finished" and summary["errors"] == 0
-    assert 0.2 <= summary["reward_mean"] <= 0.8, summary["reward_mean"]
+    # Warm-started to use the answer format about half the time (bootstrap.py says why): reward
+    # is low but not zero, and RL has both the format and the reversals to improve.
+    assert 0.02 <= summary["reward_mean"] <= 0.5, summary["reward_mean"]
+    formatted = [r.metrics["format_reward"] for g in result.groups for r in g.rollouts]
+    assert 0.05 <= sum(formatted) / len(formatted) <= 0.8
     varied = sum(g.std > 1e-9 for g in result.groups)
     assert varied / len(result.groups) > 0.5  # reward variance inside most groups
 
 
 def test_alphabet_sort_multi_turn_runs(tiny_workspace: Path):
-    config = EvalConfig(env_id="alphabet-sort", model="tiny", num_examples=4, rollouts_per_example=2,
+    config = EvalConfig(env_id="alphabet-sort", model="tiny", num_examples=8, rollouts_per_example=4,
                         env_args={"max_turns": 3}, max_tokens=96)
     result = run_eval(config)
     assert result.status == "finished" and result.summary["errors"] == 0
     assert result.summary["num_turns_mean"] >= 1.0
-    assert 0.0 < result.summary["reward_mean"]
+    # a 1M-parameter model rarely sorts right (reward ~0.02), but it does answer in the format
+    assert any(r.metrics["format_reward"] > 0 for g in result.groups for r in g.rollouts)
 
 
 def test_eval_over_http_against_workbench_serve(tiny_workspace: Path):

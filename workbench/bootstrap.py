@@ -7,6 +7,7 @@ Idempotent: files that exist are left alone (a user's edits are never overwritte
 from __future__ import annotations
 
 import filecmp
+import random
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,12 @@ BUNDLED_ENVS = ("reverse_text", "alphabet_sort", "gsm8k", "math_python", "wordle
 # tasks a 1M-parameter model can partly learn in a minute. Share of demonstrations per env:
 # mostly reverse-text (the env RL is shown on), enough alphabet-sort to hold a conversation.
 TINY_DEMO_SHARES = {"reverse_text": 0.85, "alphabet_sort": 0.15}
+# Share of each env's demonstrations answered in plain text, without the tags its parser
+# reads (they score 0). Like a base model that has not yet learned an environment's answer
+# format: the warm start uses the format about half the time, and learning to always use it
+# is a prompt-independent skill RL picks up in minutes on a CPU and that carries over to
+# held-out prompts (on top of sharpening the reversals themselves). 0 = always formatted.
+TINY_UNFORMATTED_SHARES = {"reverse_text": 0.5}
 
 
 def scaffold_source() -> Path:
@@ -81,8 +88,13 @@ def tiny_demonstrations(total: int) -> list[list[dict]]:
         module = import_env_module(EnvSource(name, bundled_environments_dir() / name, "bundled"))
         env = module.load_environment(num_train_examples=count)
         env.env_id = name.replace("_", "-")
+        unformatted = TINY_UNFORMATTED_SHARES.get(name, 0.0)
+        pick = random.Random(name)
         for example in env.get_examples(count, split="train"):
-            demos.append(example.prompt + env.reference_completion(example))
+            reference = env.reference_completion(example)
+            if pick.random() < unformatted:
+                reference = [{"role": "assistant", "content": example.answer}]
+            demos.append(example.prompt + reference)
     return demos
 
 

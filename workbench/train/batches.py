@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,9 @@ class StepBatch:
     dropped: int = 0
     sampled_examples: int = 0
     all_groups: list[Group] = field(default_factory=list)  # including dropped ones (for logging)
+    policy_version: int = 0  # optimizer steps in the weights being served when generation began
+    generation_s: float = 0.0
+    off_policy_dropped: int = 0  # groups replaced because their policy was too old
 
 
 def sample_examples(env: Environment, n: int, rng: random.Random) -> list[Example]:
@@ -45,11 +49,15 @@ def keep_group(group: Group, config: Any) -> bool:
     return f.min_reward <= group.mean <= f.max_reward
 
 
-async def collect_step(env: Environment, client: Client, config: Any, step: int, sampling: SamplingParams) -> StepBatch:
-    needed = config.batch_size // config.rollouts_per_example
-    rng = random.Random(f"{config.seed}:{step}")  # per-step stream: resume replays the same examples
+async def collect_step(env: Environment, client: Client, config: Any, step: int, sampling: SamplingParams, *,
+                       policy_version: int = 0, needed: int | None = None, draw: str = "") -> StepBatch:
+    """`needed` groups (default: a full batch) for `step`; `draw` salts the example stream so a
+    refill of the same step gets other examples."""
+    started = time.perf_counter()
+    needed = config.batch_size // config.rollouts_per_example if needed is None else needed
+    rng = random.Random(f"{config.seed}:{step}{draw}")  # per-step stream: resume replays the same examples
     budget = max(needed, int(needed * config.difficulty_filter.oversampling_factor)) if config.difficulty_filter.enabled else needed
-    batch = StepBatch(groups=[])
+    batch = StepBatch(groups=[], policy_version=policy_version)
     while len(batch.groups) < needed and batch.sampled_examples < budget:
         want = min(needed - len(batch.groups), budget - batch.sampled_examples)
         examples = sample_examples(env, want, rng)
@@ -60,7 +68,7 @@ async def collect_step(env: Environment, client: Client, config: Any, step: int,
         collected: list[Group] = []
         await run_rollouts(env, client, examples, rollouts_per_example=config.rollouts_per_example,
                            sampling=sampling, max_concurrent=max(64, config.batch_size), on_group=collected.append,
-                           policy_version=step)
+                           policy_version=policy_version)
         collected.sort(key=lambda g: g.example_id)
         batch.all_groups.extend(collected)
         for group in collected:
@@ -69,4 +77,5 @@ async def collect_step(env: Environment, client: Client, config: Any, step: int,
             else:
                 batch.dropped += 1
     batch.groups = batch.groups[:needed]
+    batch.generation_s = time.perf_counter() - started
     return batch

@@ -13,16 +13,22 @@ One RL step reads top to bottom in `_rl_step`:
      (grpo / dapo / cispo), optional k3 KL to the reference, micro-batches with accumulation
   5. gradient clipping, AdamW, warmup; metrics, sampled rollouts, checkpoint
 
-Simplifications: generation and training take turns on this machine (the trainer's own model
-serves generation through LocalClient, no weight copies), so rollouts always come from the
-current policy — lag 0, which satisfies any `max_async_level` and makes runs reproducible
-(resume gives the same result as an uninterrupted run). Overlapping them needs separate
-inference servers (server mode).
+Colocated (the default): generation and training take turns on this machine (the trainer's
+own model serves generation through LocalClient, no weight copies), so rollouts always come
+from the current policy — lag 0, which satisfies any `max_async_level` and makes runs
+reproducible (resume gives the same result as an uninterrupted run).
+
+Server mode (`[inference] mode = "server"`): rollouts come from OpenAI-compatible servers
+(vLLM, `workbench serve`) with their token ids and logprobs; the batch for step n+1 is
+generated while step n trains in a thread (`rollout_source.py`, bounded by
+`max_async_level`), and after each step the new weights are pushed to every server
+(`publish.py`). Runs are then not bit-reproducible: which policy a rollout saw depends on timing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import statistics
 import time
@@ -39,6 +45,7 @@ from workbench.events import NullReporter, Reporter
 from workbench.store.files import write_json_atomic
 from workbench.train.batches import collect_step
 from workbench.train.checkpoint import list_checkpoints, load_trainer_state, read_step_info, save_checkpoint, set_rng_state
+from workbench.train.rollout_source import RolloutSource
 from workbench.train.metrics import MetricsLogger, step_line, truncate_metrics
 from workbench.train.optimize import NonFiniteLoss, adapt_kl_beta, make_optimizer, train_on_samples
 from workbench.train.samples import groups_to_samples
@@ -90,7 +97,13 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
     history: list[dict[str, Any]] = []
     status, step = "failed", start_step
     reporter.start(f"train {run_dir.name}", config.max_steps, start_step)
+    ctx.clock.version = start_step
+    if ctx.env is not None:
+        ctx.source = RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(config, s),
+                                   asynchronous=ctx.publisher is not None)
     try:
+        if ctx.publisher is not None:
+            await ctx.publisher.start(start_step, checkpoint)
         if start_step == 0 and config.eval.interval > 0 and config.mode == "rl":
             logger.log(0, await _held_out_eval(ctx, config))
         while step < config.max_steps and not stop.requested:
@@ -115,6 +128,8 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
         metadata["error"] = f"non-finite loss at step {step}: {exc}"
         raise TrainingFailed(f"training stopped at step {step}: {exc} (NaN/inf){where}") from exc
     finally:
+        if ctx.source is not None:
+            await ctx.source.close()
         stop.restore()
         reporter.finish()
         logger.close()
@@ -127,15 +142,20 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
 
 async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
     started = time.perf_counter()
-    ctx.policy.model.eval()
-    batch = await collect_step(ctx.env, ctx.client, config, step, _sampling(config, step))
-    generation_s = time.perf_counter() - started
+    if ctx.publisher is None:
+        ctx.policy.model.eval()  # colocated: the trainer's own model generates
+    batch = await ctx.source.batch_for(step)
+    wait_s = time.perf_counter() - started
     _write_rollouts(ctx.run_dir, step, batch.all_groups)
     samples = groups_to_samples(batch.groups, config)
     rollouts = [r for g in batch.groups for r in g.rollouts]
-    metrics: dict[str, Any] = {"filter/dropped_groups": batch.dropped, "rollout/generation_time": generation_s}
+    lag = (step - 1) - batch.policy_version
+    metrics: dict[str, Any] = {"filter/dropped_groups": batch.dropped, "rollout/generation_time": batch.generation_s,
+                               "policy/lag": lag, "policy/off_policy_dropped": batch.off_policy_dropped}
     if samples and any(s.advantage != 0 for s in samples):
-        stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, kl_beta=ctx.kl_beta)
+        train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config, kl_beta=ctx.kl_beta)
+        # Server mode trains in a thread so the event loop keeps generating the next batch.
+        stats = await asyncio.to_thread(train) if ctx.publisher is not None else train()
         if config.kl_penalty.enabled:
             ctx.kl_beta = adapt_kl_beta(ctx.kl_beta, stats.kl, config.kl_penalty.target_kl)
             metrics["policy/kl_beta"] = ctx.kl_beta
@@ -145,6 +165,8 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
                         "time/optimizer": stats.optimizer_s})
     else:  # every group filtered out or zero advantage: nothing to learn this step
         metrics.update({"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0})
+    sync_s = await ctx.publisher.publish(step) if ctx.publisher is not None else 0.0
+    await ctx.clock.advance(step)
     all_rollouts = [r for g in batch.all_groups for r in g.rollouts]
     rewards = [r.reward for r in all_rollouts] or [0.0]
     step_s = time.perf_counter() - started
@@ -158,11 +180,15 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
         "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
         "rollout/errors": sum(r.error is not None for r in all_rollouts),
         "rollout/trained_samples": len(samples) if rollouts else 0,
-        "policy/lag": 0,
         "perf/tokens_per_s": (completion_tokens + sum(len(s.input_ids) for s in samples)) / step_s,
+        "time/wait_rollouts": wait_s,
         "time/step": step_s,
     })
-    metrics["time/other"] = max(0.0, step_s - generation_s - metrics["time/forward_backward"] - metrics["time/optimizer"])
+    if ctx.publisher is not None:
+        metrics["time/weight_sync"] = sync_s
+    # Colocated, generation happens inside the wait; async, it overlaps the previous step.
+    busy = (wait_s if ctx.publisher is not None else batch.generation_s) + sync_s
+    metrics["time/other"] = max(0.0, step_s - busy - metrics["time/forward_backward"] - metrics["time/optimizer"])
     return metrics
 
 
@@ -219,8 +245,8 @@ def _write_rollouts(run_dir: Path, step: int, groups: list[Any]) -> None:
 
 def _func_means(rollouts: list[Any]) -> dict[str, float]:
     sums: dict[str, list[float]] = {}
-    for r in rollouts:
-        for name, value in r.rewards.items():
+    for r in rollouts:  # weighted reward functions, and the weight-0 ones kept as metrics
+        for name, value in {**r.rewards, **r.metrics}.items():
             sums.setdefault(name, []).append(value)
     return {name: sum(v) / len(v) for name, v in sums.items()}
 

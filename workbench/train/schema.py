@@ -106,7 +106,8 @@ class SFTConfig(Section):
 
 class InferenceConfig(Section):
     mode: Literal["colocated", "server"] = Field("colocated", description="'colocated': the trainer's own model generates rollouts (one machine, CPU or GPU). 'server': rollouts come from OpenAI-compatible (vLLM) servers that receive weight updates.")
-    base_urls: list[str] = Field(default_factory=list, description="Server mode: base URLs of running inference servers.")
+    base_urls: list[str] = Field(default_factory=list, description="Server mode: inference servers, each a base URL ('http://host:8000/v1') or an endpoint id from configs/endpoints.toml; requests are spread over all of them and every one receives the weight updates.")
+    api_key_var: str | None = Field(None, description="Server mode: environment variable holding the servers' API key (endpoint ids carry their own).")
     launch: bool = Field(False, description="Server mode: start a vLLM server on inference.gpu_ids.")
     gpu_ids: list[int] = Field(default_factory=list, description="GPUs for the launched inference server.")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallel size.")

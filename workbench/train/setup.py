@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,8 @@ from workbench.envs.environment import Environment
 from workbench.errors import UserError
 from workbench.evaluate.service import RunLog, now_iso
 from workbench.train.policy import Policy, load_policy
+from workbench.train.publish import WeightPublisher, server_client
+from workbench.train.rollout_source import PolicyClock, RolloutSource
 from workbench.train.samples import Sample
 from workbench.workspace import model_label, new_run_id, runs_dir
 
@@ -28,6 +30,9 @@ class TrainContext:
     saved_config: dict[str, Any]
     sft_data: SFTData | None = None
     kl_beta: float = 0.0  # current KL coefficient (adapted toward kl_penalty.target_kl when set)
+    source: RolloutSource | None = None  # each step's batch (on demand, or generated ahead)
+    clock: PolicyClock = field(default_factory=PolicyClock)  # the policy version inference serves
+    publisher: WeightPublisher | None = None  # server mode: pushes new weights to the servers
 
 
 def new_run_dir(config: Any) -> Path:
@@ -65,8 +70,13 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainC
     source = resolve_model_path(config.model)
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
-    client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
-                                    max_batch_size=max(64, config.batch_size))
+    if config.inference.mode == "server":
+        client = server_client(config)
+        publisher = WeightPublisher(policy, run_dir, config, client)
+    else:
+        client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
+                                        max_batch_size=max(64, config.batch_size))
+        publisher = None
     log = RunLog(run_dir / "run.log")
     log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
     metadata = {
@@ -83,7 +93,7 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainC
     if config.mode == "rl" and env is None:
         raise UserError("RL training needs at least one [[env]]")
     return TrainContext(run_dir, env, policy, client, log, metadata, config_for_saving(config), sft_data,
-                        kl_beta=config.kl_penalty.beta)
+                        kl_beta=config.kl_penalty.beta, publisher=publisher)
 
 
 class SFTData:
