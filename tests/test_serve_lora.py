@@ -12,7 +12,13 @@ import pytest
 
 from tests.servers import ServerProcess
 from tests.weights import (
-    chat, completion, make_adapter, post, reference_model, teacher_forced, workbench_servers,
+    chat,
+    completion,
+    make_adapter,
+    post,
+    reference_model,
+    teacher_forced,
+    workbench_servers,
 )
 
 LOAD, UNLOAD = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
@@ -49,8 +55,8 @@ def _other_base_adapter(out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model: Path) -> ServerProcess:
-    with workbench_servers(tiny_model, 1, "--enable-lora") as [process]:
+def server(tiny_model: Path, adapters: dict[str, Path]) -> ServerProcess:
+    with workbench_servers(tiny_model, 1, "--enable-lora", "--lora-modules", f"static={adapters['b']}") as [process]:
         yield process
 
 
@@ -70,6 +76,31 @@ def assert_generated_by(model: object, body: dict) -> None:
     greedy, local = teacher_forced(model, prompt_ids, ids)
     assert ids == greedy
     assert logprobs == pytest.approx(local, abs=2e-4)
+
+
+async def test_lora_modules_load_at_startup(server: ServerProcess, adapters: dict[str, Path],
+                                            references: dict[str, object]) -> None:
+    _, models = await _get_json(server.base_url, "/v1/models")
+    assert {"id": "static", "parent": "tiny", "root": str(adapters["b"])}.items() <= {
+        card["id"]: card for card in models["data"]}["static"].items()
+    assert_generated_by(references["b"], (await chat(server.base_url, "static"))[1])
+
+
+def test_serve_flag_mistakes_are_one_line_errors(tiny_model: Path, tmp_path: Path) -> None:
+    from tests.servers import REPO_ROOT
+    from tests.test_cli_errors import assert_one_line_error
+    from tests.test_cli_errors import workbench as run
+
+    def workbench(*args: str):  # this checkout's workbench, whatever is installed
+        return run(*args, cwd=tmp_path, env_extra={"PYTHONPATH": str(REPO_ROOT)})
+
+    model = str(tiny_model)
+    assert_one_line_error(workbench("serve", model, "--lora-modules", "a=/x"), "needs --enable-lora")
+    assert_one_line_error(workbench("serve", model, "--enable-lora", "--lora-modules", "a"), "NAME=PATH")
+    assert_one_line_error(workbench("serve", model, "--max-lora-rank", "12"), "one of 1, 8, 16")
+    missing = tmp_path / "missing"
+    assert_one_line_error(workbench("serve", model, "--enable-lora", "--lora-modules", f"a={missing}", "--port", "0"),
+                          f"--lora-modules a={missing}", "No adapter found")
 
 
 async def test_adapter_lifecycle_matches_vllm(server: ServerProcess, adapters: dict[str, Path],
@@ -146,19 +177,20 @@ async def test_unload(server: ServerProcess, adapters: dict[str, Path]) -> None:
 
 async def test_reload_while_requests_are_in_flight(server: ServerProcess, adapters: dict[str, Path],
                                                    references: dict[str, object]) -> None:
-    """Every reply comes wholly from one adapter version, however the swaps interleave."""
+    """In-place reloads while earlier requests are still running: every reply comes wholly
+    from one adapter version, and requests sent after a reload returned use the new one."""
     url = server.base_url
     await load(url, "a", adapters["a"], load_inplace=True)
-    requests = [asyncio.create_task(chat(url, "a")) for _ in range(16)]
-    for path in (adapters["b"], adapters["a"], adapters["b"]):
-        await asyncio.sleep(0.02)
-        assert (await load(url, "a", path, load_inplace=True))[0] == 200
-    for status, body in await asyncio.gather(*requests):
-        assert status == 200
-        prompt_ids, ids, _ = completion(body)
-        fits = [teacher_forced(references[n], prompt_ids, ids)[0] == ids for n in ("a", "b")]
-        assert any(fits)
-    await load(url, "a", adapters["a"], load_inplace=True)
+    waves: list[tuple[str | None, list[asyncio.Task]]] = [(None, [asyncio.create_task(chat(url, "a")) for _ in range(4)])]
+    for version in ("b", "a", "b", "a"):
+        assert (await load(url, "a", adapters[version], load_inplace=True))[0] == 200  # earlier waves still running
+        waves.append((version, [asyncio.create_task(chat(url, "a")) for _ in range(4)]))
+    for version, tasks in waves:
+        for status, body in await asyncio.gather(*tasks):
+            assert status == 200
+            prompt_ids, ids, _ = completion(body)
+            fits = {n for n in ("a", "b") if teacher_forced(references[n], prompt_ids, ids)[0] == ids}
+            assert fits == {version} if version else fits, (version, fits)  # the first wave raced the first reload
 
 
 async def test_lora_endpoints_need_enable_lora(url: str) -> None:
@@ -169,6 +201,5 @@ async def test_lora_endpoints_need_enable_lora(url: str) -> None:
 async def _get_json(url: str, path: str) -> tuple[int, dict]:
     import aiohttp
 
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{url}{path}") as response:
-            return response.status, await response.json()
+    async with aiohttp.ClientSession() as session, session.get(f"{url}{path}") as response:
+        return response.status, await response.json()

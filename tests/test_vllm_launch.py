@@ -15,7 +15,12 @@ import pytest
 from workbench.errors import UserError
 from workbench.inference import vllm_launch
 from workbench.inference.vllm_launch import (
-    VLLM_EXECUTABLE, ManagedServer, ServerStartError, launch_vllm, vllm_lora_rank, vllm_plan,
+    VLLM_EXECUTABLE,
+    ManagedServer,
+    ServerStartError,
+    launch_vllm,
+    vllm_lora_rank,
+    vllm_plan,
     vllm_unavailable_reason,
 )
 from workbench.train.schema import InferenceConfig, LoraConfig, TrainConfig
@@ -105,9 +110,8 @@ def test_early_exit_reports_code_and_log_tail(tiny_model: Path, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_VLLM_EXIT", "3")
     server, _ = launch_vllm(train_config(tiny_model), tmp_path, executable=FAKE)
-    with pytest.raises(ServerStartError) as info:
-        with server:
-            pass
+    with pytest.raises(ServerStartError) as info, server:
+        pass
     message = str(info.value)
     assert message.splitlines()[0] == f"vLLM exited with code 3 before it was ready; last lines of {tmp_path / 'vllm.log'}:"
     assert "CUDA out of memory" in message
@@ -119,9 +123,8 @@ def test_startup_timeout_stops_the_process(tmp_path: Path, monkeypatch: pytest.M
     server = ManagedServer([*FAKE, "serve", "m", "--port", str(port)], tmp_path / "vllm.log",
                            f"http://127.0.0.1:{port}/health", startup_timeout_s=1.5, poll_s=0.1)
     start = time.monotonic()
-    with pytest.raises(ServerStartError, match=r"was not healthy at .* after 1.5s \(stopped it\)"):
-        with server:
-            pass
+    with pytest.raises(ServerStartError, match=r"was not healthy at .* after 1.5s \(stopped it\)"), server:
+        pass
     assert time.monotonic() - start < 20
     assert server.process.poll() is not None
 

@@ -11,7 +11,13 @@ import pytest
 
 from tests.servers import FaultInjector, ServerProcess, serve_in_thread
 from tests.weights import (
-    chat, completion, make_adapter, make_perturbed_model, reference_model, teacher_forced, workbench_servers,
+    chat,
+    completion,
+    make_adapter,
+    make_perturbed_model,
+    reference_model,
+    teacher_forced,
+    workbench_servers,
 )
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
 from workbench.inference.server import create_app
@@ -69,7 +75,7 @@ async def test_switch_lora_reaches_every_server_and_moves_the_client(
         step_1 = [await first_ids(client) for _ in servers]  # round-robin: one reply per server
         assert step_1[0] == step_1[1] != base[0]
         reference = reference_model(tiny_model, folders["step_1"])
-        status, body = await chat(servers[0].base_url, "step_1")
+        _, body = await chat(servers[0].base_url, "step_1")
         prompt_ids, ids, _ = completion(body)
         assert ids == step_1[0] and teacher_forced(reference, prompt_ids, ids)[0] == ids
 
@@ -100,7 +106,7 @@ async def test_update_weights_reaches_every_server(servers: list[ServerProcess],
         assert len(report.servers) == 2
         changed = [await first_ids(client) for _ in servers]
         assert changed[0] == changed[1] != base
-        status, body = await chat(servers[1].base_url, "tiny")
+        _, body = await chat(servers[1].base_url, "tiny")
         prompt_ids, ids, logprobs = completion(body)
         greedy, local = teacher_forced(reference_model(folders["full"]), prompt_ids, ids)
         assert ids == greedy and logprobs == pytest.approx(local, abs=2e-4)

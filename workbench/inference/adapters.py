@@ -92,7 +92,7 @@ class AdapterSet:
         except AdapterError:
             self._drop_version(version)
             raise
-        except Exception as exc:  # noqa: BLE001 - peft/torch raise many types for a bad adapter
+        except Exception as exc:
             self._drop_version(version)
             raise AdapterError(f"Loading lora {name} failed: {_describe(exc)}") from exc
         with self._book:

@@ -38,7 +38,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from workbench.errors import UserError
 from workbench.inference.adapters import VLLM_LORA_RANKS
@@ -219,7 +219,7 @@ class ManagedServer:
 
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.health_url, timeout=5) as response:  # noqa: S310 - our own URL
+            with urllib.request.urlopen(self.health_url, timeout=5) as response:
                 return bool(response.status == 200)
         except (urllib.error.URLError, OSError, ValueError):
             return False
@@ -268,13 +268,13 @@ class ManagedServer:
             raise
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     async def __aenter__(self) -> ManagedServer:
         return await asyncio.to_thread(self.__enter__)
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.stop)
 
 

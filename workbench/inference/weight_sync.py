@@ -174,7 +174,7 @@ class WeightSync:
                 async with session.post(url, data=data) as response:
                     payload = await response.read()
                     status = response.status
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 error = error_for_exception(exc, url)
             else:
                 if status < 300 or status in ok_statuses:
