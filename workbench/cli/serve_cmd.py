@@ -6,6 +6,20 @@ from typing import Annotated
 
 import typer
 
+from workbench.errors import UserError
+from workbench.inference.adapters import VLLM_LORA_RANKS as _LORA_RANKS  # light: no torch import
+
+
+def parse_lora_modules(specs: list[str]) -> dict[str, str]:
+    """`name=path` pairs (vLLM's `--lora-modules` short form) → {name: path}."""
+    modules: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"--lora-modules takes NAME=PATH, got '{spec}'")
+        modules[name] = path
+    return modules
+
 
 def serve(
     model: Annotated[str, typer.Argument(help="'tiny', a local model folder or checkpoint, or a Hugging Face id.")] = "tiny",
@@ -13,15 +27,26 @@ def serve(
     port: Annotated[int, typer.Option("--port", "-p", help="Port to listen on.")] = 8000,
     served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name clients ask for. \\[default: MODEL]", show_default=False)] = None,
     max_batch_size: Annotated[int, typer.Option("--max-batch-size", help="Most sequences generated together.")] = 64,
+    enable_lora: Annotated[bool, typer.Option("--enable-lora", help="Serve LoRA adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter, then \"model\": NAME in requests (as vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True).")] = False,
+    max_lora_rank: Annotated[int, typer.Option("--max-lora-rank", help=f"Largest adapter rank accepted; one of {', '.join(map(str, _LORA_RANKS))} (as vLLM).")] = 16,
+    max_loras: Annotated[int, typer.Option("--max-loras", min=1, help="Accepted for vLLM compatibility; here each batch uses one adapter and any number may be loaded.")] = 1,
+    lora_modules: Annotated[list[str] | None, typer.Option("--lora-modules", help="NAME=PATH adapter to load at startup (repeatable; needs --enable-lora).", show_default=False)] = None,
 ) -> None:
-    """Serve a model with /v1/chat/completions, /v1/models and /health (OpenAI-compatible).
+    """Serve a model with /v1/chat/completions, /v1/models and /health (OpenAI-compatible),
+    plus /update_weights {"weight_dir": FOLDER} to reload full weights in place.
 
     Example: workbench serve tiny --port 8000, then
     workbench eval run reverse-text -m tiny -b http://127.0.0.1:8000/v1
     """
+    if max_lora_rank not in _LORA_RANKS:
+        raise UserError(f"--max-lora-rank must be one of {', '.join(map(str, _LORA_RANKS))}, got {max_lora_rank}")
+    modules = parse_lora_modules(lora_modules or [])
+    if modules and not enable_lora:
+        raise UserError("--lora-modules needs --enable-lora")
     from workbench.inference.resolve import local_client, resolve_model_path
     from workbench.inference.server import run_server
 
     name = served_model_name or model
     client = local_client(name, resolve_model_path(model), max_batch_size=max_batch_size)
-    run_server(client, host=host, port=port, served_model_name=name)
+    run_server(client, host=host, port=port, served_model_name=name, enable_lora=enable_lora,
+               max_lora_rank=max_lora_rank, lora_modules=modules)

@@ -6,6 +6,12 @@ brings n rows), decodes it as one batch with a KV cache (`generation.generate_ba
 hands each result back to its event loop with `call_soon_threadsafe`. Requests arriving
 meanwhile form the next batch. Rows with different sampling settings share a batch.
 
+Weight changes (runtime LoRA adapters, a full-weights reload) happen between batches under
+`exclusive_weights()`, which also stops the worker from starting a new batch while a change
+waits, so an update is never starved by a busy queue. A batch holds requests for one
+adapter version only (see `adapters`): each request runs on the adapter version that was
+current when it was accepted, even if the name is reloaded or unloaded before it runs.
+
 The model runs in a thread, not the event loop, so the loop stays responsive (reward
 functions, HTTP, the TUI's file writes) while tokens are generated. torch/transformers are
 imported when a client is created, never when this module is imported.
@@ -22,11 +28,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import ContextLengthError, InferenceError
+from workbench.inference.adapters import AdapterError, AdapterSet
 from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch
 from workbench.inference.tool_parsing import parse_hermes_tool_calls
 from workbench.types import Completion, Messages, SamplingParams, TokenData
@@ -53,6 +62,7 @@ class _Request:
     parse_tools: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[Completion]]
+    adapter_version: str | None = None  # pinned LoRA version; None = the base model
     rows: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -91,6 +101,8 @@ class LocalClient:
         self._wakeup = threading.Condition()
         self._closed = False
         self._worker: threading.Thread | None = None
+        self._waiting_updates = 0  # exclusive_weights() callers waiting: the worker yields to them
+        self._adapters: AdapterSet | None = None  # created by the first load_adapter
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int = 64) -> LocalClient:
@@ -105,6 +117,48 @@ class LocalClient:
     def max_positions(self) -> int:
         """Longest sequence (prompt + completion) the model accepts."""
         return self._max_positions
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        """Runtime LoRA adapters now loaded: name -> folder."""
+        return self._adapters.names if self._adapters is not None else {}
+
+    @contextmanager
+    def exclusive_weights(self) -> Iterator[None]:
+        """Hold the model between batches to change its weights. The worker finishes its
+        current batch and starts no new one until the block ends."""
+        with self._wakeup:
+            self._waiting_updates += 1
+        try:
+            with self.weights_lock:
+                yield
+        finally:
+            with self._wakeup:
+                self._waiting_updates -= 1
+                self._wakeup.notify_all()
+
+    def load_adapter(self, name: str, path: str | Path, *, max_rank: int | None = None) -> None:
+        """Load the LoRA adapter folder `path` as `name`, replacing one of that name
+        (blocking: call it from a thread). Raises `AdapterError`; nothing changes on failure."""
+        with self.exclusive_weights():
+            if self._adapters is None:
+                self._adapters = AdapterSet(self._hf_model)
+            self._adapters.load(name, path, max_rank=max_rank)
+
+    def unload_adapter(self, name: str) -> None:
+        """Remove adapter `name`; requests already accepted for it finish first. AdapterError if unknown."""
+        if self._adapters is None:
+            raise AdapterError(f"The lora adapter '{name}' cannot be found.", status=404)
+        with self.exclusive_weights():
+            self._adapters.unload(name)
+
+    def update_weights(self, weight_dir: str | Path) -> int:
+        """Replace the base weights with those of model folder `weight_dir`, in place (blocking).
+        Raises `WeightReloadError` with the model unchanged when the folder does not fit."""
+        from workbench.inference.weight_reload import load_weights_in_place
+
+        with self.exclusive_weights():
+            return load_weights_in_place(self._hf_model, weight_dir)
 
     def render_prompt_ids(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Token ids of `messages` under the chat template, ready for the assistant's turn."""
@@ -121,16 +175,18 @@ class LocalClient:
         *,
         sampling: SamplingParams,
         tools: list[dict[str, Any]] | None = None,
+        adapter: str | None = None,
     ) -> list[Completion]:
-        """Return `sampling.n` completions for `messages` (see `Client.chat`)."""
+        """Return `sampling.n` completions for `messages` (see `Client.chat`), generated with
+        the runtime LoRA adapter `adapter` when given (else the base model)."""
         try:
             prompt_ids = self.render_prompt_ids(messages, tools)
         except Exception as exc:  # a template error is the caller's input, not a transient fault
             raise InferenceError(f"could not apply the chat template: {exc}", transient=False) from exc
-        return await self.complete_ids(prompt_ids, sampling=sampling, parse_tools=bool(tools))
+        return await self.complete_ids(prompt_ids, sampling=sampling, parse_tools=bool(tools), adapter=adapter)
 
     async def complete_ids(
-        self, prompt_ids: list[int], *, sampling: SamplingParams, parse_tools: bool = False
+        self, prompt_ids: list[int], *, sampling: SamplingParams, parse_tools: bool = False, adapter: str | None = None
     ) -> list[Completion]:
         """Tokens-in form of `chat`: continue `prompt_ids` as given (multi-turn RL never re-tokenizes)."""
         if self._closed:
@@ -142,6 +198,11 @@ class LocalClient:
                 f"prompt is {len(prompt_ids)} tokens; {self.model}'s maximum context length is "
                 f"{self._max_positions} (prompt + completion)"
             )
+        version = None
+        if adapter is not None:
+            if self._adapters is None:
+                raise InferenceError(f"The model `{adapter}` does not exist.", transient=False, status=404)
+            version = self._adapters.acquire(adapter)  # AdapterError (404) when not loaded
         loop = asyncio.get_running_loop()
         request = _Request(
             prompt_ids=list(prompt_ids),
@@ -150,6 +211,7 @@ class LocalClient:
             parse_tools=parse_tools,
             loop=loop,
             future=loop.create_future(),
+            adapter_version=version,
         )
         with self._wakeup:
             self._ensure_worker()
@@ -176,6 +238,7 @@ class LocalClient:
             self._pending.clear()
         for request in pending:
             _deliver(request, InferenceError("LocalClient closed", transient=False))
+            self._release(request)
         if self._worker is not None:
             await asyncio.to_thread(self._worker.join)
             self._worker = None
@@ -190,28 +253,44 @@ class LocalClient:
     def _work(self) -> None:
         while True:
             with self._wakeup:
-                while not self._pending and not self._closed:
+                while (not self._pending or self._waiting_updates) and not self._closed:
                     self._wakeup.wait()
                 if self._closed:
                     return
-                batch = self._take_batch()
+                batch, cancelled = self._take_batch()
+            for request in cancelled:
+                self._release(request)
             if batch:
                 self._run_batch(batch)
 
-    def _take_batch(self) -> list[_Request]:
-        """Everything pending up to `max_batch_size` rows (always at least one request)."""
+    def _take_batch(self) -> tuple[list[_Request], list[_Request]]:
+        """Pending requests for the oldest request's adapter version, in order, up to
+        `max_batch_size` rows (always at least one); others keep their place in the queue.
+        Also returns the cancelled requests dropped on the way."""
         batch: list[_Request] = []
+        cancelled: list[_Request] = []
+        skipped: deque[_Request] = deque()
         rows = 0
         while self._pending:
-            request = self._pending[0]
-            if batch and rows + request.rows > self.max_batch_size:
-                break
-            self._pending.popleft()
+            request = self._pending.popleft()
             if request.future.cancelled():
+                cancelled.append(request)
                 continue
+            if batch and request.adapter_version != batch[0].adapter_version:
+                skipped.append(request)
+                continue
+            if batch and rows + request.rows > self.max_batch_size:
+                self._pending.appendleft(request)
+                break
             batch.append(request)
             rows += request.rows
-        return batch
+        skipped.extend(self._pending)
+        self._pending = skipped
+        return batch, cancelled
+
+    def _release(self, request: _Request) -> None:
+        if request.adapter_version is not None and self._adapters is not None:
+            self._adapters.release(request.adapter_version)
 
     def _run_batch(self, batch: list[_Request]) -> None:
         rows: list[GenerationRow] = []
@@ -222,17 +301,24 @@ class LocalClient:
         counters = BatchCounters()
         try:
             with self.weights_lock:
-                results = generate_batch(
-                    self._hf_model,
-                    self._tokenizer,
-                    rows,
-                    stop_token_ids=self._stop_token_ids,
-                    pad_token_id=self._pad_token_id,
-                    counters=counters,
-                    tokenizer_lock=self._tokenizer_lock,
-                )
+                try:
+                    if self._adapters is not None:
+                        self._adapters.activate(batch[0].adapter_version)
+                    results = generate_batch(
+                        self._hf_model,
+                        self._tokenizer,
+                        rows,
+                        stop_token_ids=self._stop_token_ids,
+                        pad_token_id=self._pad_token_id,
+                        counters=counters,
+                        tokenizer_lock=self._tokenizer_lock,
+                    )
+                finally:
+                    # Before anyone hears back, so a caller never sees a stale pin or version.
+                    self._finish(batch)
         except Exception as exc:  # noqa: BLE001 - every waiter must hear about the failure
-            error = InferenceError(f"local generation failed: {type(exc).__name__}: {exc}", transient=False)
+            error = exc if isinstance(exc, InferenceError) else InferenceError(
+                f"local generation failed: {type(exc).__name__}: {exc}", transient=False)
             for request in batch:
                 _deliver(request, error)
             return
@@ -249,6 +335,15 @@ class LocalClient:
             self.stats.prompt_tokens += len(request.prompt_ids) * len(own)
             self.stats.completion_tokens += sum(len(r.completion_ids) for r in own)
             _deliver(request, completions)
+
+    def _finish(self, batch: list[_Request]) -> None:
+        """Unpin the batch's adapter version; drop versions nothing uses any more.
+        Called with the weights lock held."""
+        if self._adapters is None or batch[0].adapter_version is None:
+            return
+        for request in batch:
+            self._release(request)
+        self._adapters.reap()
 
     def _to_completion(self, request: _Request, result: RowResult) -> Completion:
         text = result.text or ""

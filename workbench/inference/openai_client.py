@@ -118,6 +118,12 @@ class OpenAIClient:
 
     __str__ = __repr__
 
+    def use_model(self, name: str) -> None:
+        """Send requests from now on with `"model": name` (e.g. a LoRA adapter just loaded by
+        `weight_sync`). Requests already sent are unaffected; the next turn of a running
+        rollout uses the new name."""
+        self.model = name
+
     def _get_session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
@@ -292,6 +298,12 @@ class RoundRobinClient:
 
     def __repr__(self) -> str:
         return f"RoundRobinClient({self.clients!r})"
+
+    def use_model(self, name: str) -> None:
+        """Point every replica at the served model `name` (see `OpenAIClient.use_model`)."""
+        for client in self.clients:
+            client.use_model(name)  # type: ignore[attr-defined]
+        self.model = name
 
     def _pick(self) -> int:
         now = time.monotonic()

@@ -2,7 +2,9 @@
 
 Speaks the subset of the OpenAI chat API that vLLM speaks, including vLLM's RL extras
 (`top_k`, `return_tokens_as_token_ids`, `return_token_ids`), so the CPU path is tested
-exactly as vLLM is used on a GPU. The handler is deliberately lean (orjson, hand-rolled
+exactly as vLLM is used on a GPU. With a backend that can change its weights (`LocalClient`)
+it also serves vLLM's runtime LoRA API and prime-rl's `/update_weights` (`server_weights`).
+The handler is deliberately lean (orjson, hand-rolled
 validation, no middleware, no access log): the same server measures engine overhead with
 an instant backend, where per-request cost is the whole measurement.
 """
@@ -63,9 +65,10 @@ def error_response(
     *,
     type_: str = "invalid_request_error",
     param: str | None = None,
-    code: str | None = None,
+    code: str | int | None = None,
 ) -> web.Response:
-    """An OpenAI-style error body: `{"error": {"message", "type", "param", "code"}}`."""
+    """An OpenAI-style error body: `{"error": {"message", "type", "param", "code"}}`
+    (vLLM puts the HTTP status in `code`; OpenAI a string such as "model_not_found")."""
     return json_response({"error": {"message": message, "type": type_, "param": param, "code": code}}, status)
 
 
@@ -149,11 +152,19 @@ def _wire_tool_calls(tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class OpenAIServer:
     """Route handlers over one `Client`; `create_app` mounts them."""
 
-    def __init__(self, client: Client, served_model_name: str) -> None:
+    def __init__(
+        self, client: Client, served_model_name: str, *, enable_lora: bool = False, max_lora_rank: int = 16
+    ) -> None:
         self.client = client
         self.served_model_name = served_model_name
-        # Names accepted in `model`; LoRA adapters loaded at runtime will be added here.
+        # Names of the base model accepted in `model`.
         self.model_names: set[str] = {served_model_name}
+        # Runtime LoRA adapters (name -> folder), kept by `server_weights` in step with the backend.
+        self.lora_paths: dict[str, str] = {}
+        self.enable_lora = enable_lora
+        self.max_lora_rank = max_lora_rank
+        # One weight change at a time, so "is this name loaded?" and the load agree.
+        self.weights_admin_lock = asyncio.Lock()
         self.created = int(time.time())
         # Ids only need to be unique per server: a counter is cheaper than uuid4 per request.
         self._ids = itertools.count()
@@ -162,20 +173,30 @@ class OpenAIServer:
         self._token_to_str: Callable[[int], str] | None = getattr(client, "token_to_str", None)
 
     def routes(self) -> dict[tuple[str, str], Handler]:
-        """(method, path) → handler. `/v1/load_lora_adapter` will be added here."""
+        """(method, path) → handler, including the weight-update routes (`server_weights`)."""
+        from workbench.inference.server_weights import WeightRoutes
+
         return {
             ("GET", "/health"): self.health,
             ("GET", "/v1/models"): self.list_models,
             ("POST", "/v1/chat/completions"): self.chat_completions,
+            **WeightRoutes(self).routes(),
         }
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(body=_HEALTH_BODY, content_type="application/json")
 
     async def list_models(self, request: web.Request) -> web.Response:
+        # As vLLM: base models first (parent null), then each adapter with its folder as
+        # `root` and the base model as `parent`.
         data = [
-            {"id": name, "object": "model", "created": self.created, "owned_by": "workbench", "root": name}
+            {"id": name, "object": "model", "created": self.created, "owned_by": "workbench", "root": name,
+             "parent": None}
             for name in sorted(self.model_names)
+        ] + [
+            {"id": name, "object": "model", "created": self.created, "owned_by": "workbench", "root": path,
+             "parent": self.served_model_name}
+            for name, path in sorted(self.lora_paths.items())
         ]
         return json_response({"object": "list", "data": data})
 
@@ -192,10 +213,11 @@ class OpenAIServer:
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             return error_response(400, "'model' must be a string", param="model")
-        if model is not None and model not in self.model_names:
+        adapter = model if model is not None and model in self.lora_paths else None
+        if model is not None and adapter is None and model not in self.model_names:
+            served = ", ".join(sorted(self.model_names | set(self.lora_paths)))
             return error_response(
-                404, f"The model `{model}` does not exist (served: {', '.join(sorted(self.model_names))}).",
-                param="model", code="model_not_found",
+                404, f"The model `{model}` does not exist (served: {served}).", param="model", code="model_not_found",
             )
         if body.get("stream"):
             return error_response(400, "streaming not supported: send 'stream': false", param="stream")
@@ -207,17 +229,35 @@ class OpenAIServer:
             return error_response(400, str(exc), param=exc.param)
 
         try:
-            completions = await self.client.chat(messages, sampling=sampling, tools=tools)
+            if adapter is None:
+                completions = await self.client.chat(messages, sampling=sampling, tools=tools)
+            else:  # only backends with `load_adapter` ever have adapters
+                completions = await self.client.chat(  # type: ignore[call-arg]
+                    messages, sampling=sampling, tools=tools, adapter=adapter
+                )
         except InferenceError as exc:
             if exc.transient:
                 status = exc.status if exc.status in _RETRYABLE else 503
                 return error_response(status, str(exc), type_="server_error")
+            if exc.status == 404:  # an adapter unloaded between the name check and the batch
+                return error_response(404, str(exc), param="model", code="model_not_found")
             return error_response(400, str(exc))
         except Exception as exc:  # a backend bug must not kill the server; the client sees 500
             logger.exception("backend failed on /v1/chat/completions")
             return error_response(500, f"{type(exc).__name__}: {exc}", type_="server_error")
 
         return json_response(self._response(model or self.served_model_name, completions, body))
+
+    async def load_static_loras(self, modules: dict[str, str]) -> None:
+        """Load `--lora-modules` at startup; the first failure is a UserError."""
+        from workbench.errors import UserError
+        from workbench.inference.server_weights import WeightRoutes
+
+        routes = WeightRoutes(self)
+        for lora_name, lora_path in modules.items():
+            status, message, _ = await routes.load(lora_name, lora_path, load_inplace=False)
+            if status != 200:
+                raise UserError(f"--lora-modules {lora_name}={lora_path}: {message}")
 
     def _response(self, model: str, completions: list[Completion], body: dict[str, Any]) -> dict[str, Any]:
         want_logprobs = bool(body.get("logprobs"))
@@ -283,11 +323,17 @@ SERVER_KEY = web.AppKey("workbench_server", OpenAIServer)
 
 
 def create_app(
-    client: Client, *, served_model_name: str, middlewares: Iterable[Any] = ()
+    client: Client,
+    *,
+    served_model_name: str,
+    middlewares: Iterable[Any] = (),
+    enable_lora: bool = False,
+    max_lora_rank: int = 16,
 ) -> web.Application:
     """The aiohttp app serving `client` as `served_model_name`. `middlewares` is for tests
-    (fault injection); production serving uses none, to keep per-request cost minimal."""
-    server = OpenAIServer(client, served_model_name)
+    (fault injection); production serving uses none, to keep per-request cost minimal.
+    `enable_lora`/`max_lora_rank`: as vLLM's `--enable-lora`/`--max-lora-rank`."""
+    server = OpenAIServer(client, served_model_name, enable_lora=enable_lora, max_lora_rank=max_lora_rank)
     app = web.Application(client_max_size=_MAX_BODY_BYTES, middlewares=list(middlewares))
     app[SERVER_KEY] = server
     for (method, path), handler in server.routes().items():
@@ -346,8 +392,13 @@ def run_server(
     served_model_name: str | None = None,
     *,
     close_client: bool = True,
+    enable_lora: bool = False,
+    max_lora_rank: int = 16,
+    lora_modules: dict[str, str] | None = None,
 ) -> None:
-    """Serve `client` over HTTP until SIGINT/SIGTERM (blocking); prints the URL once ready."""
+    """Serve `client` over HTTP until SIGINT/SIGTERM (blocking); prints the URL once ready.
+    `lora_modules` (name -> adapter folder) are loaded before the server starts, as vLLM's
+    `--lora-modules`; a failure there is a UserError."""
     name = served_model_name or client.model
 
     def announce(url: str) -> None:
@@ -355,7 +406,9 @@ def run_server(
 
     async def main() -> None:
         try:
-            await serve(create_app(client, served_model_name=name), host=host, port=port, on_ready=announce)
+            app = create_app(client, served_model_name=name, enable_lora=enable_lora, max_lora_rank=max_lora_rank)
+            await app[SERVER_KEY].load_static_loras(lora_modules or {})
+            await serve(app, host=host, port=port, on_ready=announce)
         finally:
             if close_client:
                 await client.close()
