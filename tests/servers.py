@@ -250,7 +250,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run a test OpenAI-compatible server.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--backend", choices=["echo"], default="echo", help="echo: workbench's EchoClient")
+    parser.add_argument("--backend", choices=["echo", "model"], default="echo",
+                        help="echo: workbench's EchoClient; model: a LocalClient over --model-path (LoRA enabled)")
+    parser.add_argument("--model-path", default=None, help="model folder for --backend model")
+    parser.add_argument("--delay-s", type=float, default=0.0, help="added latency per chat request (a slow network)")
+    parser.add_argument("--fault-path", default="/v1/chat/completions", help="route the injected faults hit")
     parser.add_argument("--mode", choices=["reverse", "echo"], default="reverse", help="EchoClient mode")
     parser.add_argument("--model", default="echo")
     parser.add_argument("--fail-first", type=int, default=0)
@@ -260,13 +264,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stall-s", type=float, default=30.0)
     args = parser.parse_args(argv)
 
-    client = EchoClient(args.model, mode=args.mode)
     faults = FaultInjector(
         fail_first=args.fail_first, fail_rate=args.fail_rate, status=args.fail_status,
-        stall_first=args.stall_first, stall_s=args.stall_s,
+        stall_first=args.stall_first, stall_s=args.stall_s, path=args.fault_path,
     )  # fmt: skip
     active = args.fail_first or args.fail_rate or args.stall_first
-    app = make_app(client, middlewares=(faults.middleware,) if active else ())
+    middlewares: list[Any] = [faults.middleware] if active else []
+    if args.delay_s:
+
+        @web.middleware
+        async def delay(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+            if request.path.endswith("/chat/completions"):
+                await asyncio.sleep(args.delay_s)
+            return await handler(request)
+
+        middlewares.append(delay)
+    if args.backend == "model":
+        from workbench.inference.local_client import LocalClient
+
+        client: Any = LocalClient(Path(args.model_path), model_name=args.model)
+        app = create_app(client, served_model_name=args.model, middlewares=middlewares, enable_lora=True)
+    else:
+        client = EchoClient(args.model, mode=args.mode)
+        app = make_app(client, middlewares=tuple(middlewares))
 
     def announce(url: str) -> None:
         print(f"Serving model '{args.model}' at {url}/v1", flush=True)

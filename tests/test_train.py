@@ -92,7 +92,7 @@ def test_metrics_rollouts_checkpoints_and_wandb_offline(tiny_workspace: Path):
 
     loaded, _ = load_train_config(config, [])
     load_env_files(loaded, config)
-    result = train(config)
+    result = train(config, "batch_size=16")  # 4 groups: enough for a non-zero advantage at step 1
     run = result.run_dir
     metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0] == {"step": 0, "eval/reward_mean": pytest.approx(metrics[0]["eval/reward_mean"])}
@@ -101,7 +101,7 @@ def test_metrics_rollouts_checkpoints_and_wandb_offline(tiny_workspace: Path):
                  "rollout/truncated_frac", "filter/dropped_groups", "perf/tokens_per_s", "time/step"):
         assert name in metrics[1], name
     assert "eval/reward_mean" in metrics[2]
-    assert len((run / "rollouts" / "step_1.jsonl").read_text().splitlines()) == 8
+    assert len((run / "rollouts" / "step_1.jsonl").read_text().splitlines()) == 16
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
     meta = json.loads((run / "metadata.json").read_text())
     assert meta["status"] == "finished" and meta["kind"] == "train" and meta["step"] == 2
@@ -119,19 +119,20 @@ def test_nan_loss_stops_with_clear_message_and_keeps_last_checkpoint(tiny_worksp
     from workbench.train import optimize
     from workbench.train.loop import TrainingFailed
 
-    calls = {"n": 0}
+    run = tiny_workspace / "runs" / "nan"
     real = loss_module.policy_loss
 
-    def poisoned(*args, **kwargs):
-        calls["n"] += 1
+    def poisoned(*args, **kwargs):  # NaN from the first step after checkpoint 1
         value, stats = real(*args, **kwargs)
-        return (value * torch.tensor(float("nan")) if calls["n"] > 2 else value), stats
+        poison = (run / "checkpoints" / "step_000001").exists()
+        return (value * torch.tensor(float("nan")) if poison else value), stats
 
     monkeypatch.setattr(optimize, "policy_loss", poisoned)
-    with pytest.raises(TrainingFailed, match=r"NaN.*last good checkpoint: .*step_000001"):
-        train(write_config(tiny_workspace, "nan", 3), "output_dir='runs/nan'")
-    run = tiny_workspace / "runs" / "nan"
-    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000001"]
+    with pytest.raises(TrainingFailed, match=r"at step (\d+): .*NaN.*last good checkpoint: .*step_0+(\d+)") as info:
+        train(write_config(tiny_workspace, "nan", 4), "output_dir='runs/nan'", "batch_size=16")
+    failed_at = int(info.value.args[0].split("at step ")[1].split(":")[0])
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert kept == [f"step_{n:06d}" for n in range(1, failed_at)]  # every step before the NaN, none after
     assert json.loads((run / "metadata.json").read_text())["status"] == "failed"
 
 

@@ -107,6 +107,7 @@ class OpenAIClient:
         self.max_tokens_field = max_tokens_field
         self._url = f"{self.base_url}/chat/completions"
         self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
+        self.api_key = api_key  # for weight updates to the same server; never in repr or logs
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
@@ -298,6 +299,16 @@ class RoundRobinClient:
 
     def __repr__(self) -> str:
         return f"RoundRobinClient({self.clients!r})"
+
+    def drop(self, client: Client) -> None:
+        """Stop sending requests to `client` (a server that missed a weight update would serve
+        a stale policy). The last replica cannot be dropped."""
+        if len(self.clients) == 1:
+            raise ValueError("cannot drop the last replica")
+        index = self.clients.index(client)
+        del self.clients[index]
+        del self._down_until[index]
+        self._next %= len(self.clients)
 
     def use_model(self, name: str) -> None:
         """Point every replica at the served model `name` (see `OpenAIClient.use_model`)."""

@@ -43,7 +43,7 @@ from workbench.errors import UserError
 from workbench.evaluate.service import now_iso
 from workbench.events import NullReporter, Reporter
 from workbench.store.files import write_json_atomic
-from workbench.train.batches import collect_step
+from workbench.inference.weight_sync import WeightSyncError
 from workbench.train.checkpoint import list_checkpoints, load_trainer_state, read_step_info, save_checkpoint, set_rng_state
 from workbench.train.rollout_source import RolloutSource
 from workbench.train.metrics import MetricsLogger, step_line, truncate_metrics
@@ -103,7 +103,7 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
                                    asynchronous=ctx.publisher is not None)
     try:
         if ctx.publisher is not None:
-            await ctx.publisher.start(start_step, checkpoint)
+            await ctx.publisher.start(start_step)
         if start_step == 0 and config.eval.interval > 0 and config.mode == "rl":
             logger.log(0, await _held_out_eval(ctx, config))
         while step < config.max_steps and not stop.requested:
@@ -122,6 +122,11 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
             if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stop.requested:
                 _checkpoint(ctx, config, optimizer, scheduler, step, metrics)
         status = "stopped" if step < config.max_steps else "finished"
+    except WeightSyncError as exc:
+        last = list_checkpoints(run_dir)
+        where = f"; resume from the last checkpoint with --resume {run_dir}" if last else ""
+        metadata["error"] = f"weight update failed at step {step}: {exc}"
+        raise TrainingFailed(f"training stopped at step {step}: no inference server took the new weights ({exc}){where}") from exc
     except NonFiniteLoss as exc:
         last = list_checkpoints(run_dir)
         where = f"; last good checkpoint: {last[-1]}" if last else ""

@@ -16,9 +16,11 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 
 from workbench.errors import UserError
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
+from workbench.inference.weight_sync import WeightSync, WeightSyncError
 
 KEEP_PUBLISHED = 2  # the newest weights, and the previous ones requests may still be running on
 
@@ -57,17 +59,26 @@ def server_client(config: Any) -> RoundRobinClient:
 
 
 class WeightPublisher:
-    """Writes the policy's weights after a step and makes every server use them."""
+    """Writes the policy's weights after a step and makes every server use them.
 
-    def __init__(self, policy: Any, run_dir: Path, config: Any, client: RoundRobinClient) -> None:
+    A server that fails the update (after `WeightSync`'s retries of transient errors) is taken
+    out of the request pool, so no rollout comes from a stale policy; the run goes on with the
+    others. When every server fails, `WeightSyncError` stops the step: the previous checkpoint
+    is intact and `--resume` re-publishes its weights first.
+    """
+
+    def __init__(self, policy: Any, run_dir: Path, config: Any, client: RoundRobinClient,
+                 log: Callable[[str], None] = lambda line: None) -> None:
         self.policy = policy
-        self.folder = run_dir / "weights"
+        self.folder = run_dir.resolve() / "weights"  # servers get absolute paths
         self.lora = config.lora.enabled
         self.base_name = served_model_name(config)
+        self.run_name = run_dir.name  # adapter names are unique per run: servers outlive runs
         self.client = client
+        self.log = log
         self.published: list[tuple[int, str]] = []  # (step, served name), oldest first
 
-    async def start(self, step: int, checkpoint: Path | None) -> None:
+    async def start(self, step: int) -> None:
         """Servers start on the base model (= policy version 0: a fresh LoRA adapter is a no-op).
         A resumed run first makes them serve its checkpoint's weights."""
         if step > 0:
@@ -75,20 +86,30 @@ class WeightPublisher:
 
     async def publish(self, step: int) -> float:
         """Save, load on every server, switch new requests; returns seconds taken."""
-        from workbench.inference.weight_sync import sync_weights
-
         started = time.perf_counter()
         target = self.folder / f"step_{step:06d}"
         await asyncio.to_thread(self._save, target)
-        name = f"{self.base_name}-step-{step}" if self.lora else self.base_name
-        urls = [c.base_url for c in self.client.clients]
-        keys = [c.api_key for c in self.client.clients]
-        await sync_weights(urls, target, name=name, lora=self.lora, api_keys=keys)
-        for client in self.client.clients:
-            client.model = name
+        name = f"{self.run_name}-step-{step}" if self.lora else self.base_name
+        servers = list(self.client.clients)
+        outcomes = await asyncio.gather(*(self._load(server, name, target) for server in servers),
+                                        return_exceptions=True)
+        failed = {server: outcome for server, outcome in zip(servers, outcomes) if isinstance(outcome, Exception)}
+        if len(failed) == len(servers):
+            raise next(iter(failed.values()))
+        for server, error in failed.items():
+            self.client.drop(server)
+            self.log(f"server {server.base_url} dropped from the pool: weight update for step {step} failed ({error})")
+        self.client.use_model(name)
         self.published.append((step, name))
-        await self._prune(urls, keys)
+        await self._prune()
         return time.perf_counter() - started
+
+    async def _load(self, server: OpenAIClient, name: str, target: Path) -> None:
+        sync = WeightSync([server.base_url], api_key=server.api_key)
+        if self.lora:
+            await sync.load_lora(name, str(target), load_inplace=True)  # a resumed run re-publishes its step
+        else:
+            await sync.update_weights(str(target))
 
     def _save(self, target: Path) -> None:
         tmp = target.with_name(f".tmp_{target.name}")
@@ -99,11 +120,15 @@ class WeightPublisher:
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
 
-    async def _prune(self, urls: list[str], keys: list[str | None]) -> None:
-        from workbench.inference.weight_sync import unload_adapter
-
+    async def _prune(self) -> None:
+        """Unload and delete all but the newest KEEP_PUBLISHED weights (requests that started
+        on the previous adapter may still be running)."""
         while len(self.published) > KEEP_PUBLISHED:
             step, name = self.published.pop(0)
             if self.lora:
-                await unload_adapter(urls, name, api_keys=keys)
+                for server in self.client.clients:
+                    try:
+                        await WeightSync([server.base_url], api_key=server.api_key).unload_lora(name)
+                    except WeightSyncError as exc:  # memory on that server, not correctness
+                        self.log(f"could not unload {name} from {server.base_url}: {exc}")
             shutil.rmtree(self.folder / f"step_{step:06d}", ignore_errors=True)

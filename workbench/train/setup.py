@@ -70,14 +70,14 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainC
     source = resolve_model_path(config.model)
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
+    log = RunLog(run_dir / "run.log")
     if config.inference.mode == "server":
         client = server_client(config)
-        publisher = WeightPublisher(policy, run_dir, config, client)
+        publisher = WeightPublisher(policy, run_dir, config, client, log=log.write)
     else:
         client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
                                         max_batch_size=max(64, config.batch_size))
         publisher = None
-    log = RunLog(run_dir / "run.log")
     log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
     metadata = {
         "kind": "train", "run_id": run_dir.name, "model": config.model, "mode": config.mode,
