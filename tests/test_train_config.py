@@ -309,3 +309,27 @@ def test_config_modules_do_not_import_torch():
     code = ("import sys, workbench.cli.main, workbench.train, workbench.train.config, workbench.train.plan;"
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+LAUNCH = """model = "Qwen/Qwen3-0.6B"
+batch_size = 8
+rollouts_per_example = 4
+[[env]]
+id = "reverse-text"
+[inference]
+mode = "server"
+launch = true
+tensor_parallel_size = 2
+gpu_ids = [0, 1]
+"""
+
+
+def test_launch_shows_the_vllm_command_and_needs_vllm_with_a_gpu(tmp_path: Path):
+    config = write(tmp_path / "launch.toml", LAUNCH)
+    dry = workbench("train", str(config), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "vllm" in dry.stdout and "serve Qwen/Qwen3-0.6B" in dry.stdout and "--tensor-parallel-size 2" in dry.stdout
+    assert "CUDA_VISIBLE_DEVICES=0,1" in dry.stdout and "--enable-lora" in dry.stdout
+    one_line_error(workbench("train", str(config), cwd=tmp_path), "inference.launch needs vLLM on a machine with a GPU")
+    colocated = write(tmp_path / "bad.toml", LAUNCH.replace('mode = "server"', 'mode = "colocated"'))
+    one_line_error(workbench("train", str(colocated), cwd=tmp_path), "launch", "needs inference.mode = 'server'")

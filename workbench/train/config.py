@@ -218,6 +218,12 @@ def run_blockers(config: TrainConfig) -> list[str]:
     problems = [f"env_file '{p}' does not exist" for p in config.env_file if not Path(p).is_file()]
     if config.mode == "sft" and config.sft.data_path and not Path(config.sft.data_path).is_file():
         problems.append(f"sft.data_path '{config.sft.data_path}' does not exist")
+    if config.inference.mode == "server" and config.inference.launch:
+        from workbench.inference.vllm_launch import INSTALL_HINT, vllm_unavailable_reason
+
+        reason = vllm_unavailable_reason()
+        if reason is not None:
+            problems.append(f"{INSTALL_HINT} ({reason})")
     return problems
 
 

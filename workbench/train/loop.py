@@ -28,6 +28,7 @@ generated while step n trains in a thread (`rollout_source.py`, bounded by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import signal
 import statistics
@@ -76,7 +77,28 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
         raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
                         "or choose another run_name/output_dir")
     checkpoint = list_checkpoints(run_dir)[-1] if resume and list_checkpoints(run_dir) else None
-    ctx = build_context(config, run_dir, checkpoint)
+    async with contextlib.AsyncExitStack() as servers:
+        launched = []
+        if config.inference.mode == "server" and config.inference.launch:
+            launched.append(await _launch_inference(config, run_dir, servers, reporter))
+        return await _train_in(config, reporter, run_dir, checkpoint, launched)
+
+
+async def _launch_inference(config: Any, run_dir: Path, servers: contextlib.AsyncExitStack, reporter: Reporter) -> str:
+    """`[inference] launch = true`: start vLLM, wait for health, stop it when training ends.
+    Returns its base URL, which joins any inference.base_urls given."""
+    from workbench.inference.vllm_launch import launch_vllm
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    server, plan = launch_vllm(config, run_dir)
+    reporter.message(f"starting vLLM for {plan.served_model_name} (log: {run_dir / 'vllm.log'})")
+    await servers.enter_async_context(server)
+    return plan.base_url
+
+
+async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: Path | None,
+                    launched: list[str]) -> TrainResult:
+    ctx = build_context(config, run_dir, checkpoint, launched_urls=launched)
     optimizer, scheduler = make_optimizer(ctx.policy, config)
     start_step = 0
     if checkpoint is not None:

@@ -137,7 +137,12 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     if i.mode == "colocated":
         infra.add("inference", "colocated: the trainer's model generates the rollouts")
     else:
-        infra.add("inference", f"server · {', '.join(i.base_urls) or 'launch vLLM'} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}")
+        servers = [*i.base_urls, *(["launched vLLM"] if i.launch else [])]
+        infra.add("inference", f"server · {', '.join(servers)} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}")
+        infra.add("async", f"generation runs up to {c.max_async_level} step(s) ahead of training; rollouts older than "
+                           f"{c.max_off_policy_steps} step(s) are replaced; new weights pushed to every server after each step")
+        if i.launch:
+            infra.add("vLLM command", _vllm_command(c))
     vllm = {"model": i.model, "gpu_ids": i.gpu_ids or None, "tensor_parallel_size": i.tensor_parallel_size if i.tensor_parallel_size > 1 else None,
             "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len,
             "tool_call_parser": i.tool_call_parser, "enable_auto_tool_choice": i.enable_auto_tool_choice or None}
@@ -164,3 +169,18 @@ def _loss(c: TrainConfig) -> str:
 
 def _fmt(value: object) -> str:
     return str(list(value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _vllm_command(config: TrainConfig) -> str:
+    """The `vllm serve ...` line a launch would run (port chosen at launch time)."""
+    import shlex
+
+    from workbench.errors import UserError
+    from workbench.inference.vllm_launch import plan_for_training
+
+    try:
+        plan = plan_for_training(config, port=8000)
+    except UserError as exc:
+        return f"cannot build it: {exc}"
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))
+    return f"{env} {shlex.join(plan.command)}".strip()

@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from workbench.errors import UserError
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
@@ -29,7 +29,7 @@ def served_model_name(config: Any) -> str:
     return config.inference.model or config.model
 
 
-def server_client(config: Any) -> RoundRobinClient:
+def server_client(config: Any, extra_urls: Sequence[str] = ()) -> RoundRobinClient:
     """One client per server (base URLs, or endpoint ids from configs/endpoints.toml), asked
     for token ids and sampled logprobs so training needs no re-tokenization."""
     from workbench.inference.endpoints import load_endpoints
@@ -43,7 +43,7 @@ def server_client(config: Any) -> RoundRobinClient:
             raise UserError(f"environment variable {config.inference.api_key_var} (inference.api_key_var) is not set")
     clients: list[OpenAIClient] = []
     registry: dict[str, Any] | None = None
-    for ref in config.inference.base_urls:
+    for ref in [*config.inference.base_urls, *extra_urls]:
         if ref.startswith(("http://", "https://")):
             clients.append(OpenAIClient(ref, name, api_key=api_key, return_tokens=True))
             continue

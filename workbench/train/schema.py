@@ -122,6 +122,8 @@ class InferenceConfig(Section):
     def _server_source(self) -> InferenceConfig:
         if self.mode == "server" and not self.base_urls and not self.launch:
             raise ConfigProblem("mode", "inference.mode = 'server' needs inference.base_urls or inference.launch = true")
+        if self.launch and self.mode != "server":
+            raise ConfigProblem("launch", "inference.launch = true needs inference.mode = 'server' (the launched vLLM server generates the rollouts)")
         return self
 
 

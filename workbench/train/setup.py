@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,7 @@ def load_envs(config: Any) -> Environment:
     return EnvGroup(envs, env_names=names, weights=[e.weight for e in config.env])
 
 
-def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainContext:
+def build_context(config: Any, run_dir: Path, checkpoint: Path | None, *, launched_urls: Sequence[str] = ()) -> TrainContext:
     import torch
 
     from workbench.inference.local_client import LocalClient
@@ -72,7 +73,7 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainC
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
     log = RunLog(run_dir / "run.log")
     if config.inference.mode == "server":
-        client = server_client(config)
+        client = server_client(config, extra_urls=list(launched_urls))
         publisher = WeightPublisher(policy, run_dir, config, client, log=log.write)
     else:
         client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
