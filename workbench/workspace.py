@@ -45,7 +45,13 @@ def slug(text: str) -> str:
 
 def model_label(model: str) -> str:
     """How a model is named in output folders: local paths by their last part(s), ids as given."""
-    path = Path(model)
+    from workbench.errors import UserError
+    from workbench.inference.resolve import training_run_checkpoint
+
+    try:
+        path = training_run_checkpoint(Path(model))  # a run folder or runs/latest: its checkpoint
+    except UserError:
+        path = Path(model)
     if path.exists():
         parts = path.resolve().parts
         # checkpoints are named step_000040: keep the run name in front so folders stay unique

@@ -133,6 +133,8 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
             metrics = await (_rl_step(ctx, config, optimizer, scheduler, step) if config.mode == "rl"
                              else _sft_step(ctx, config, optimizer, scheduler, step))
             if config.eval.interval > 0 and config.mode == "rl" and (step % config.eval.interval == 0 or step == config.max_steps):
+                if ctx.publisher is not None:
+                    await ctx.publisher.wait()  # evaluate this step's weights
                 metrics.update(await _held_out_eval(ctx, config))
             logger.log(step, metrics)
             history.append({"step": step, **metrics})
@@ -143,6 +145,8 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
             write_json_atomic(run_dir / "metadata.json", metadata)
             if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stop.requested:
                 _checkpoint(ctx, config, optimizer, scheduler, step, metrics)
+        if ctx.publisher is not None:
+            await ctx.publisher.wait()  # the servers end on the final weights
         status = "stopped" if step < config.max_steps else "finished"
     except WeightSyncError as exc:
         last = list_checkpoints(run_dir)
@@ -157,6 +161,8 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
     finally:
         if ctx.source is not None:
             await ctx.source.close()
+        if ctx.publisher is not None:
+            await ctx.publisher.cancel()
         stop.restore()
         reporter.finish()
         logger.close()
@@ -192,8 +198,11 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
                         "time/optimizer": stats.optimizer_s})
     else:  # every group filtered out or zero advantage: nothing to learn this step
         metrics.update({"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0})
-    sync_s = await ctx.publisher.publish(step) if ctx.publisher is not None else 0.0
-    await ctx.clock.advance(step)
+    if ctx.publisher is not None:  # the servers get the new weights while the next step trains
+        sync_s = await ctx.publisher.publish(step)
+    else:
+        sync_s = 0.0
+        await ctx.clock.advance(step)
     all_rollouts = [r for g in batch.all_groups for r in g.rollouts]
     rewards = [r.reward for r in all_rollouts] or [0.0]
     step_s = time.perf_counter() - started
@@ -212,7 +221,8 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
         "time/step": step_s,
     })
     if ctx.publisher is not None:
-        metrics["time/weight_sync"] = sync_s
+        metrics["time/weight_sync"] = sync_s  # what the trainer waited for: the write, a push still running
+        metrics["time/weight_push"] = ctx.publisher.last_push_s  # the newest completed push, on the servers
     # Colocated, generation happens inside the wait; async, it overlaps the previous step.
     busy = (wait_s if ctx.publisher is not None else batch.generation_s) + sync_s
     metrics["time/other"] = max(0.0, step_s - busy - metrics["time/forward_backward"] - metrics["time/optimizer"])

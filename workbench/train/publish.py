@@ -11,6 +11,7 @@ shared filesystem across nodes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import time
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 from workbench.errors import UserError
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
 from workbench.inference.weight_sync import WeightSync, WeightSyncError
+from workbench.train.rollout_source import PolicyClock
 
 KEEP_PUBLISHED = 2  # the newest weights, and the previous ones requests may still be running on
 
@@ -67,7 +69,7 @@ class WeightPublisher:
     is intact and `--resume` re-publishes its weights first.
     """
 
-    def __init__(self, policy: Any, run_dir: Path, config: Any, client: RoundRobinClient,
+    def __init__(self, policy: Any, run_dir: Path, config: Any, client: RoundRobinClient, clock: PolicyClock,
                  log: Callable[[str], None] = lambda line: None) -> None:
         self.policy = policy
         self.folder = run_dir.resolve() / "weights"  # servers get absolute paths
@@ -75,34 +77,65 @@ class WeightPublisher:
         self.base_name = served_model_name(config)
         self.run_name = run_dir.name  # adapter names are unique per run: servers outlive runs
         self.client = client
+        self.clock = clock
         self.log = log
         self.published: list[tuple[int, str]] = []  # (step, served name), oldest first
+        self.last_push_s = 0.0  # how long the newest completed push took on the servers
+        self._push_task: asyncio.Task[None] | None = None
 
     async def start(self, step: int) -> None:
         """Servers start on the base model (= policy version 0: a fresh LoRA adapter is a no-op).
         A resumed run first makes them serve its checkpoint's weights."""
         if step > 0:
             await self.publish(step)
+            await self.wait()
 
     async def publish(self, step: int) -> float:
-        """Save, load on every server, switch new requests; returns seconds taken."""
+        """Write the step's weights and start pushing them to the servers; returns the seconds
+        the trainer was held up (the previous push, if still running, plus the write).
+
+        The push runs in the background: the next step trains on a batch that is already
+        being generated, and the rollout source waits on the clock, which advances when every
+        server has the new weights."""
         started = time.perf_counter()
+        await self.wait()
         target = self.folder / f"step_{step:06d}"
         await asyncio.to_thread(self._save, target)
+        self._push_task = asyncio.create_task(self._push(step, target))
+        return time.perf_counter() - started
+
+    async def wait(self) -> None:
+        """Until the newest push is done (re-raises its failure)."""
+        task, self._push_task = self._push_task, None
+        if task is not None:
+            await task
+
+    async def cancel(self) -> None:
+        task, self._push_task = self._push_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _push(self, step: int, target: Path) -> None:
+        started = time.perf_counter()
         name = f"{self.run_name}-step-{step}" if self.lora else self.base_name
         servers = list(self.client.clients)
         outcomes = await asyncio.gather(*(self._load(server, name, target) for server in servers),
                                         return_exceptions=True)
         failed = {server: outcome for server, outcome in zip(servers, outcomes) if isinstance(outcome, Exception)}
         if len(failed) == len(servers):
-            raise next(iter(failed.values()))
+            error = next(iter(failed.values()))
+            await self.clock.fail(error)
+            raise error
         for server, error in failed.items():
             self.client.drop(server)
             self.log(f"server {server.base_url} dropped from the pool: weight update for step {step} failed ({error})")
         self.client.use_model(name)
+        await self.clock.advance(step)
         self.published.append((step, name))
+        self.last_push_s = time.perf_counter() - started
         await self._prune()
-        return time.perf_counter() - started
 
     async def _load(self, server: OpenAIClient, name: str, target: Path) -> None:
         sync = WeightSync([server.base_url], api_key=server.api_key)

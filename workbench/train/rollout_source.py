@@ -32,6 +32,7 @@ class PolicyClock:
 
     def __init__(self, version: int = 0) -> None:
         self.version = version
+        self.error: BaseException | None = None  # a weight update that failed: waiting is futile
         self._changed = asyncio.Condition()
 
     async def advance(self, version: int) -> None:
@@ -39,9 +40,16 @@ class PolicyClock:
             self.version = version
             self._changed.notify_all()
 
+    async def fail(self, error: BaseException) -> None:
+        async with self._changed:
+            self.error = error
+            self._changed.notify_all()
+
     async def wait_for(self, version: int) -> None:
         async with self._changed:
-            await self._changed.wait_for(lambda: self.version >= version)
+            await self._changed.wait_for(lambda: self.version >= version or self.error is not None)
+            if self.version < version and self.error is not None:
+                raise self.error
 
 
 class RolloutSource:
@@ -60,6 +68,7 @@ class RolloutSource:
 
     async def batch_for(self, step: int) -> StepBatch:
         if not self.asynchronous:
+            await self.clock.wait_for(step - 1)  # on-policy: the previous step's weights are served
             return await self._collect(step)
         if self._task is None:
             self._task = asyncio.create_task(self._produce(step))
@@ -88,6 +97,7 @@ class RolloutSource:
         if batch.policy_version >= oldest:
             return batch
         dropped = len(batch.groups)
+        await self.clock.wait_for(oldest)  # the servers may still be loading the newest weights
         fresh = await self._collect(step, needed=dropped, draw=":fresh")
         fresh.off_policy_dropped = dropped
         fresh.dropped += batch.dropped

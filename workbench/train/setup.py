@@ -72,9 +72,10 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None, *, launch
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
     log = RunLog(run_dir / "run.log")
+    clock = PolicyClock()
     if config.inference.mode == "server":
         client = server_client(config, extra_urls=list(launched_urls))
-        publisher = WeightPublisher(policy, run_dir, config, client, log=log.write)
+        publisher = WeightPublisher(policy, run_dir, config, client, clock, log=log.write)
     else:
         client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
                                         max_batch_size=max(64, config.batch_size))
@@ -94,7 +95,7 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None, *, launch
     if config.mode == "rl" and env is None:
         raise UserError("RL training needs at least one [[env]]")
     return TrainContext(run_dir, env, policy, client, log, metadata, config_for_saving(config), sft_data,
-                        kl_beta=config.kl_penalty.beta, publisher=publisher)
+                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher)
 
 
 class SFTData:
