@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def start_servers(count: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
     procs, urls = [], []
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # one torch thread per server: on a small CPU machine the servers and the trainer share the cores
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     for _ in range(count):
         proc = subprocess.Popen([sys.executable, "-m", "workbench", "serve", "tiny", "--port", "0", "--enable-lora"],
                                 cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
