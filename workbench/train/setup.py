@@ -12,6 +12,7 @@ from workbench.envs import EnvGroup, load_environment
 from workbench.envs.environment import Environment
 from workbench.errors import UserError
 from workbench.evaluate.service import RunLog, now_iso
+from workbench.train.distributed import SINGLE, DistInfo, wrap_model
 from workbench.train.policy import Policy, load_policy
 from workbench.train.samples import Sample
 from workbench.workspace import model_label, new_run_id, runs_dir
@@ -28,6 +29,7 @@ class TrainContext:
     saved_config: dict[str, Any]
     sft_data: SFTData | None = None
     kl_beta: float = 0.0  # current KL coefficient (adapted toward kl_penalty.target_kl when set)
+    dist: DistInfo = SINGLE  # this process's rank in a multi-process run (--nproc / torchrun)
 
 
 def new_run_dir(config: Any) -> Path:
@@ -48,7 +50,7 @@ def load_envs(config: Any) -> Environment:
     return EnvGroup(envs, env_names=names, weights=[e.weight for e in config.env])
 
 
-def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainContext:
+def build_context(config: Any, run_dir: Path, checkpoint: Path | None, dist: DistInfo = SINGLE) -> TrainContext:
     import torch
 
     from workbench.inference.local_client import LocalClient
@@ -57,17 +59,19 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainC
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)  # LoRA init and anything else drawn from torch's global RNG
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
-    if checkpoint is None:
-        save_resolved_config(config, run_dir)
+    if dist.is_main:  # rank 0 alone writes the run folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        if checkpoint is None:
+            save_resolved_config(config, run_dir)
     env = load_envs(config) if config.env else None
     source = resolve_model_path(config.model)
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
+    wrap_model(policy, config.data_parallel, dist)  # multi-process only: device, DDP/FSDP wrapper
     client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
                                     max_batch_size=max(64, config.batch_size))
-    log = RunLog(run_dir / "run.log")
+    log = RunLog(run_dir / "run.log") if dist.is_main else _QuietLog(run_dir / "run.log")
     log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
     metadata = {
         "kind": "train", "run_id": run_dir.name, "model": config.model, "mode": config.mode,
@@ -83,7 +87,14 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None) -> TrainC
     if config.mode == "rl" and env is None:
         raise UserError("RL training needs at least one [[env]]")
     return TrainContext(run_dir, env, policy, client, log, metadata, config_for_saving(config), sft_data,
-                        kl_beta=config.kl_penalty.beta)
+                        kl_beta=config.kl_penalty.beta, dist=dist)
+
+
+class _QuietLog(RunLog):
+    """run.log for ranks other than 0: they write nothing into the run folder."""
+
+    def write(self, line: str) -> None:
+        pass
 
 
 class SFTData:
