@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+# Tests that run `python -m workbench ...` must run this checkout, not whichever workbench is
+# pip-installed (an editable install of another worktree would otherwise be tested).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""`workbench train CONFIG.toml [--dry-run] [--set KEY=VALUE]... [--resume RUN]`: RL or SFT training."""
+"""`workbench train CONFIG.toml [--dry-run] [--set KEY=VALUE]... [--resume RUN] [--nproc N]`: RL or SFT training."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
@@ -18,9 +18,11 @@ ConfigArg = Annotated[Path | None, typer.Argument(metavar="CONFIG", help="Traini
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
 SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a config key (repeatable), value as TOML: --set max_steps=20 --set sampling.temperature=0.8 --set 'sampling.stop=[\"</a>\"]'.", show_default=False)]
 ResumeOption = Annotated[Path | None, typer.Option("--resume", help="Continue a run folder from its newest complete checkpoint, with its saved config.toml (CONFIG not needed).", show_default=False)]
+NprocOption = Annotated[int, typer.Option("--nproc", min=1, metavar="N", help="Train with N processes on this machine (data parallel: DDP, or FSDP with data_parallel = \"fsdp\"): each takes 1/N of every step's rollouts; gloo on CPU, one GPU per process with CUDA. The same as `torchrun --nproc-per-node N -m workbench train CONFIG`.")]
 
 
-def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOption = None, resume: ResumeOption = None) -> None:
+def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOption = None, resume: ResumeOption = None,
+          nproc: NprocOption = 1) -> None:
     """Train a model with RL on environments (or SFT on demonstrations) from one TOML config.
 
     Examples:
@@ -32,6 +34,8 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
       workbench train prime-rl.toml --dry-run
 
       workbench train --resume outputs/runs/<run>
+
+      workbench train configs/rl/reverse-text.toml --nproc 2
     """
     from workbench.cli.render import RichReporter, console, err_console
     from workbench.train.config import load_env_files, load_train_config, run_blockers
@@ -46,17 +50,73 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
         return
     if blockers:  # before any other output: a user mistake is one line
         raise UserError(f"{path}: {blockers[0]} (--dry-run shows the whole plan)")
-    for note in plan.notes:
+    from workbench.train.distributed import launched_rank, launched_world_size
+
+    world = launched_world_size()
+    if nproc > 1:
+        if world > 1:
+            raise UserError("--nproc starts the processes itself: leave it out under torchrun")
+        launch_ranks(config, overrides or [], resume, nproc, train_config)
+        return
+    main = launched_rank() == 0  # in a multi-process run only rank 0 talks to the user
+    for note in plan.notes if main else []:
         err_console.print(f"[dim]note: {_escape(note)}[/]")
     load_env_files(train_config, path)
-    from workbench.train.loop import run_train
-
-    result = run_train(train_config, RichReporter(unit="steps"), resume=resume)
+    result = _run_rank(train_config, RichReporter(unit="steps") if main else None, resume)
+    if not main:
+        raise typer.Exit(130 if result.status == "stopped" else 0)
     console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
     print_outcome(result.run_dir)
     if result.status == "stopped":
-        err_console.print(f"[yellow]stopped with a checkpoint; continue with `workbench train --resume {result.run_dir}`[/]")
+        again = f" --nproc {world}" if world > 1 else ""
+        err_console.print(f"[yellow]stopped with a checkpoint; continue with `workbench train --resume {result.run_dir}{again}`[/]")
         raise typer.Exit(130)
+
+
+def _run_rank(train_config: Any, reporter: Any, resume: Path | None) -> Any:
+    """run_train; a rank that failed only because another rank died exits quietly (the
+    launcher names the rank that died)."""
+    from workbench.train.distributed import (
+        PEER_LOST_EXIT,
+        is_peer_failure,
+        launched_world_size,
+    )
+    from workbench.train.loop import run_train
+
+    try:
+        return run_train(train_config, reporter, resume=resume)
+    except Exception as exc:
+        if launched_world_size() > 1 and is_peer_failure(exc):
+            raise typer.Exit(PEER_LOST_EXIT) from exc
+        raise
+
+
+def launch_ranks(config: Path | None, overrides: list[str], resume: Path | None, nproc: int, train_config: Any) -> None:
+    """--nproc N: run N ranks of this same command; exit with their outcome (see workbench.train.launch)."""
+    import sys
+
+    from workbench.train.launch import launch
+    from workbench.train.plan import cuda_gpu_count
+    from workbench.train.setup import new_run_dir
+
+    gpus = cuda_gpu_count()
+    if gpus and nproc > gpus:
+        raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s) and each process needs its own")
+    run_dir = resume or new_run_dir(train_config)
+    args = [str(config)] if config is not None else []
+    args += [item for value in overrides for item in ("--set", value)]
+    args += ["--resume", str(resume)] if resume is not None else []
+    code, failure = launch(args, nproc, run_dir)
+    if failure is None:
+        raise typer.Exit(code)
+    if failure.rank == 0 and failure.code == 1:
+        raise typer.Exit(1)  # rank 0 printed its own one-line error
+    if failure.output and failure.code > 0:
+        print("\n".join(f"[rank {failure.rank}] {line}" for line in failure.output.splitlines()), file=sys.stderr)
+    if (run_dir / "config.toml").is_file():
+        raise UserError(f"trainer rank {failure.rank} died (exit code {failure.code}); "
+                        f"the run can be resumed with --resume {run_dir} --nproc {nproc}")
+    raise UserError(f"trainer rank {failure.rank} died (exit code {failure.code}) before the run started")
 
 
 def export(
@@ -85,7 +145,9 @@ class TrainGroup(TyperGroup):
 
 
 app = typer.Typer(cls=TrainGroup, no_args_is_help=False,
-                  help="Train with RL or SFT from a TOML config (workbench train CONFIG), or export a checkpoint.")
+                  help="Train with RL or SFT from a TOML config (workbench train CONFIG), or export a checkpoint.\n\n"
+                       "Options of a run (`workbench train run --help`): --dry-run, --set KEY=VALUE, --resume RUN, "
+                       "--nproc N (N data-parallel processes on this machine; or torchrun --nproc-per-node N -m workbench train CONFIG).")
 app.command("run", help="Train from a config (the default: `workbench train CONFIG` means `workbench train run CONFIG`).")(train)
 app.command("export")(export)
 

@@ -3,6 +3,10 @@
 Online difficulty filtering drops groups that cannot teach the policy anything (zero or too
 little reward variance) or are too easy/hard, and oversamples more examples until the batch
 is full or `oversampling_factor` x the needed examples have been tried.
+
+Multi-process (`dist`): every rank draws the same examples and rolls out only its slice; the
+ids of kept groups are shared after each draw, so all ranks agree on when the batch is full and
+on which groups make the first `needed` (the rank's `groups` are its share of those).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from workbench.engine import run_rollouts
 from workbench.envs import EnvGroup
 from workbench.envs.environment import Environment
 from workbench.inference.client import Client
+from workbench.train.distributed import SINGLE, DistInfo
 from workbench.types import Example, Group, SamplingParams
 
 
@@ -50,23 +55,26 @@ def keep_group(group: Group, config: Any) -> bool:
 
 
 async def collect_step(env: Environment, client: Client, config: Any, step: int, sampling: SamplingParams, *,
-                       policy_version: int = 0, needed: int | None = None, draw: str = "") -> StepBatch:
+                       policy_version: int = 0, needed: int | None = None, draw: str = "",
+                       dist: DistInfo = SINGLE) -> StepBatch:
     """`needed` groups (default: a full batch) for `step`; `draw` salts the example stream so a
-    refill of the same step gets other examples."""
+    refill of the same step gets other examples. With several trainer processes each rank
+    rolls out its share of the examples; all ranks agree on which groups fill the batch."""
     started = time.perf_counter()
     needed = config.batch_size // config.rollouts_per_example if needed is None else needed
     rng = random.Random(f"{config.seed}:{step}{draw}")  # per-step stream: resume replays the same examples
     budget = max(needed, int(needed * config.difficulty_filter.oversampling_factor)) if config.difficulty_filter.enabled else needed
     batch = StepBatch(groups=[], policy_version=policy_version)
-    while len(batch.groups) < needed and batch.sampled_examples < budget:
-        want = min(needed - len(batch.groups), budget - batch.sampled_examples)
+    kept: list[int] = []  # example ids of the groups kept so far, on every rank
+    while len(kept) < needed and batch.sampled_examples < budget:
+        want = min(needed - len(kept), budget - batch.sampled_examples)
         examples = sample_examples(env, want, rng)
         # distinct example ids per draw so groups never merge, even if an example repeats
         for offset, example in enumerate(examples):
             example.example_id = batch.sampled_examples + offset
         batch.sampled_examples += len(examples)
         collected: list[Group] = []
-        await run_rollouts(env, client, examples, rollouts_per_example=config.rollouts_per_example,
+        await run_rollouts(env, client, dist.shard(examples), rollouts_per_example=config.rollouts_per_example,
                            sampling=sampling, max_concurrent=max(64, config.batch_size), on_group=collected.append,
                            policy_version=policy_version)
         collected.sort(key=lambda g: g.example_id)
@@ -76,6 +84,8 @@ async def collect_step(env: Environment, client: Client, config: Any, step: int,
                 batch.groups.append(group)
             else:
                 batch.dropped += 1
-    batch.groups = batch.groups[:needed]
+        kept = sorted(i for ids in dist.all_gather([g.example_id for g in batch.groups]) for i in ids)
+    first = set(kept[:needed])
+    batch.groups = [g for g in batch.groups if g.example_id in first]
     batch.generation_s = time.perf_counter() - started
     return batch

@@ -50,9 +50,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, scheduler: Any,
-                    info: dict[str, Any], keep: int) -> Path:
+                    info: dict[str, Any], keep: int, states: tuple[dict[str, Any] | None, dict[str, Any]] | None = None) -> Path:
     """Write step `step` atomically; then delete all but the newest `keep`. OSError leaves the
-    previous checkpoints untouched (the temporary folder is removed)."""
+    previous checkpoints untouched (the temporary folder is removed). `states`: (model state dict,
+    optimizer state) gathered beforehand when the live ones are sharded (FSDP); None: use them."""
     import torch
 
     root = run_dir / "checkpoints"
@@ -62,9 +63,10 @@ def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, sched
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        policy.model.save_pretrained(tmp)
+        model_state, optimizer_state = states or (None, optimizer.state_dict())
+        policy.model.save_pretrained(tmp, **({"state_dict": model_state} if model_state is not None else {}))
         policy.tokenizer.save_pretrained(tmp)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
+        torch.save({"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "rng": rng_state()},
                    tmp / STATE_PT)
         (tmp / STATE_JSON).write_text(json.dumps({"step": step, "base_model": policy.base_path,
                                                   "lora": policy.lora, **info}, indent=2))
@@ -82,7 +84,8 @@ def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, sched
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     import torch
 
-    return torch.load(checkpoint / STATE_PT, weights_only=False)
+    # map_location: every rank of a multi-GPU run reads rank 0's file onto the CPU, not cuda:0
+    return torch.load(checkpoint / STATE_PT, weights_only=False, map_location="cpu")
 
 
 def read_step_info(checkpoint: Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@
     workbench train configs/rl/reverse-text.toml
     workbench train configs/rl/reverse-text.toml --set max_steps=20
     workbench train --resume outputs/runs/<run>
+    workbench train configs/rl/reverse-text.toml --nproc 2   # data parallel (workbench.train.distributed)
 
 One RL step reads top to bottom in `_rl_step`:
   1. sample batch_size / rollouts_per_example examples (weighted across [[env]]s) and run
@@ -46,8 +47,12 @@ from workbench.events import NullReporter, Reporter
 from workbench.store.files import write_json_atomic
 from workbench.inference.weight_sync import WeightSyncError
 from workbench.train.checkpoint import list_checkpoints, load_trainer_state, read_step_info, save_checkpoint, set_rng_state
+from workbench.train.distributed import (
+    SINGLE, DistInfo, agreed_run_dir, checkpoint_states, close, gather_groups, generation_weights, init_distributed,
+    load_optimizer_state,
+)
+from workbench.train.metrics import MetricsLogger, NullMetricsLogger, step_line, truncate_metrics
 from workbench.train.rollout_source import RolloutSource
-from workbench.train.metrics import MetricsLogger, step_line, truncate_metrics
 from workbench.train.optimize import NonFiniteLoss, adapt_kl_beta, make_optimizer, train_on_samples
 from workbench.train.samples import groups_to_samples
 from workbench.train.setup import TrainContext, build_context, new_run_dir
@@ -67,12 +72,17 @@ class TrainResult:
 
 
 def run_train(config: Any, reporter: Reporter | None = None, *, resume: str | Path | None = None) -> TrainResult:
-    """Blocking entry point. `resume` is a run folder: continue from its newest complete checkpoint."""
-    return asyncio.run(_train(config, reporter or NullReporter(), Path(resume) if resume else None))
+    """Blocking entry point. `resume` is a run folder: continue from its newest complete checkpoint.
+    Launched as one of several processes (--nproc, torchrun), it first joins their process group."""
+    dist = init_distributed()
+    try:
+        return asyncio.run(_train(config, reporter or NullReporter(), Path(resume) if resume else None, dist))
+    finally:
+        close(dist)
 
 
-async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainResult:
-    run_dir = resume or new_run_dir(config)
+async def _train(config: Any, reporter: Reporter, resume: Path | None, dist: DistInfo = SINGLE) -> TrainResult:
+    run_dir = resume or agreed_run_dir(dist, lambda: new_run_dir(config))
     if resume is None and list_checkpoints(run_dir):
         raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
                         "or choose another run_name/output_dir")
@@ -81,7 +91,7 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None) -> TrainR
         launched = []
         if config.inference.mode == "server" and config.inference.launch:
             launched.append(await _launch_inference(config, run_dir, servers, reporter))
-        return await _train_in(config, reporter, run_dir, checkpoint, launched)
+        return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
 
 
 async def _launch_inference(config: Any, run_dir: Path, servers: contextlib.AsyncExitStack, reporter: Reporter) -> str:
@@ -97,38 +107,41 @@ async def _launch_inference(config: Any, run_dir: Path, servers: contextlib.Asyn
 
 
 async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: Path | None,
-                    launched: list[str]) -> TrainResult:
-    ctx = build_context(config, run_dir, checkpoint, launched_urls=launched)
+                    launched: list[str], dist: DistInfo) -> TrainResult:
+    ctx = build_context(config, run_dir, checkpoint, dist, launched_urls=launched)
     optimizer, scheduler = make_optimizer(ctx.policy, config)
     start_step = 0
     if checkpoint is not None:
         state = load_trainer_state(checkpoint)
-        optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(ctx.policy, optimizer, state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
         info = read_step_info(checkpoint)
         start_step = info["step"]
         ctx.kl_beta = info.get("kl_beta", ctx.kl_beta)
         reporter.message(f"resuming from {checkpoint.name}")
-    truncate_metrics(run_dir, start_step)
-    logger = MetricsLogger(run_dir, config.wandb, run_dir.name, ctx.saved_config, resume=checkpoint is not None)
+    if dist.is_main:  # rank 0 alone writes metrics, metadata and W&B
+        truncate_metrics(run_dir, start_step)
+    logger = (MetricsLogger(run_dir, config.wandb, run_dir.name, ctx.saved_config, resume=checkpoint is not None)
+              if dist.is_main else NullMetricsLogger())
     stop = _StopFlag(reporter)
     metadata = ctx.metadata
     metadata.update(status="running", step=start_step)
-    write_json_atomic(run_dir / "metadata.json", metadata)
+    _write_metadata(ctx, metadata)
     history: list[dict[str, Any]] = []
     status, step = "failed", start_step
     reporter.start(f"train {run_dir.name}", config.max_steps, start_step)
     ctx.clock.version = start_step
     if ctx.env is not None:
         ctx.source = RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(config, s),
-                                   asynchronous=ctx.publisher is not None)
+                                   asynchronous=ctx.publisher is not None, dist=ctx.dist)
     try:
         if ctx.publisher is not None:
             await ctx.publisher.start(start_step)
         if start_step == 0 and config.eval.interval > 0 and config.mode == "rl":
             logger.log(0, await _held_out_eval(ctx, config))
-        while step < config.max_steps and not stop.requested:
+        stopping = dist.any(stop.requested)
+        while step < config.max_steps and not stopping:
             step += 1
             metrics = await (_rl_step(ctx, config, optimizer, scheduler, step) if config.mode == "rl"
                              else _sft_step(ctx, config, optimizer, scheduler, step))
@@ -142,8 +155,9 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
             reporter.step_done(step, metrics)
             metadata.update(step=step, updated_at=now_iso(), reward_mean=metrics.get("reward/mean"),
                             eval_reward_mean=metrics.get("eval/reward_mean", metadata.get("eval_reward_mean")))
-            write_json_atomic(run_dir / "metadata.json", metadata)
-            if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stop.requested:
+            _write_metadata(ctx, metadata)
+            stopping = dist.any(stop.requested)  # agreed, so every rank stops after the same step
+            if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stopping:
                 _checkpoint(ctx, config, optimizer, scheduler, step, metrics)
         if ctx.publisher is not None:
             await ctx.publisher.wait()  # the servers end on the final weights
@@ -168,7 +182,7 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
         logger.close()
         await ctx.client.close()
         metadata.update(status=status, updated_at=now_iso())
-        write_json_atomic(run_dir / "metadata.json", metadata)
+        _write_metadata(ctx, metadata)
         ctx.log.write(f"{status} at step {step}")
     return TrainResult(run_dir, status, step, history)
 
@@ -177,16 +191,22 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
     started = time.perf_counter()
     if ctx.publisher is None:
         ctx.policy.model.eval()  # colocated: the trainer's own model generates
-    batch = await ctx.source.batch_for(step)
+    with generation_weights(ctx.policy):
+        batch = await ctx.source.batch_for(step)
     wait_s = time.perf_counter() - started
-    _write_rollouts(ctx.run_dir, step, batch.all_groups)
+    all_groups = gather_groups(ctx.dist, batch.all_groups)  # every rank's (multi-process); metrics use these
+    if ctx.dist.is_main:
+        _write_rollouts(ctx.run_dir, step, all_groups)
     samples = groups_to_samples(batch.groups, config)
     rollouts = [r for g in batch.groups for r in g.rollouts]
+    trained, sample_tokens, dropped = ctx.dist.sum([len(samples) if rollouts else 0,
+                                                    sum(len(s.input_ids) for s in samples), batch.dropped])
     lag = (step - 1) - batch.policy_version
-    metrics: dict[str, Any] = {"filter/dropped_groups": batch.dropped, "rollout/generation_time": batch.generation_s,
+    metrics: dict[str, Any] = {"filter/dropped_groups": int(dropped), "rollout/generation_time": batch.generation_s,
                                "policy/lag": lag, "policy/off_policy_dropped": batch.off_policy_dropped}
-    if samples and any(s.advantage != 0 for s in samples):
-        train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config, kl_beta=ctx.kl_beta)
+    if ctx.dist.any(bool(samples) and any(s.advantage != 0 for s in samples)):  # every rank trains, or none
+        train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config,
+                                  kl_beta=ctx.kl_beta, dist=ctx.dist)
         # Server mode trains in a thread so the event loop keeps generating the next batch.
         stats = await asyncio.to_thread(train) if ctx.publisher is not None else train()
         if config.kl_penalty.enabled:
@@ -203,7 +223,7 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
     else:
         sync_s = 0.0
         await ctx.clock.advance(step)
-    all_rollouts = [r for g in batch.all_groups for r in g.rollouts]
+    all_rollouts = [r for g in all_groups for r in g.rollouts]
     rewards = [r.reward for r in all_rollouts] or [0.0]
     step_s = time.perf_counter() - started
     completion_tokens = sum(r.usage.get("completion_tokens", 0) for r in all_rollouts)
@@ -215,8 +235,8 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
         "rollout/mean_length": completion_tokens / max(len(all_rollouts), 1),
         "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
         "rollout/errors": sum(r.error is not None for r in all_rollouts),
-        "rollout/trained_samples": len(samples) if rollouts else 0,
-        "perf/tokens_per_s": (completion_tokens + sum(len(s.input_ids) for s in samples)) / step_s,
+        "rollout/trained_samples": int(trained),
+        "perf/tokens_per_s": (completion_tokens + sample_tokens) / step_s,
         "time/wait_rollouts": wait_s,
         "time/step": step_s,
     })
@@ -231,8 +251,8 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
 
 async def _sft_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
     started = time.perf_counter()
-    samples = ctx.sft_data.batch(step, config.batch_size)
-    stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, sft=True)
+    samples = ctx.dist.shard(ctx.sft_data.batch(step, config.batch_size))  # this rank's slice
+    stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, sft=True, dist=ctx.dist)
     step_s = time.perf_counter() - started
     return {"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
             "train/learning_rate": scheduler.get_last_lr()[0], "perf/tokens_per_s": stats.tokens / step_s,
@@ -242,25 +262,35 @@ async def _sft_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: A
 async def _held_out_eval(ctx: TrainContext, config: Any) -> dict[str, float]:
     """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)."""
     ctx.policy.model.eval()
-    examples = ctx.env.get_examples(config.eval.num_examples, split="eval")
+    examples = ctx.dist.shard(ctx.env.get_examples(config.eval.num_examples, split="eval"))  # this rank's slice
     groups: list[Any] = []
-    await run_rollouts(ctx.env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
-                       sampling=_sampling(config, 10_000_019), max_concurrent=64, on_group=groups.append)
-    rewards = [r.reward for g in groups for r in g.rollouts] or [0.0]
-    return {"eval/reward_mean": sum(rewards) / len(rewards)}
+    with generation_weights(ctx.policy):
+        await run_rollouts(ctx.env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
+                           sampling=_sampling(config, 10_000_019), max_concurrent=64, on_group=groups.append)
+    rewards = [r.reward for g in groups for r in g.rollouts]
+    total, count = ctx.dist.sum([sum(rewards), len(rewards)])
+    return {"eval/reward_mean": total / count if count else 0.0}
 
 
 def _checkpoint(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]) -> None:
+    states = checkpoint_states(ctx.policy, optimizer)  # FSDP: gathered from every rank
+    if not ctx.dist.is_main:
+        return
     try:
         path = save_checkpoint(ctx.run_dir, step, ctx.policy, optimizer, scheduler,
                                {"reward_mean": metrics.get("reward/mean"), "eval_reward_mean": metrics.get("eval/reward_mean"),
                                 "kl_beta": ctx.kl_beta},
-                               keep=config.checkpointing.keep_n_checkpoints)
+                               keep=config.checkpointing.keep_n_checkpoints, states=states)
     except OSError as exc:
         last = list_checkpoints(ctx.run_dir)
         kept = f"; previous checkpoint intact: {last[-1]}" if last else ""
         raise TrainingFailed(f"could not write the step {step} checkpoint ({exc.strerror or exc}){kept}") from exc
     ctx.log.write(f"checkpoint {path.name}")
+
+
+def _write_metadata(ctx: TrainContext, metadata: dict[str, Any]) -> None:
+    if ctx.dist.is_main:
+        write_json_atomic(ctx.run_dir / "metadata.json", metadata)
 
 
 def _sampling(config: Any, step: int) -> SamplingParams:

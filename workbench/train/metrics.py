@@ -38,6 +38,16 @@ class MetricsLogger:
             self._wandb = None
 
 
+class NullMetricsLogger:
+    """What ranks other than 0 log with in a multi-process run: nothing."""
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _wandb_id(run_dir: Path) -> str:
     """A stable W&B run id per run folder, so a resumed run continues the same W&B run."""
     marker = run_dir / ".wandb_id"

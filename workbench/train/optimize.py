@@ -1,5 +1,9 @@
 """One optimizer step over a batch of samples: micro-batches with gradient accumulation,
-token-normalized loss, gradient clipping, AdamW, learning-rate schedule."""
+token-normalized loss, gradient clipping, AdamW, learning-rate schedule.
+
+In a multi-process run (`dist.active`) `samples` is this rank's slice of the global batch; the
+loss is normalized by the global token count and the returned stats are global (see
+workbench.train.distributed)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, sync_gradients
 from workbench.train.loss import policy_loss, sft_loss, token_logprobs
 from workbench.train.policy import Policy
 from workbench.train.samples import Sample, collate, micro_batches
@@ -44,45 +49,51 @@ def make_optimizer(policy: Policy, config: Any) -> tuple[Any, Any]:
 
 
 def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: list[Sample], config: Any,
-                     *, sft: bool = False, kl_beta: float = 0.0) -> StepStats:
+                     *, sft: bool = False, kl_beta: float = 0.0, dist: DistInfo = SINGLE) -> StepStats:
     import torch
 
     started = time.perf_counter()
-    model = policy.model
+    model = policy.training_module
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    total_tokens = sum(sum(s.loss_mask) for s in samples)
     pad_id = policy.tokenizer.pad_token_id
+    total_tokens = int(dist.sum([sum(sum(s.loss_mask) for s in samples)])[0])  # the global batch's loss tokens
+    chunks = _equal_micro_batches(samples, config.micro_batch_size, pad_id, dist)
     use_kl = (not sft) and config.kl_penalty.enabled
     totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0}
-    for chunk in micro_batches(samples, config.micro_batch_size):
-        batch = collate(chunk, pad_id)
-        temperature = 1.0 if sft else config.sampling.temperature
-        logprobs, entropy = token_logprobs(model, batch, temperature)
-        mask = batch["loss_mask"]
-        weight = float(mask.sum()) / max(total_tokens, 1)  # this chunk's share of the batch's tokens
-        if sft:
-            loss = sft_loss(logprobs, batch, total_tokens)
-            extra = {"kl": 0.0, "ratio_mean": 1.0, "clip_frac": 0.0}
-        else:
-            ref = None
-            if use_kl:
-                with torch.no_grad(), policy.reference_model() as reference:
-                    ref, _ = token_logprobs(reference, batch, temperature)
-            loss, extra = policy_loss(config.loss, logprobs, batch, clip_low=config.clip_low, clip_high=config.clip_high,
-                                      cispo_clip=config.cispo_clip, total_tokens=total_tokens, ref_logprobs=ref,
-                                      kl_beta=kl_beta)
-        if not torch.isfinite(loss):
-            optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLoss(f"loss is {float(loss)}")
-        loss.backward()
-        totals["loss"] += float(loss.detach())
-        totals["entropy"] += float((entropy.detach() * mask).sum()) / max(total_tokens, 1)
-        for key in ("kl", "ratio_mean", "clip_frac"):
-            totals[key] += extra[key] * weight
+    for index, chunk in enumerate(chunks):
+        # DDP reads "sync or not" at forward time, so the forward goes inside too
+        with sync_gradients(policy, sync=index == len(chunks) - 1):
+            batch = _to_device(collate(chunk, pad_id), dist.device)
+            temperature = 1.0 if sft else config.sampling.temperature
+            logprobs, entropy = token_logprobs(model, batch, temperature)
+            mask = batch["loss_mask"]
+            weight = float(mask.sum()) / max(total_tokens, 1)  # this chunk's share of the batch's tokens
+            if sft:
+                loss = sft_loss(logprobs, batch, total_tokens)
+                extra = {"kl": 0.0, "ratio_mean": 1.0, "clip_frac": 0.0}
+            else:
+                ref = None
+                if use_kl:
+                    with torch.no_grad(), policy.reference_model() as reference:
+                        ref, _ = token_logprobs(reference, batch, temperature)
+                loss, extra = policy_loss(config.loss, logprobs, batch, clip_low=config.clip_low, clip_high=config.clip_high,
+                                          cispo_clip=config.cispo_clip, total_tokens=total_tokens, ref_logprobs=ref,
+                                          kl_beta=kl_beta)
+            if not torch.isfinite(loss) and not dist.active:  # multi-process: the global grad norm check below
+                optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteLoss(f"loss is {float(loss)}")
+            # DDP/FSDP average gradients over ranks; x world_size makes that the global batch's sum
+            (loss * dist.world_size if dist.active else loss).backward()
+            totals["loss"] += float(loss.detach())
+            totals["entropy"] += float((entropy.detach() * mask).sum()) / max(total_tokens, 1)
+            for key in ("kl", "ratio_mean", "clip_frac"):
+                totals[key] += extra[key] * weight
+    if dist.active:  # each rank holds its tokens' share of every stat: the sums are the global values
+        totals = dict(zip(totals, dist.sum(list(totals.values())), strict=True))
     forward_backward_s = time.perf_counter() - started
     started = time.perf_counter()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.max_grad_norm))
+    grad_norm = clip_grad_norm(policy, config.max_grad_norm)
     if not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLoss(f"gradient norm is {grad_norm}")
@@ -92,6 +103,20 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     return StepStats(loss=totals["loss"], grad_norm=grad_norm, entropy=totals["entropy"], kl=totals["kl"],
                      ratio_mean=totals["ratio_mean"], clip_frac=totals["clip_frac"], tokens=total_tokens,
                      forward_backward_s=forward_backward_s, optimizer_s=time.perf_counter() - started)
+
+
+def _equal_micro_batches(samples: list[Sample], size: int, pad_id: int, dist: DistInfo) -> list[list[Sample]]:
+    """This rank's micro-batches, padded with empty ones (no loss tokens: zero gradient) to the
+    largest count on any rank, so every rank joins the same number of gradient all-reduces."""
+    chunks = micro_batches(samples, size)
+    if dist.active:
+        empty = Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)
+        chunks += [[empty]] * (dist.max(len(chunks)) - len(chunks))
+    return chunks
+
+
+def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
+    return batch if device == "cpu" else {key: value.to(device) for key, value in batch.items()}
 
 
 def adapt_kl_beta(beta: float, observed_kl: float, target_kl: float | None) -> float:

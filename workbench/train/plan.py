@@ -152,7 +152,8 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     count = cuda_gpu_count() if gpu_count is None else gpu_count
     infra.add("this machine", "no CUDA GPU: CPU" if count == 0 else f"{count if count is not None else 'some'} CUDA GPU(s)")
     hw = {"num_gpus": c.num_gpus, "trainer_gpu_ids": c.trainer_gpu_ids or None,
-          "pipeline_parallel_size": c.pipeline_parallel_size if c.pipeline_parallel_size > 1 else None}
+          "pipeline_parallel_size": c.pipeline_parallel_size if c.pipeline_parallel_size > 1 else None,
+          "data_parallel": c.data_parallel if c.data_parallel != "ddp" else None}  # used by --nproc N
     if shown_hw := ", ".join(f"{k} {_fmt(v)}" for k, v in hw.items() if v is not None):
         infra.add("requested", shown_hw)
 

@@ -23,6 +23,12 @@ class Policy:
     base_path: str  # what `model` was loaded from (recorded in checkpoints)
     lora: bool
     reference: Any = None  # frozen copy for full fine-tuning with a KL penalty
+    wrapped: Any = None  # DDP/FSDP wrapper that training passes go through (multi-process runs)
+
+    @property
+    def training_module(self) -> Any:
+        """What forward/backward for training runs through: the DDP/FSDP wrapper when there is one."""
+        return self.wrapped if self.wrapped is not None else self.model
 
     def trainable_parameters(self) -> list[Any]:
         return [p for p in self.model.parameters() if p.requires_grad]

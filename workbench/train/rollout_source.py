@@ -24,6 +24,7 @@ from typing import Any
 from workbench.envs.environment import Environment
 from workbench.inference.client import Client
 from workbench.train.batches import StepBatch, collect_step
+from workbench.train.distributed import SINGLE, DistInfo
 from workbench.types import SamplingParams
 
 
@@ -56,12 +57,13 @@ class RolloutSource:
     """`await source.batch_for(step)` in step order; `close()` stops any generation ahead."""
 
     def __init__(self, env: Environment, client: Client, config: Any, clock: PolicyClock,
-                 sampling_for: Callable[[int], SamplingParams], *, asynchronous: bool) -> None:
+                 sampling_for: Callable[[int], SamplingParams], *, asynchronous: bool, dist: DistInfo = SINGLE) -> None:
         self.env = env
         self.client = client
         self.config = config
         self.clock = clock
         self.sampling_for = sampling_for
+        self.dist = dist  # several trainer processes: each rolls out its share (colocated only)
         self.asynchronous = asynchronous and config.max_async_level > 0
         self._queue: asyncio.Queue[StepBatch | BaseException] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -89,7 +91,7 @@ class RolloutSource:
 
     async def _collect(self, step: int, *, needed: int | None = None, draw: str = "") -> StepBatch:
         return await collect_step(self.env, self.client, self.config, step, self.sampling_for(step),
-                                  policy_version=self.clock.version, needed=needed, draw=draw)
+                                  policy_version=self.clock.version, needed=needed, draw=draw, dist=self.dist)
 
     async def _replace_stale(self, batch: StepBatch, step: int) -> StepBatch:
         """Drop groups older than max_off_policy_steps; refill from the current policy."""

@@ -168,6 +168,7 @@ class TrainConfig(Section):
     num_gpus: int | None = Field(None, ge=1, description="GPUs to use in all; on a machine without CUDA everything runs on the CPU.")
     trainer_gpu_ids: list[int] = Field(default_factory=list, description="GPUs for the trainer (the rest of num_gpus serve inference).")
     pipeline_parallel_size: int = Field(1, ge=1, description="Pipeline parallel stages of the trainer.")
+    data_parallel: Literal["ddp", "fsdp"] = Field("ddp", description="How the processes of `workbench train --nproc N` (or torchrun) share the model. 'ddp': a full replica per process, gradients all-reduced. 'fsdp': parameters, gradients and optimizer state sharded across processes (FSDP2), for models whose training state does not fit one device; the full weights are gathered for colocated generation and checkpoints. Either way each step's batch_size rollouts are split across the processes. Ignored with one process.")
     env_file: list[str] = Field(default_factory=list, description="KEY=VALUE files (relative to the config file) loaded into the environment before the run, e.g. API keys. Their values are never saved; a missing file stops a run.")
 
     @model_validator(mode="after")

@@ -13,6 +13,7 @@ from workbench.envs import EnvGroup, load_environment
 from workbench.envs.environment import Environment
 from workbench.errors import UserError
 from workbench.evaluate.service import RunLog, now_iso
+from workbench.train.distributed import SINGLE, DistInfo, wrap_model
 from workbench.train.policy import Policy, load_policy
 from workbench.train.publish import WeightPublisher, server_client
 from workbench.train.rollout_source import PolicyClock, RolloutSource
@@ -34,6 +35,7 @@ class TrainContext:
     source: RolloutSource | None = None  # each step's batch (on demand, or generated ahead)
     clock: PolicyClock = field(default_factory=PolicyClock)  # the policy version inference serves
     publisher: WeightPublisher | None = None  # server mode: pushes new weights to the servers
+    dist: DistInfo = SINGLE  # this process's rank in a multi-process run (--nproc / torchrun)
 
 
 def new_run_dir(config: Any) -> Path:
@@ -54,7 +56,8 @@ def load_envs(config: Any) -> Environment:
     return EnvGroup(envs, env_names=names, weights=[e.weight for e in config.env])
 
 
-def build_context(config: Any, run_dir: Path, checkpoint: Path | None, *, launched_urls: Sequence[str] = ()) -> TrainContext:
+def build_context(config: Any, run_dir: Path, checkpoint: Path | None, dist: DistInfo = SINGLE, *,
+                  launched_urls: Sequence[str] = ()) -> TrainContext:
     import torch
 
     from workbench.inference.local_client import LocalClient
@@ -63,17 +66,22 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None, *, launch
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)  # LoRA init and anything else drawn from torch's global RNG
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
-    if checkpoint is None:
-        save_resolved_config(config, run_dir)
+    if dist.is_main:  # rank 0 alone writes the run folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        if checkpoint is None:
+            save_resolved_config(config, run_dir)
     env = load_envs(config) if config.env else None
     source = resolve_model_path(config.model)
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
-    log = RunLog(run_dir / "run.log")
+    wrap_model(policy, config.data_parallel, dist)  # multi-process only: device, DDP/FSDP wrapper
+    log = RunLog(run_dir / "run.log") if dist.is_main else _QuietLog(run_dir / "run.log")
     clock = PolicyClock()
     if config.inference.mode == "server":
+        if dist.world_size > 1:
+            raise UserError("server mode with several trainer processes (--nproc/torchrun) is not supported yet: "
+                            "run one trainer process against the servers, or colocated with --nproc")
         client = server_client(config, extra_urls=list(launched_urls))
         publisher = WeightPublisher(policy, run_dir, config, client, clock, log=log.write)
     else:
@@ -95,7 +103,14 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None, *, launch
     if config.mode == "rl" and env is None:
         raise UserError("RL training needs at least one [[env]]")
     return TrainContext(run_dir, env, policy, client, log, metadata, config_for_saving(config), sft_data,
-                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher)
+                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist)
+
+
+class _QuietLog(RunLog):
+    """run.log for ranks other than 0: they write nothing into the run folder."""
+
+    def write(self, line: str) -> None:
+        pass
 
 
 class SFTData:
