@@ -97,6 +97,7 @@ def test_async_server_mode_overlaps_generation_and_bounds_lag(tiny_workspace: Pa
     # token ids and sampled logprobs came from the servers: the ratio is near 1, not garbage
     assert all(0.5 < m["policy/importance_ratio"] < 2.0 for m in steps)
     assert all(m["time/weight_sync"] > 0 for m in steps)
+    assert "lag 1" in (result.run_dir / "run.log").read_text()  # the console/run.log step line shows it
     # the overlap: after the first step, wall time per step is below generation + training
     later = steps[1:]
     wall = sum(m["time/step"] for m in later)

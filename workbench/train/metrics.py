@@ -83,4 +83,6 @@ def step_line(step: int, metrics: dict[str, Any], total: int | None = None) -> s
     """The one line per step shown on the console and written to run.log."""
     parts = [f"step {step}/{total}" if total else f"step {step}"]
     parts += [f"{label} {metrics[key]:.4g}" for key, label in STEP_LINE_KEYS if key in metrics]
+    if "time/weight_sync" in metrics and "policy/lag" in metrics:  # server mode: how off-policy it ran
+        parts.insert(-1 if "time/step" in metrics else len(parts), f"lag {metrics['policy/lag']}")
     return "  ".join(parts)
