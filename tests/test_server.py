@@ -225,3 +225,20 @@ def test_http_modules_do_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     assert out.stdout.strip() == "False"
+
+
+def test_a_client_that_leaves_mid_request_is_not_an_error(caplog: pytest.LogCaptureFixture):
+    """A Ctrl-C'd eval drops its connections half-sent: the server must not log a traceback."""
+    import logging
+    import socket
+    import time
+
+    caplog.set_level(logging.ERROR, logger="aiohttp")
+    with serve_in_thread(make_app(EchoBackend())) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"model\": ")
+            time.sleep(0.2)
+        time.sleep(0.5)  # the server notices the closed connection
+    assert not [r for r in caplog.records if "Error handling request" in r.getMessage()]

@@ -206,6 +206,8 @@ class OpenAIServer:
     async def chat_completions(self, request: web.Request) -> web.Response:
         try:
             body = orjson.loads(await request.read())
+        except ConnectionResetError:  # the client left mid-request (a Ctrl-C'd eval): nobody to answer
+            return web.Response(status=499)
         except orjson.JSONDecodeError as exc:
             return error_response(400, f"request body is not valid JSON: {exc}")
         if not isinstance(body, dict):
