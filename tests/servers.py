@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,12 @@ def start_process(args: list[str], *, env: dict[str, str] | None = None) -> Serv
     proc.wait(10)
     proc.stdout.close()
     raise RuntimeError(f"server process exited with {proc.returncode} before announcing its URL")
+
+
+def start_processes(args: list[str], count: int) -> list[ServerProcess]:
+    """`count` copies of `python ARGS`, started concurrently (each imports torch: seconds)."""
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(lambda _: start_process(args), range(count)))
 
 
 @contextlib.contextmanager

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.servers import ServerProcess, start_process
+from tests.servers import ServerProcess, start_processes
 from workbench.events import NullReporter
 from workbench.train.config import load_train_config
 
@@ -47,9 +46,8 @@ base_urls = {urls}
 
 def model_servers(model: Path, count: int, *extra: str) -> list[ServerProcess]:
     """`count` LocalClient servers (LoRA enabled) for `model`, started concurrently."""
-    args = ["-m", "tests.servers", "--backend", "model", "--model-path", str(model), "--model", "tiny", *extra]
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(lambda _: start_process(args), range(count)))
+    return start_processes(["-m", "tests.servers", "--backend", "model", "--model-path", str(model), "--model", "tiny",
+                            *extra], count)
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.servers import ServerProcess, start_process
+from tests.servers import ServerProcess, start_processes
 
 MESSAGES = [{"role": "user", "content": "hello world"}]
 
@@ -102,9 +101,8 @@ def completion(body: dict[str, Any]) -> tuple[list[int], list[int], list[float]]
 def workbench_servers(model: Path, count: int, *extra: str) -> Iterator[list[ServerProcess]]:
     """`count` real `workbench serve MODEL --served-model-name tiny` processes on free ports,
     started concurrently (each one imports torch: seconds on a busy machine)."""
-    args = ["-m", "workbench", "serve", str(model), "--served-model-name", "tiny", "--port", "0", *extra]
-    with ThreadPoolExecutor(count) as pool:
-        servers = list(pool.map(lambda _: start_process(args), range(count)))
+    servers = start_processes(["-m", "workbench", "serve", str(model), "--served-model-name", "tiny", "--port", "0", *extra],
+                              count)
     try:
         yield servers
     finally:

@@ -34,7 +34,7 @@ def served_model_name(config: Any) -> str:
 def server_client(config: Any, extra_urls: Sequence[str] = ()) -> RoundRobinClient:
     """One client per server (base URLs, or endpoint ids from configs/endpoints.toml), asked
     for token ids and sampled logprobs so training needs no re-tokenization."""
-    from workbench.inference.endpoints import load_endpoints
+    from workbench.inference.endpoints import client_for_endpoint, load_endpoints
     from workbench.workspace import endpoints_path
 
     name = served_model_name(config)
@@ -52,9 +52,8 @@ def server_client(config: Any, extra_urls: Sequence[str] = ()) -> RoundRobinClie
         registry = load_endpoints(endpoints_path()) if registry is None else registry
         if ref not in registry:
             raise UserError(f"inference.base_urls: '{ref}' is neither a URL nor an endpoint id in {endpoints_path()}")
-        for endpoint in registry[ref]:
-            key = os.environ.get(endpoint.key) if endpoint.key else None
-            clients.append(OpenAIClient(endpoint.url, endpoint.model, api_key=key, return_tokens=True))
+        client = client_for_endpoint(registry[ref], return_tokens=True)  # its replicas, with their keys
+        clients.extend(client.clients if isinstance(client, RoundRobinClient) else [client])
     if not clients:
         raise UserError("inference.mode = 'server' needs inference.base_urls")
     return RoundRobinClient(clients)
