@@ -47,7 +47,7 @@ def start_servers(count: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
 
 def run(name: str, overrides: list[str], steps: int, batch_size: int, tmp: str) -> list[dict[str, Any]]:
     from workbench.train.config import load_train_config
-    from workbench.train.loop import run_train
+    from workbench.train import run_train
 
     config, _ = load_train_config(REPO / "configs" / "rl" / "reverse-text.toml", [
         f"max_steps={steps + 1}", f"batch_size={batch_size}", "eval.interval=0",

@@ -25,7 +25,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from workbench.train.config import load_train_config
-    from workbench.train.loop import run_train
+    from workbench.train import run_train
 
     with tempfile.TemporaryDirectory() as tmp:
         config, _ = load_train_config(REPO / "configs" / "rl" / "reverse-text.toml", [

@@ -27,7 +27,8 @@ WORDS = "apple river stone cloud green quiet light table paper music bread water
 
 def make_big_run(root: Path, num_examples: int = 1250, rollouts: int = 8, seed: int = 0) -> Path:
     """An eval run folder under `root` with num_examples x rollouts scored rollouts."""
-    from workbench.store.results import ResultsWriter, write_metadata
+    from workbench.store.results import ResultsWriter
+    from workbench.store.runs import EvalRun, write_run_metadata
     from workbench.types import Group, Rollout, RolloutError
 
     rng = random.Random(seed)
@@ -50,9 +51,9 @@ def make_big_run(root: Path, num_examples: int = 1250, rollouts: int = 8, seed: 
         writer.write_group(Group(example_id, group))
     writer.close()
     total = num_examples * rollouts
-    write_metadata(run_dir, {"kind": "eval", "status": "finished", "run_id": run_dir.name, "env_id": "reverse-text",
-                             "model": "big", "created_at": "2026-01-02T03:04:05+00:00", "completed_rollouts": total,
-                             "total_rollouts": total, "reward_mean": 0.5})
+    write_run_metadata(run_dir, EvalRun(status="finished", run_id=run_dir.name, env_id="reverse-text", model="big",
+                                        created_at="2026-01-02T03:04:05+00:00", completed_rollouts=total,
+                                        total_rollouts=total, reward_mean=0.5))
     return run_dir
 
 

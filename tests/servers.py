@@ -16,12 +16,15 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+import orjson
 from aiohttp import web
 
 from workbench.inference.echo import EchoClient
@@ -126,16 +129,180 @@ def make_app(client: Any, *, served_model_name: str | None = None, middlewares: 
     return create_app(client, served_model_name=served_model_name or client.model, middlewares=middlewares)
 
 
-def slow_echo_app(delay_s: float) -> web.Application:
-    """An echo server that takes `delay_s` per chat request (so a run is still going when stopped)."""
+def wait_until(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> None:
+    """Poll for a state the test has arranged to come (e.g. a file its held run must write);
+    the timeout only bounds a failure, it never decides an outcome."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout}s")
+        time.sleep(0.02)
+
+
+_PASS, _DROP = "pass", "drop"
+
+
+class Gate:
+    """aiohttp middleware: a server the test holds open, so a run is provably mid-flight when the
+    test interrupts it (never "slow enough", whatever the machine's load).
+
+    Each request to a path ending in `path` (chat completions by default) has its JSON body
+    (`{}` for a GET) go to `admit(body)`: admitted requests reach the backend at
+    once; the others wait, without an answer, until the test lets them through (`allow`, `open`).
+    `admit` may be an int k: the first k chat requests. A test waits for `held` (how many have had
+    to wait) with `wait_held`, then signals the run; leaving the `with gate:` block answers every
+    request still waiting with a 503 that never reaches the backend (their client is gone), so
+    a backend's own request count stays exact.
+    """
+
+    def __init__(self, admit: Callable[[dict[str, Any]], bool] | int = 0, *, path: str = "/chat/completions") -> None:
+        self._admit = first_requests(admit) if isinstance(admit, int) else admit
+        self.path = path
+        self._cond = threading.Condition()
+        self._waiting: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[str]]] = deque()
+        self._open = False
+        self._credits = 0
+        self.passed = 0  # requests that reached the backend
+        self.held = 0  # requests that had to wait (in total)
+        self.dropped = 0  # waiting requests answered 503 by `open(drop_held=True)`
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting now."""
+        with self._cond:
+            return len(self._waiting)
 
     @web.middleware
-    async def delay(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
-        if request.path.endswith("/chat/completions"):
-            await asyncio.sleep(delay_s)
+    async def middleware(self, request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        if not request.path.endswith(self.path):
+            return await handler(request)
+        try:
+            raw = await request.read()  # aiohttp keeps the bytes for the handler
+            body = orjson.loads(raw) if raw else {}  # {}: a GET (e.g. the client's /v1/models preflight)
+        except (ConnectionResetError, orjson.JSONDecodeError):
+            return await handler(request)  # the server's own answer to a broken request
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[str] | None = None
+        with self._cond:
+            if self._open or (isinstance(body, dict) and self._admit(body)):
+                verdict = _PASS
+            elif self._credits > 0:
+                self._credits -= 1
+                verdict = _PASS
+            else:
+                waiter = loop.create_future()
+                self._waiting.append((loop, waiter))
+                self.held += 1
+                self._cond.notify_all()
+        if waiter is not None:
+            try:
+                verdict = await waiter
+            finally:
+                with self._cond:
+                    if (loop, waiter) in self._waiting:
+                        self._waiting.remove((loop, waiter))
+        if verdict == _DROP:
+            with self._cond:
+                self.dropped += 1
+            return error_response(503, "dropped by the test's gate", type_="server_error")
+        with self._cond:
+            self.passed += 1
+            self._cond.notify_all()
         return await handler(request)
 
-    return make_app(EchoBackend(), middlewares=(delay,))
+    def wait_held(self, count: int = 1, timeout: float = 60, *, proc: subprocess.Popen[Any] | None = None) -> None:
+        """Block until `count` requests in total have had to wait (the run is stuck at the gate).
+        With `proc` (the run), fail at once, with its output, if it exits first."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.held < count:
+                if proc is not None and proc.poll() is not None:
+                    out, err = proc.communicate()
+                    raise AssertionError(f"the run exited with {proc.returncode} before {count} request(s) reached "
+                                         f"the gate (passed {self.passed}):\n{out or ''}{err or ''}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{count} request(s) never reached the gate within {timeout}s "
+                                         f"(passed {self.passed}, held {self.held})")
+                self._cond.wait(min(left, 0.1))
+
+    def allow(self, count: int) -> None:
+        """Let `count` more requests through: the oldest waiting ones first, then the next arrivals."""
+        with self._cond:
+            while count and self._waiting:
+                self._resolve(self._waiting.popleft(), _PASS)
+                count -= 1
+            self._credits += count
+
+    def open(self, *, drop_held: bool = False) -> None:
+        """Let every request through from now on; those waiting are answered (or dropped: 503)."""
+        with self._cond:
+            self._open = True
+            while self._waiting:
+                self._resolve(self._waiting.popleft(), _DROP if drop_held else _PASS)
+
+    @staticmethod
+    def _resolve(entry: tuple[asyncio.AbstractEventLoop, asyncio.Future[str]], verdict: str) -> None:
+        loop, waiter = entry
+
+        def settle() -> None:
+            if not waiter.done():
+                waiter.set_result(verdict)
+
+        with contextlib.suppress(RuntimeError):  # the server's loop is already closed
+            loop.call_soon_threadsafe(settle)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.open(drop_held=True)
+
+
+def first_requests(count: int) -> Callable[[dict[str, Any]], bool]:
+    """`Gate` admission: the first `count` chat requests."""
+    seen = 0
+
+    def admit(body: dict[str, Any]) -> bool:
+        nonlocal seen
+        seen += 1
+        return seen <= count
+
+    return admit
+
+
+def after_first(count: int) -> Callable[[dict[str, Any]], bool]:
+    """`Gate` admission: every chat request but the first `count` (which never get an answer:
+    a stalled server, to trigger client timeouts whatever the machine's load)."""
+    seen = 0
+
+    def admit(body: dict[str, Any]) -> bool:
+        nonlocal seen
+        seen += 1
+        return seen > count
+
+    return admit
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of a chat request's last user message."""
+    users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+    content = users[-1].get("content") if users else ""
+    return content if isinstance(content, str) else orjson.dumps(content).decode()
+
+
+def first_prompts(count: int) -> Callable[[dict[str, Any]], bool]:
+    """`Gate` admission: every request whose last user message is one of the first `count`
+    distinct ones seen, i.e. all rollouts of the first `count` examples (groups) to arrive."""
+    prompts: list[str] = []
+
+    def admit(body: dict[str, Any]) -> bool:
+        text = last_user_text(body)
+        if text not in prompts and len(prompts) < count:
+            prompts.append(text)
+        return text in prompts
+
+    return admit
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 
-from tests.servers import EchoBackend, FaultInjector, make_app, serve_in_subprocess, serve_in_thread
+from tests.servers import EchoBackend, FaultInjector, Gate, after_first, make_app, serve_in_subprocess, serve_in_thread
 from workbench.engine import RetryPolicy, run_rollouts
 from workbench.envs import load_environment
 from workbench.inference.echo import EchoClient
@@ -69,11 +69,12 @@ async def test_transient_failures_are_retried():
 
 async def test_stalled_requests_time_out_and_are_retried():
     env = reverse_text_with_tags()
-    faults = FaultInjector(stall_first=3, stall_s=5.0)
-    with serve_in_thread(make_app(EchoBackend(), middlewares=(faults.middleware,))) as url:
+    stall = Gate(after_first(3))  # the first 3 requests never get an answer: each must time out
+    with serve_in_thread(make_app(EchoBackend(), middlewares=(stall.middleware,))) as url, stall:
         client = OpenAIClient(f"{url}/v1", "echo", timeout_s=0.5)
         groups, stats = await collect(env, client, n=3, r=2, retry=FAST_RETRY)
         await client.close()
+    assert stall.held == 3
     assert stats.errors == 0 and stats.retries >= 3
 
 

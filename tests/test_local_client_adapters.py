@@ -117,8 +117,11 @@ async def test_waiting_update_is_not_starved(client: LocalClient, folders: dict[
         while not stop.is_set():
             await asyncio.gather(*(ids(client) for _ in range(4)))
 
+    before = client.stats.batches
     runner = asyncio.create_task(traffic())
-    await asyncio.sleep(0.2)
+    async with asyncio.timeout(60):  # bounds a failure only
+        while client.stats.batches < before + 2:  # the stream is flowing: batches keep the worker busy
+            await asyncio.sleep(0.01)
     await asyncio.wait_for(asyncio.to_thread(client.load_adapter, "a", folders["a"]), timeout=30)
     stop.set()
     await runner

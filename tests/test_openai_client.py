@@ -11,7 +11,9 @@ import pytest
 from tests.servers import (
     EchoBackend,
     FaultInjector,
+    Gate,
     HeaderRecorder,
+    after_first,
     make_app,
     raising,
     serve_in_subprocess,
@@ -213,8 +215,8 @@ async def test_dns_failure_is_transient() -> None:
 
 
 async def test_timeout_is_transient(echo: EchoBackend) -> None:
-    faults = FaultInjector(stall_first=1, stall_s=5.0)
-    with serve_in_thread(make_app(echo, middlewares=(faults.middleware,))) as base_url:
+    stall = Gate(after_first(1))  # the first request never gets an answer: it must time out
+    with serve_in_thread(make_app(echo, middlewares=(stall.middleware,))) as base_url, stall:
         client = OpenAIClient(base_url, "echo-model", timeout_s=0.3)
         try:
             with pytest.raises(InferenceError) as info:

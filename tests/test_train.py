@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.held_env import Drain, held_env_toml
+from tests.servers import wait_until
 from workbench.train.config import load_train_config
 
 pytestmark = pytest.mark.slow
@@ -49,7 +50,7 @@ def write_config(folder: Path, name: str, steps: int, extra: str = "", tail: str
 
 
 def train(path: Path, *overrides: str, resume: Path | None = None):
-    from workbench.train.loop import run_train
+    from workbench.train import run_train
 
     config, _ = load_train_config(path, list(overrides))
     return run_train(config, resume=resume)
@@ -164,27 +165,34 @@ def test_disk_full_while_checkpointing_keeps_previous(tiny_workspace: Path, monk
 def test_sigkill_while_writing_checkpoint_resumes_from_previous(tiny_workspace: Path):
     config = write_config(tiny_workspace, "kill", 3)
     run = tiny_workspace / "runs" / "kill"
-    # The child trains normally but stalls inside the step-2 checkpoint write, where we SIGKILL it.
+    # The child trains normally but stops inside the step-2 checkpoint write, waiting on its stdin
+    # (which the test never writes), and is SIGKILLed there: the write cannot finish first.
     script = (
-        "import time, torch, sys\n"
+        "import torch, sys\n"
         "from workbench.train.config import load_train_config\n"
-        "from workbench.train.loop import run_train\n"
+        "from workbench.train import run_train\n"
         "real = torch.save\n"
-        "def slow(obj, path, *a, **k):\n"
+        "def stuck(obj, path, *a, **k):\n"
         "    if 'step_000002' in str(path):\n"
-        "        print('WRITING', flush=True); time.sleep(60)\n"
+        "        print('WRITING', flush=True); sys.stdin.read()\n"
         "    return real(obj, path, *a, **k)\n"
-        "torch.save = slow\n"
+        "torch.save = stuck\n"
         f"config, _ = load_train_config({str(config)!r}, [\"output_dir='{run}'\"])\n"
         "run_train(config)\n"
     )
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tiny_workspace, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tiny_workspace, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     for line in proc.stdout:
         if "WRITING" in line:
             break
+    assert proc.poll() is None, "the child should be stuck in the step-2 checkpoint write"
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
+    proc.stdin.close()
+    proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
     assert (run / "checkpoints" / ".tmp_step_000002").exists()  # the torn write is there, but hidden
     resumed = train(config, f"output_dir='{run}'", resume=run)
     assert resumed.status == "finished" and resumed.last_step == 3
@@ -194,22 +202,36 @@ def test_sigkill_while_writing_checkpoint_resumes_from_previous(tiny_workspace: 
 
 
 def test_ctrl_c_finishes_step_writes_checkpoint_and_exits(tiny_workspace: Path):
+    run = tiny_workspace / "runs" / "intr"
+    held, release = tiny_workspace / "held", tiny_workspace / "release"
+    # Step 2's generation waits (tests/held_env.py) until the test has pressed Ctrl-C and the run
+    # has said it will stop after this step: the Ctrl-C provably lands mid-run, in step 2.
     config = write_config(tiny_workspace, "intr", 50, tail="")
+    table = held_env_toml(tiny_workspace, hold_after=run / "rollouts" / "step_1.jsonl", held=held, release=release)
+    config.write_text(config.read_text().replace('[[env]]\nid = "reverse-text"\n', table))
+    assert table in config.read_text()
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
     proc = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/intr'",
                              "--set", "checkpointing.save_every_n_steps=100"],
-                            cwd=tiny_workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    metrics = tiny_workspace / "runs" / "intr" / "metrics.jsonl"
-    deadline = time.time() + 240
-    while time.time() < deadline and not (metrics.exists() and metrics.read_text().strip()):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=240)
+                            cwd=tiny_workspace, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    stderr = Drain(proc.stderr)
+    try:
+        wait_until(lambda: held.exists() or proc.poll() is not None, timeout=240, what="step 2 held")
+        assert held.exists() and proc.poll() is None, stderr.close()
+        proc.send_signal(signal.SIGINT)
+        stderr.wait_for("stopping after this step")  # the Ctrl-C is taken: now let step 2 finish
+        release.touch()
+        proc.wait(240)
+    finally:
+        release.touch()
+        if proc.poll() is None:
+            proc.kill()
+    err = stderr.close()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "--resume" in err
-    run = tiny_workspace / "runs" / "intr"
     meta = json.loads((run / "metadata.json").read_text())
-    assert meta["status"] == "stopped"
+    assert meta["status"] == "stopped" and meta["step"] == 2  # the step under way was finished
     checkpoints = [p.name for p in (run / "checkpoints").iterdir()]
     assert checkpoints == [f"step_{meta['step']:06d}"]  # written on stop despite save_every_n_steps=100
 

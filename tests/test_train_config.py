@@ -55,8 +55,18 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+# Seed configs whose keys are not accepted yet (issue 15): their dry run fails with one line
+# naming the file, line and key. Move a file to SEED_PLANS once its keys are honoured.
+PENDING_SEEDS = {"prime-rl-seed004.toml": "unknown key"}
+
+
 def test_every_seed_config_is_covered():
-    assert sorted(p.name for p in SEEDS.glob("*.toml")) == sorted([*SEED_PLANS, "gepa.toml"])
+    assert sorted(p.name for p in SEEDS.glob("*.toml")) == sorted([*SEED_PLANS, *PENDING_SEEDS, "gepa.toml"])
+
+
+@pytest.mark.parametrize("name", sorted(PENDING_SEEDS))
+def test_pending_seed_configs_fail_with_one_line(name: str, tmp_path: Path):
+    one_line_error(workbench("train", str(SEEDS / name), "--dry-run", cwd=tmp_path), name, PENDING_SEEDS[name])
 
 
 @pytest.mark.parametrize("name", list(SEED_PLANS))

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.held_env import held_env_toml
+from tests.servers import wait_until
 from tests.test_train import adapter_tensors, train
 
 # batch_size 5 over 2 ranks: slices of 3 and 2 samples, so rank 1 runs an empty micro-batch and
@@ -137,17 +139,25 @@ def test_rl_two_processes_global_batch_and_rank0_writes(tiny_workspace: Path, st
 
 @pytest.mark.slow  # ~30 s
 def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspace: Path):
-    config = tiny_workspace / "rl.toml"
-    config.write_text(RL.format(steps=50))
     run = tiny_workspace / "runs" / "die"
+    held = tiny_workspace / "held"
+    # Rank 1 stops at its first rollout once step 1's checkpoint is complete (tests/held_env.py)
+    # and waits there to be killed: it dies mid-run, in step 2 at the latest, wherever the
+    # machine's load puts the test. (The resume finds `held` and is never held.)
+    table = held_env_toml(tiny_workspace, hold_after=run / "checkpoints" / "step_000001" / "trainer_state.json",
+                          held=held, rank=1)
+    config = tiny_workspace / "rl.toml"
+    config.write_text(RL.format(steps=50).replace('[[env]]\nid = "reverse-text"\n', table))
+    assert table in config.read_text()
     env = child_env(tiny_workspace)
     parent = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/die'",
                                "--nproc", "2"], cwd=tiny_workspace, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and not (run / "checkpoints" / "step_000001" / "trainer_state.json").exists():
-        time.sleep(0.2)
-    os.kill(rank_pid(parent.pid, 1), signal.SIGKILL)
+    wait_until(lambda: held.exists() or parent.poll() is not None, timeout=240, what="rank 1 held")
+    assert held.exists() and parent.poll() is None, parent.communicate()
+    rank1 = rank_pid(parent.pid, 1)
+    assert int(held.read_text()) == rank1  # the held process is rank 1 itself
+    os.kill(rank1, signal.SIGKILL)
     _, err = parent.communicate(timeout=120)
     assert parent.returncode == 1, err
     assert "error: trainer rank 1 died (exit code -9); the run can be resumed with --resume runs/die --nproc 2" in err

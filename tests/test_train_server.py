@@ -69,7 +69,7 @@ def write_config(folder: Path, name: str, servers: list[ServerProcess], *, steps
 
 
 def train(path: Path, *overrides: str, reporter: Any = None, resume: Path | None = None):
-    from workbench.train.loop import run_train
+    from workbench.train import run_train
 
     config, _ = load_train_config(path, list(overrides))
     return run_train(config, reporter, resume=resume)

@@ -17,7 +17,8 @@ from workbench.tui.data.gepa import load_gepa_run
 from workbench.tui.data.rollout_index import RolloutFilter, RolloutIndex, parse_reward_range
 from workbench.tui.data.runs import RunCatalog, filter_runs
 from workbench.tui.data.tail import JsonlTail, TextTail
-from workbench.tui.data.training import eta_seconds, list_checkpoint_infos, series, step_rollout_files
+from workbench.store.checkpoints import list_checkpoint_infos
+from workbench.tui.data.training import eta_seconds, series, step_rollout_files
 from workbench.tui.data.variance import bucket_labels, variance_report
 from workbench.tui.launcher import config_spec
 

@@ -15,15 +15,10 @@ import pytest
 from workbench.errors import UserError
 from workbench.inference import vllm_launch
 from workbench.inference.vllm_launch import (
-    VLLM_EXECUTABLE,
-    ManagedServer,
-    ServerStartError,
-    launch_vllm,
-    vllm_lora_rank,
-    vllm_plan,
-    vllm_unavailable_reason,
+    VLLM_EXECUTABLE, ManagedServer, ServerStartError, vllm_lora_rank, vllm_plan, vllm_unavailable_reason,
 )
 from workbench.train.schema import InferenceConfig, LoraConfig, TrainConfig
+from workbench.train.vllm import launch_vllm
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_vllm.py"))]
 V = list(VLLM_EXECUTABLE)

@@ -8,6 +8,15 @@ class UserError(Exception):
     """Bad input from the user (flags, configs, names). Shown as one line, exit code 1."""
 
 
+class QuietExit(Exception):
+    """End the process with exit code `code` and print nothing: someone else has told the user
+    (a trainer rank whose peer died leaves it to the launcher, which names the rank that died)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"exit code {code}")
+        self.code = code
+
+
 class InferenceError(Exception):
     """A model call failed. `transient` ones (connection, timeout, 429, 5xx) are retried."""
 

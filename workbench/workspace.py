@@ -11,6 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 TINY_MODEL_NAME = "tiny"
+# Where each kind of run keeps its run folders, as glob patterns under the workspace root.
+RUN_FOLDERS = {
+    "eval": "environments/*/outputs/evals/*/*",
+    "train": "outputs/runs/*",
+    "gepa": "environments/*/outputs/gepa/*/*",
+}
 
 
 def workspace_root() -> Path:
@@ -46,7 +52,7 @@ def slug(text: str) -> str:
 def model_label(model: str) -> str:
     """How a model is named in output folders: local paths by their last part(s), ids as given."""
     from workbench.errors import UserError
-    from workbench.inference.resolve import training_run_checkpoint
+    from workbench.store.checkpoints import training_run_checkpoint
 
     try:
         path = training_run_checkpoint(Path(model))  # a run folder or runs/latest: its checkpoint

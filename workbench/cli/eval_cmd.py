@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -11,15 +11,6 @@ from workbench.cli import options as o
 from workbench.errors import UserError
 
 app = typer.Typer(help="Evaluate a model on an environment and inspect the results.", no_args_is_help=True)
-
-# flag name -> EvalConfig field, for flags that override a TOML config only when given
-FLAG_FIELDS = {
-    "model": "model", "num_examples": "num_examples", "rollouts_per_example": "rollouts_per_example",
-    "max_concurrent": "max_concurrent", "max_tokens": "max_tokens", "temperature": "temperature",
-    "api_base_url": "api_base_url", "api_key_var": "api_key_var", "endpoints_path": "endpoints_path",
-    "seed": "seed",
-}
-
 
 @app.command("run")
 def run(
@@ -52,19 +43,15 @@ def run(
       workbench eval run reverse-text -m my-model -b http://127.0.0.1:8000/v1
     """
     from workbench.cli.render import RichReporter, console, err_console, summary_table
-    from workbench.config.toml_loader import read_toml, validate
     from workbench.evaluate import EvalConfig, run_eval
 
-    flags = dict(locals())
-    given = {field: flags[flag] for flag, field in FLAG_FIELDS.items() if flags[flag] is not None}
-    if (parsed := o.parse_json_object(env_args, "-a/--env-args")) is not None:
-        given["env_args"] = parsed
-    if (parsed := o.parse_json_object(sampling_args, "-S/--sampling-args")) is not None:
-        given["sampling_args"] = parsed
-    if (columns := o.split_columns(state_columns)) is not None:
-        given["state_columns"] = columns
-    given["verbose"] = verbose
-    config = build_config(target, given, resume, read_toml, validate, EvalConfig)
+    flags = o.given(model=model, num_examples=num_examples, rollouts_per_example=rollouts_per_example,
+                    max_concurrent=max_concurrent, max_tokens=max_tokens, temperature=temperature,
+                    api_base_url=api_base_url, api_key_var=api_key_var, endpoints_path=endpoints_path, seed=seed,
+                    env_args=o.parse_json_object(env_args, "-a/--env-args"),
+                    sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
+                    state_columns=o.split_columns(state_columns), verbose=verbose)
+    config = o.build_config(EvalConfig, target, flags, resume)
     try:
         result = run_eval(config, RichReporter(verbose=verbose), resume=resume)
     except KeyboardInterrupt:
@@ -73,30 +60,6 @@ def run(
         raise typer.Exit(130) from None
     console.print(summary_table(result.summary, f"{config.env_id} · {config.model}"))
     console.print(f"[dim]saved to {result.run_dir}[/]")
-
-
-def build_config(target: str | None, given: dict[str, Any], resume: str | None, read_toml, validate, model_cls):
-    if target is None:
-        if resume is None or resume == "latest":
-            raise UserError("give an environment id or a config file (or -R RUN_FOLDER to resume a run)")
-        from workbench.store.results import read_metadata
-
-        return model_cls.model_validate({**read_metadata(Path(resume))["config"], **given})
-    if target.endswith(".toml"):
-        data, text = read_toml(Path(target))
-        validate(model_cls, data, Path(target), text)  # file errors name the file and line
-        return _validated(model_cls, {**data, **given})
-    return _validated(model_cls, {"env_id": target, **given})
-
-
-def _validated(model_cls, data: dict[str, Any]):
-    from pydantic import ValidationError
-
-    try:
-        return model_cls.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise UserError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc
 
 
 @app.command("show")
@@ -112,10 +75,10 @@ def show(
     path = find_run(run_dir)
     metadata, groups = load_run(path)
     if fmt == "table":
-        from workbench.evaluate.summary import summarize
+        from workbench.engine.summary import summarize
 
-        summary = metadata.get("summary") or summarize(groups)
-        console.print(summary_table(summary, f"{metadata['env_id']} · {metadata['model']} · {metadata['status']}"))
+        summary = metadata.summary or summarize(groups)
+        console.print(summary_table(summary, f"{metadata.env_id} · {metadata.model} · {metadata.status}"))
         console.print(f"[dim]{path}[/]")
         return
     if fmt not in ("csv", "json", "parquet"):

@@ -14,16 +14,6 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Optimize an environment's system prompt with GEPA (reflection + Pareto frontier).",
                   no_args_is_help=True)
 
-# flag name -> GepaConfig field, for flags that override a TOML config only when given
-FLAG_FIELDS = {
-    "model": "model", "reflection_model": "reflection_model", "max_calls": "max_calls", "num_train": "num_train",
-    "num_val": "num_val", "minibatch_size": "minibatch_size", "perfect_score": "perfect_score",
-    "max_concurrent": "max_concurrent", "max_tokens": "max_tokens", "temperature": "temperature",
-    "api_base_url": "api_base_url", "api_key_var": "api_key_var", "endpoints_path": "endpoints_path",
-    "reflection_base_url": "reflection_base_url", "reflection_api_key_var": "reflection_api_key_var",
-    "seed": "seed", "output_dir": "output_dir",
-}
-
 ReflectionModel = Annotated[str | None, typer.Option("--reflection-model", "-M", help="Model that reads rollouts and proposes prompts (same forms as -m). \\[default: the -m model]", show_default=False)]
 MaxCalls = Annotated[int | None, typer.Option("--max-calls", "-B", help="Budget in metric calls (one rollout of one example), seed evaluation included. \\[default: 500]", show_default=False)]
 NumTrain = Annotated[int | None, typer.Option("--num-train", "-n", help="Training examples (train split) for reflection minibatches; -1: all. \\[default: 100]", show_default=False)]
@@ -79,23 +69,23 @@ def run(
 
       workbench gepa run --resume environments/reverse_text/outputs/gepa/<env>--<model>/<run_id>
     """
-    from workbench.cli.eval_cmd import build_config
-    from workbench.config.toml_loader import read_toml, validate
     from workbench.gepa.config import GepaConfig
 
-    flags = dict(locals())
-    given: dict[str, Any] = {field: flags[flag] for flag, field in FLAG_FIELDS.items() if flags[flag] is not None}
-    for flag, name, value in (("-a/--env-args", "env_args", env_args), ("-S/--sampling-args", "sampling_args", sampling_args),
-                              ("--reflection-sampling-args", "reflection_sampling_args", reflection_sampling_args)):
-        if (parsed := o.parse_json_object(value, flag)) is not None:
-            given[name] = parsed
-    if (columns := o.split_columns(state_columns)) is not None:
-        given["state_columns"] = columns
+    flags = o.given(model=model, reflection_model=reflection_model, max_calls=max_calls, num_train=num_train,
+                    num_val=num_val, minibatch_size=minibatch_size, perfect_score=perfect_score,
+                    max_concurrent=max_concurrent, max_tokens=max_tokens, temperature=temperature,
+                    api_base_url=api_base_url, api_key_var=api_key_var, endpoints_path=endpoints_path,
+                    reflection_base_url=reflection_base_url, reflection_api_key_var=reflection_api_key_var,
+                    seed=seed, output_dir=output_dir,
+                    env_args=o.parse_json_object(env_args, "-a/--env-args"),
+                    sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
+                    reflection_sampling_args=o.parse_json_object(reflection_sampling_args, "--reflection-sampling-args"),
+                    state_columns=o.split_columns(state_columns))
     if target is None and resume not in (None, "latest"):
         from workbench.gepa.service import find_gepa_run
 
         find_gepa_run(resume, None)  # a clear error before its metadata is read
-    config = build_config(target, given, resume, read_toml, validate, GepaConfig)
+    config = o.build_config(GepaConfig, target, flags, resume)
     if dry_run:
         from workbench.cli.train_cmd import print_plan
         from workbench.gepa.plan import build_plan

@@ -10,7 +10,7 @@ import sys
 import typer
 
 from workbench.cli import env_cmd, eval_cmd, gepa_cmd, serve_cmd, setup_cmd, train_cmd, tui_cmd
-from workbench.errors import UserError
+from workbench.errors import QuietExit, UserError
 
 app = typer.Typer(
     name="workbench",
@@ -48,6 +48,8 @@ def main() -> None:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    except QuietExit as exc:
+        sys.exit(exc.code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from workbench.errors import UserError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 Model = Annotated[str | None, typer.Option("--model", "-m", help="'tiny', a model folder or checkpoint, a Hugging Face id, an endpoint id from configs/endpoints.toml, or the model name a -b server serves.", show_default=False)]
 NumExamples = Annotated[int | None, typer.Option("--num-examples", "-n", help="Examples from the eval split (-1: all). \\[default: 5]", show_default=False)]
@@ -43,3 +47,43 @@ def split_columns(values: list[str] | None) -> list[str] | None:
     if values is None:
         return None
     return [c.strip() for v in values for c in v.split(",") if c.strip()]
+
+
+def given(**flags: object) -> dict[str, Any]:
+    """The flags the user gave (not None), by config field: they override a TOML config's values."""
+    return {name: value for name, value in flags.items() if value is not None}
+
+
+ConfigT = TypeVar("ConfigT", bound="BaseModel")
+
+
+def build_config(model_cls: type[ConfigT], target: str | None, flags: dict[str, Any], resume: str | None) -> ConfigT:
+    """The run's config: an env id or a config .toml (TARGET) with the given flags on top, or,
+    with only `-R RUN_FOLDER`, the config saved in that run. Errors name the file, line and key."""
+    from workbench.config.toml_loader import read_toml, validate
+
+    if target is None:
+        if resume is None or resume == "latest":
+            raise UserError("give an environment id or a config file (or -R RUN_FOLDER to resume a run)")
+        from workbench.store.runs import read_run_metadata
+
+        try:
+            saved = read_run_metadata(Path(resume)).config
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot read the run's metadata.json in {resume}: {exc}") from exc
+        return _validated(model_cls, {**saved, **flags})
+    if target.endswith(".toml"):
+        data, text = read_toml(Path(target))
+        validate(model_cls, data, Path(target), text)  # file errors name the file and line
+        return _validated(model_cls, {**data, **flags})
+    return _validated(model_cls, {"env_id": target, **flags})
+
+
+def _validated(model_cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
+    from pydantic import ValidationError
+
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc

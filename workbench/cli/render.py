@@ -2,16 +2,72 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.segment import Segment
 from rich.table import Table
 
 from workbench.types import Group
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+UNFOLDED_WIDTH = 100_000
+"""Width of a console that writes to a file or pipe: wider than any path or log line, i.e. no folding."""
+
+
+class CliConsole(Console):
+    """A rich Console that never folds a line when its stream is not a terminal.
+
+    On a terminal (or where rich's conventions say so: FORCE_COLOR=1, TTY_COMPATIBLE=1, force_terminal)
+    it is a plain rich Console: the terminal's width (or COLUMNS), styles, wrapping, live progress.
+    To a file or pipe it writes no ANSI styling (rich's default: NO_COLOR-free logs) and folds no line,
+    so logs can be grepped and paths copied whole: the console is UNFOLDED_WIDTH columns wide and each
+    renderable is laid out at its natural width (a table as wide as its longest cell needs). That width is
+    at least COLUMNS, else 80, so what fills the line (a panel) keeps the size it has today. COLUMNS never
+    narrows a pipe: to see a pipe's output as a terminal of N columns would, set FORCE_COLOR=1 COLUMNS=N.
+    An explicit Console(width=...) is obeyed as in rich.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._fixed_width = kwargs.get("width") is not None  # rich also sets _width from COLUMNS
+
+    @property
+    def unfolded(self) -> bool:
+        """True when writing to a file or pipe (and no width was given): lines are never folded."""
+        return not self._fixed_width and not self.is_terminal and not self.is_jupyter
+
+    @property  # type: ignore[override]
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        return ConsoleDimensions(UNFOLDED_WIDTH, size.height) if self.unfolded else size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+        self._fixed_width = True
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        options = options or self.options
+        if options.max_width >= UNFOLDED_WIDTH and self.unfolded:
+            # Lay it out at its natural width: a Panel or an expanding Table would otherwise fill all
+            # UNFOLDED_WIDTH columns. What cannot be measured (rich.live's final frame) keeps the full
+            # width, and its parts are measured in turn when rendered.
+            natural = Measurement.get(self, options, renderable).maximum
+            if natural < UNFOLDED_WIDTH:
+                options = options.update_width(max(natural, self._fill_width()))
+        return super().render(renderable, options)
+
+    def _fill_width(self) -> int:
+        """How wide what fills the line (a panel) is in a file or pipe: COLUMNS, else 80."""
+        columns = self._environ.get("COLUMNS", "")
+        return int(columns) if columns.isdigit() and int(columns) > 0 else 80
+
+
+console = CliConsole(highlight=False)
+err_console = CliConsole(stderr=True, highlight=False)
 
 
 class RichReporter:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 from workbench.errors import UserError
 
 if TYPE_CHECKING:
-    from workbench.train.plan import Plan
+    from workbench.config.plan import Plan
 
 ConfigArg = Annotated[Path | None, typer.Argument(metavar="CONFIG", help="Training config (.toml): hosted, prime-rl (nested or flat) or vf-rl style.", show_default=False)]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
@@ -38,10 +38,9 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
       workbench train configs/rl/reverse-text.toml --nproc 2
     """
     from workbench.cli.render import RichReporter, console, err_console
-    from workbench.train.config import load_env_files, load_train_config, run_blockers
-    from workbench.train.plan import build_plan
+    from workbench.train import build_plan, config_source, is_rank_zero, load_train_config, run_blockers, run_train
 
-    path = config_path(config, resume)
+    path = config_source(config, resume)
     train_config, notes = load_train_config(path, overrides or [])
     blockers = run_blockers(train_config)
     plan = build_plan(train_config, notes, blockers)
@@ -50,73 +49,21 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
         return
     if blockers:  # before any other output: a user mistake is one line
         raise UserError(f"{path}: {blockers[0]} (--dry-run shows the whole plan)")
-    from workbench.train.distributed import launched_rank, launched_world_size
-
-    world = launched_world_size()
-    if nproc > 1:
-        if world > 1:
-            raise UserError("--nproc starts the processes itself: leave it out under torchrun")
-        launch_ranks(config, overrides or [], resume, nproc, train_config)
-        return
-    main = launched_rank() == 0  # in a multi-process run only rank 0 talks to the user
-    for note in plan.notes if main else []:
+    for note in plan.notes if nproc == 1 and is_rank_zero() else []:  # with --nproc, rank 0 says them
         err_console.print(f"[dim]note: {_escape(note)}[/]")
-    load_env_files(train_config, path)
-    result = _run_rank(train_config, RichReporter(unit="steps") if main else None, resume)
-    if not main:
-        raise typer.Exit(130 if result.status == "stopped" else 0)
-    console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
-    print_outcome(result.run_dir)
+    rank_args = [str(config)] if config is not None else []  # what each --nproc rank runs
+    rank_args += [item for value in overrides or [] for item in ("--set", value)]
+    rank_args += ["--resume", str(resume)] if resume is not None else []
+    result = run_train(train_config, RichReporter(unit="steps") if is_rank_zero() else None, resume=resume,
+                       config_path=path, nproc=nproc, rank_args=rank_args)
+    if result.speaks:
+        console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
+        print_outcome(result.run_dir)
+        if result.status == "stopped":
+            again = f" --nproc {result.world_size}" if result.world_size > 1 else ""
+            err_console.print(f"[yellow]stopped with a checkpoint; continue with `workbench train --resume {result.run_dir}{again}`[/]")
     if result.status == "stopped":
-        again = f" --nproc {world}" if world > 1 else ""
-        err_console.print(f"[yellow]stopped with a checkpoint; continue with `workbench train --resume {result.run_dir}{again}`[/]")
         raise typer.Exit(130)
-
-
-def _run_rank(train_config: Any, reporter: Any, resume: Path | None) -> Any:
-    """run_train; a rank that failed only because another rank died exits quietly (the
-    launcher names the rank that died)."""
-    from workbench.train.distributed import (
-        PEER_LOST_EXIT,
-        is_peer_failure,
-        launched_world_size,
-    )
-    from workbench.train.loop import run_train
-
-    try:
-        return run_train(train_config, reporter, resume=resume)
-    except Exception as exc:
-        if launched_world_size() > 1 and is_peer_failure(exc):
-            raise typer.Exit(PEER_LOST_EXIT) from exc
-        raise
-
-
-def launch_ranks(config: Path | None, overrides: list[str], resume: Path | None, nproc: int, train_config: Any) -> None:
-    """--nproc N: run N ranks of this same command; exit with their outcome (see workbench.train.launch)."""
-    import sys
-
-    from workbench.train.launch import launch
-    from workbench.train.plan import cuda_gpu_count
-    from workbench.train.setup import new_run_dir
-
-    gpus = cuda_gpu_count()
-    if gpus and nproc > gpus:
-        raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s) and each process needs its own")
-    run_dir = resume or new_run_dir(train_config)
-    args = [str(config)] if config is not None else []
-    args += [item for value in overrides for item in ("--set", value)]
-    args += ["--resume", str(resume)] if resume is not None else []
-    code, failure = launch(args, nproc, run_dir)
-    if failure is None:
-        raise typer.Exit(code)
-    if failure.rank == 0 and failure.code == 1:
-        raise typer.Exit(1)  # rank 0 printed its own one-line error
-    if failure.output and failure.code > 0:
-        print("\n".join(f"[rank {failure.rank}] {line}" for line in failure.output.splitlines()), file=sys.stderr)
-    if (run_dir / "config.toml").is_file():
-        raise UserError(f"trainer rank {failure.rank} died (exit code {failure.code}); "
-                        f"the run can be resumed with --resume {run_dir} --nproc {nproc}")
-    raise UserError(f"trainer rank {failure.rank} died (exit code {failure.code}) before the run started")
 
 
 def export(
@@ -154,37 +101,18 @@ app.command("export")(export)
 
 def print_outcome(run_dir: Path) -> None:
     """Held-out reward before and after training, and how to use the final checkpoint."""
-    import json
-
     from workbench.cli.render import console
-    from workbench.train.checkpoint import list_checkpoints
+    from workbench.train import outcome
 
-    metrics_file = run_dir / "metrics.jsonl"
-    lines = metrics_file.read_text().splitlines() if metrics_file.exists() else []
-    evals = [(m["step"], m["eval/reward_mean"]) for m in map(json.loads, lines) if "eval/reward_mean" in m]
-    if len(evals) >= 2:
-        (first_step, before), (last_step, after) = evals[0], evals[-1]
+    result = outcome(run_dir)
+    if len(result.held_out) >= 2:
+        (first_step, before), (last_step, after) = result.held_out[0], result.held_out[-1]
         console.print(f"held-out reward: [bold]{before:.3f}[/] (step {first_step}) → [bold]{after:.3f}[/] "
                       f"(step {last_step})  [{'green' if after > before else 'yellow'}]{after - before:+.3f}[/]")
-    checkpoints = list_checkpoints(run_dir)
-    if checkpoints:
-        console.print(f"final checkpoint: {checkpoints[-1]}\n"
-                      f"  evaluate it: workbench eval run ENV -m {checkpoints[-1]}\n"
+    if result.final_checkpoint is not None:
+        console.print(f"final checkpoint: {result.final_checkpoint}\n"
+                      f"  evaluate it: workbench eval run ENV -m {result.final_checkpoint}\n"
                       f"  export it:   workbench train export {run_dir} --merge")
-
-
-def config_path(config: Path | None, resume: Path | None) -> Path:
-    """The config file to load: CONFIG, or the saved config.toml of the run being resumed."""
-    if resume is None:
-        if config is None:
-            raise UserError("give a training config (workbench train CONFIG.toml) or --resume RUN_FOLDER")
-        return config
-    if config is not None:
-        raise UserError("--resume continues a run with its saved config.toml: drop CONFIG (use --set to change values)")
-    saved = resume / "config.toml"
-    if not saved.is_file():
-        raise UserError(f"{resume} is not a training run folder (no config.toml)")
-    return saved
 
 
 def print_plan(plan: Plan) -> None:

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.errors import InferenceError
+from workbench.errors import InferenceError, UserError
 from workbench.inference.client import Client
 from workbench.types import Completion, Messages, SamplingParams
 
@@ -52,3 +52,14 @@ class RetryingClient:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+async def preflight(client: Client) -> None:
+    """Fail fast, with one line, when the server cannot be reached (instead of N failed rollouts)."""
+    ping = getattr(client, "ping", None)
+    if ping is None:
+        return
+    try:
+        await ping()
+    except InferenceError as exc:
+        raise UserError(f"cannot use the model server: {exc}") from exc

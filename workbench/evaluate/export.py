@@ -7,25 +7,21 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
-from workbench.store.results import read_groups, read_metadata
+from workbench.store.results import read_groups
+from workbench.store.runs import RunMetadata, locate_run, read_run_metadata
 from workbench.types import Group
-from workbench.workspace import environments_dir
 
 
 def find_run(run_dir: str | None) -> Path:
-    if run_dir is not None:
-        path = Path(run_dir)
-        if not (path / "metadata.json").is_file():
-            raise UserError(f"not a run folder (no metadata.json): {run_dir}")
-        return path
-    runs = sorted(environments_dir().glob("*/outputs/evals/*/*/metadata.json"), key=lambda p: p.parent.name)
-    if not runs:
-        raise UserError(f"no eval runs under {environments_dir()}; run `workbench eval run ENV` first")
-    return runs[-1].parent
+    """An eval run folder: the one named (a path or run id), else the workspace's newest."""
+    return locate_run(run_dir or "latest", "eval")
 
 
-def load_run(path: Path) -> tuple[dict[str, Any], list[Group]]:
-    metadata = read_metadata(path)
+def load_run(path: Path) -> tuple[RunMetadata, list[Group]]:
+    try:
+        metadata = read_run_metadata(path, "eval")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path / 'metadata.json'}: {exc}") from exc
     return metadata, read_groups(path)
 
 

@@ -8,23 +8,26 @@ runs are marked `stopped` and keep every finished group; `resume` finishes them.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from workbench import __version__
 from workbench.engine import run_rollouts
+from workbench.engine.retry import preflight
+from workbench.engine.sampling import sampling_for
+from workbench.engine.summary import summarize
+from workbench.envs.environment import Environment
 from workbench.envs.loader import load_environment
-from workbench.errors import InferenceError, UserError
+from workbench.errors import UserError
 from workbench.evaluate.config import EvalConfig
-from workbench.evaluate.summary import summarize
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
-from workbench.store.results import ResultsWriter, compact_results, read_groups, read_metadata, write_metadata
-from workbench.envs.environment import Environment
+from workbench.store.results import ResultsWriter, compact_results, read_groups
+from workbench.store.runs import (
+    RUN_LOG, EvalRun, RunLog, locate_run, now_iso, read_run_metadata, read_saved, write_run_metadata,
+)
 from workbench.types import Example, Group, SamplingParams
 from workbench.workspace import eval_runs_dir, new_run_id
 
@@ -39,48 +42,12 @@ class EvalResult:
     groups: list[Group]
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-class SamplingFlags(Protocol):
-    """The sampling fields eval and GEPA configs share (-t, -T, -S, --seed)."""
-
-    max_tokens: int | None
-    temperature: float | None
-    sampling_args: dict[str, Any]
-    seed: int | None
-
-
-def sampling_for(config: SamplingFlags, env_defaults: dict[str, Any]) -> SamplingParams:
-    """Defaults ← the environment's preferences ← -t/-T ← -S (the most specific wins)."""
-    overrides: dict[str, Any] = dict(env_defaults)
-    if config.max_tokens is not None:
-        overrides["max_tokens"] = config.max_tokens
-    if config.temperature is not None:
-        overrides["temperature"] = config.temperature
-    overrides.update(config.sampling_args)
-    overrides["seed"] = config.seed
-    try:
-        return SamplingParams().merged(overrides)
-    except TypeError as exc:
-        raise UserError(f"bad sampling arguments: {exc}") from exc
-
-
 def find_resume_dir(resume: str, config: EvalConfig | None) -> Path:
-    """'latest' (needs env and model) or a run folder path."""
-    if resume == "latest":
-        if config is None:
-            raise UserError("--resume latest needs the env and model (-m) to find the run")
-        parent = eval_runs_dir(config.env_id, config.model)
-        runs = sorted(p for p in parent.glob("*") if (p / "metadata.json").is_file()) if parent.is_dir() else []
-        if not runs:
-            raise UserError(f"no earlier run to resume in {parent}")
-        return runs[-1]
-    path = Path(resume)
-    if not (path / "metadata.json").is_file():
-        raise UserError(f"not an eval run folder (no metadata.json): {resume}")
-    return path
+    """'latest' (needs env and model), a run folder path or a run id."""
+    if resume == "latest" and config is None:
+        raise UserError("--resume latest needs the env and model (-m) to find the run")
+    latest_in = eval_runs_dir(config.env_id, config.model) if config is not None else None
+    return locate_run(resume, "eval", latest_in=latest_in)
 
 
 def run_eval(config: EvalConfig, reporter: Reporter | None = None, *, resume: str | None = None,
@@ -94,8 +61,8 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
     run_dir: Path
     if resume is not None:
         run_dir = find_resume_dir(resume, config)
-        saved = read_metadata(run_dir)
-        config = EvalConfig.model_validate({**saved["config"], "max_concurrent": config.max_concurrent,
+        saved = read_run_metadata(run_dir, "eval")
+        config = EvalConfig.model_validate({**saved.config, "max_concurrent": config.max_concurrent,
                                             "verbose": config.verbose})
     env = load_environment(config.env_id, **config.env_args)
     sampling = sampling_for(config, env.sampling_args)
@@ -118,17 +85,6 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
             await client.close()
 
 
-async def preflight(client: Client) -> None:
-    """Fail fast, with one line, when the server cannot be reached (instead of N failed rollouts)."""
-    ping = getattr(client, "ping", None)
-    if ping is None:
-        return
-    try:
-        await ping()
-    except InferenceError as exc:
-        raise UserError(f"cannot use the model server: {exc}") from exc
-
-
 async def _run(config: EvalConfig, env: Environment, client: Client, examples: list[Example],
                sampling: SamplingParams, run_dir: Path, reporter: Reporter) -> EvalResult:
     r = config.rollouts_per_example
@@ -138,19 +94,16 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
     done_ids = {g.example_id for g in done_groups}
     todo = [e for e in examples if e.example_id not in done_ids]
     groups: list[Group] = list(done_groups)
-    metadata: dict[str, Any] = {
-        "kind": "eval", "status": "running", "run_id": run_dir.name, "env_id": config.env_id,
-        "model": config.model, "created_at": now_iso(), "updated_at": now_iso(), "pid": os.getpid(),
-        "workbench_version": __version__, "config": config.model_dump(mode="json"),
-        "num_examples": len(examples), "rollouts_per_example": r,
-        "total_rollouts": len(examples) * r, "completed_rollouts": len(done_groups) * r,
-    }
-    if (run_dir / "metadata.json").exists():
-        saved = read_metadata(run_dir)
-        metadata["created_at"] = saved.get("created_at", metadata["created_at"])
-        metadata["elapsed_s"] = saved.get("elapsed_s", 0.0)
-    write_metadata(run_dir, metadata)
-    log = RunLog(run_dir / "run.log")
+    metadata = EvalRun(
+        run_id=run_dir.name, env_id=config.env_id, model=config.model, workbench_version=__version__,
+        config=config.model_dump(mode="json"), num_examples=len(examples), rollouts_per_example=r,
+        total_rollouts=len(examples) * r, completed_rollouts=len(done_groups) * r,
+    )
+    if (saved := read_saved(run_dir, "eval")) is not None:
+        metadata.created_at = saved.created_at
+        metadata.elapsed_s = saved.elapsed_s or 0.0
+    write_run_metadata(run_dir, metadata)
+    log = RunLog(run_dir / RUN_LOG)
     log.write(f"{'resume' if done_groups else 'start'} env={config.env_id} model={config.model} "
               f"examples={len(examples)} r={r} done_groups={len(done_groups)}")
     writer = ResultsWriter(run_dir)
@@ -163,7 +116,7 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         writer.write_group(group)
         groups.append(group)
         reward_sum += sum(group.rewards)
-        metadata["completed_rollouts"] = len(groups) * r
+        metadata.completed_rollouts = len(groups) * r
         for rollout in group.rollouts:
             if rollout.error is not None:
                 log.write(f"example {group.example_id} rollout {rollout.rollout_index}: "
@@ -171,9 +124,9 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         reporter.group_done(group, {"reward_mean": reward_sum / (len(groups) * r)})
         if time.monotonic() - last_meta > METADATA_INTERVAL_S:
             last_meta = time.monotonic()
-            metadata["updated_at"] = now_iso()
-            metadata["reward_mean"] = reward_sum / (len(groups) * r)
-            write_metadata(run_dir, metadata)
+            metadata.updated_at = now_iso()
+            metadata.reward_mean = reward_sum / (len(groups) * r)
+            write_run_metadata(run_dir, metadata)
 
     reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, len(done_groups) * r)
     status = "failed"
@@ -186,27 +139,17 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         status = "stopped"
         raise
     except Exception as exc:
-        metadata["error"] = f"{type(exc).__name__}: {exc}"
+        metadata.error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
         writer.close()
         reporter.finish()
-        elapsed = time.monotonic() - started + metadata.get("elapsed_s", 0.0)
+        elapsed = time.monotonic() - started + (metadata.elapsed_s or 0.0)
         ordered = sorted(groups, key=lambda g: g.example_id)
         summary = summarize(ordered, elapsed)
-        metadata.update(status=status, updated_at=now_iso(), summary=summary, elapsed_s=elapsed,
-                        reward_mean=summary.get("reward_mean"))
-        write_metadata(run_dir, metadata)
+        metadata.status, metadata.updated_at, metadata.summary = status, now_iso(), summary
+        metadata.elapsed_s, metadata.reward_mean = elapsed, summary.get("reward_mean")
+        write_run_metadata(run_dir, metadata)
         log.write(f"{status}: {len(groups)}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}")
     return EvalResult(run_dir, status, summary, ordered)
 
-
-class RunLog:
-    """Appends timestamped lines to run.log (what the TUI tails)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, line: str) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(f"{now_iso()} {line}\n")

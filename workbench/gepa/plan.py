@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.config.plan import Plan, PlanSection
 from workbench.errors import UserError
 from workbench.gepa.config import DEFAULT_REFLECTION_MAX_TOKENS, GepaConfig
-from workbench.train.plan import Plan, PlanSection
 from workbench.workspace import gepa_runs_dir
 
 

@@ -19,12 +19,11 @@ from typing import Any
 
 import orjson
 
-from workbench.evaluate.service import RunLog, now_iso
 from workbench.events import Reporter
 from workbench.gepa.adapter import Budget, BudgetSpent, WorkbenchAdapter
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
 from workbench.gepa.reflection import ReflectionEvent
-from workbench.store.files import write_json_atomic
+from workbench.store.runs import RUN_LOG, GepaRun, RunLog, now_iso, write_run_metadata
 from workbench.types import Group
 
 MAX_ERROR_STREAK = 5  # iterations failing in a row (a bug, not bad luck): stop instead of spinning
@@ -94,24 +93,21 @@ def one_line(text: str) -> str:
 class RunRecorder:
     """gepa callbacks (on_*) plus the adapter's and reflector's events → files, log, reporter."""
 
-    def __init__(self, run_dir: Path, metadata: dict[str, Any], reporter: Reporter, budget: Budget,
+    def __init__(self, run_dir: Path, metadata: GepaRun, reporter: Reporter, budget: Budget,
                  adapter: WorkbenchAdapter | None = None) -> None:
         self.run_dir = run_dir
         self.metadata = metadata
         self.reporter = reporter
         self.budget = budget
         self.adapter = adapter
-        self.log = GepaLog(run_dir / "run.log")
+        self.log = GepaLog(run_dir / RUN_LOG)
         self.snapshot: Snapshot | None = None
         self.iteration = 0
         self.error_streak = 0
         self.last_error: str | None = None
         self._errored = False
         self._started = time.monotonic()
-        self._elapsed_before = float(metadata.get("elapsed_s", 0.0))
-        self.metadata.setdefault("reflections", {"proposed": 0, "unusable": 0, "error": 0})
-        self.metadata.setdefault("events", [])
-        self.metadata.setdefault("iteration_errors", 0)
+        self._elapsed_before = metadata.elapsed_s or 0.0
 
     # ----- progress from the adapter and the reflector --------------------------------------
     def group_done(self, group: Group) -> None:
@@ -123,7 +119,7 @@ class RunRecorder:
                                f"{one_line(rollout.error.message[:300])}")
 
     def reflection_event(self, event: ReflectionEvent) -> None:
-        counts = self.metadata["reflections"]
+        counts = self.metadata.reflections
         counts[event.status] = counts.get(event.status, 0) + 1
         reply = f"; reply: {event.reply!r}" if event.reply else ""
         self.log.write(f"iteration {self.iteration}: reflection {event.status}: {one_line(event.detail[:2000])}{reply}")
@@ -133,7 +129,7 @@ class RunRecorder:
             self.reporter.message(f"iteration {self.iteration}: {what} ({event.detail[:160]}); skipped")
 
     def _event(self, kind: str, detail: str) -> None:
-        events = self.metadata["events"]
+        events = self.metadata.events
         events.append({"iteration": self.iteration, "kind": kind, "detail": detail[:1000], "at_calls": self.budget.used})
         del events[:-RECENT_EVENTS]
 
@@ -170,7 +166,7 @@ class RunRecorder:
             return
         self._errored = True
         self.error_streak += 1
-        self.metadata["iteration_errors"] += 1
+        self.metadata.iteration_errors += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
         self._event("iteration_error", self.last_error)
         self.log.write(f"iteration {event['iteration']}: error {self.last_error}\n"
@@ -189,9 +185,9 @@ class RunRecorder:
             return True
         best = self.snapshot.best_score if self.snapshot else None
         if perfect_score is not None and best is not None and best >= perfect_score:
-            if not self.metadata.get("stopped_early"):
-                self.metadata["stopped_early"] = "the best prompt reaches the perfect score on every validation example"
-                self.log.write(f"stopping early: {self.metadata['stopped_early']}")
+            if not self.metadata.stopped_early:
+                self.metadata.stopped_early = "the best prompt reaches the perfect score on every validation example"
+                self.log.write(f"stopping early: {self.metadata.stopped_early}")
             return True
         return False
 
@@ -202,23 +198,22 @@ class RunRecorder:
     def write(self, status: str | None = None) -> None:
         meta = self.metadata
         if status is not None:
-            meta["status"] = status
-        meta["updated_at"] = now_iso()
-        meta["elapsed_s"] = round(self._elapsed_before + time.monotonic() - self._started, 3)
-        meta["metric_calls_used"] = self.budget.used
-        meta["max_calls"] = self.budget.max_calls
+            meta.status = status
+        meta.updated_at = now_iso()
+        meta.elapsed_s = round(self._elapsed_before + time.monotonic() - self._started, 3)
+        meta.metric_calls_used = self.budget.used
+        meta.max_calls = self.budget.max_calls
         if self.adapter is not None:
-            meta["rollouts"] = self.adapter.rollouts
-            meta["rollout_errors"] = self.adapter.rollout_errors
+            meta.rollouts = self.adapter.rollouts
+            meta.rollout_errors = self.adapter.rollout_errors
         snap = self.snapshot
         if snap is not None:
-            meta.update(iterations=snap.iterations, seed_score=snap.seed_score, best_score=snap.best_score,
-                        best_candidate=snap.best_index, num_candidates=len(snap.candidates),
-                        candidates=snap.candidates)
+            meta.iterations, meta.seed_score, meta.best_score = snap.iterations, snap.seed_score, snap.best_score
+            meta.best_candidate, meta.num_candidates, meta.candidates = snap.best_index, len(snap.candidates), snap.candidates
             _write_text(self.run_dir / "best_prompt.txt", snap.best_prompt + "\n")
             _write_text(self.run_dir / "pareto_frontier.jsonl",
                         "".join(orjson.dumps(row).decode() + "\n" for row in snap.frontier))
-        write_json_atomic(self.run_dir / "metadata.json", meta)
+        write_run_metadata(self.run_dir, meta)
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -12,19 +12,19 @@ Folder: environments/<env>/outputs/gepa/<env>--<model>/<run_id>/ (DESIGN §9), o
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench import __version__
+from workbench.engine.retry import preflight
+from workbench.engine.sampling import sampling_for
 from workbench.errors import UserError
-from workbench.evaluate.service import now_iso, preflight, sampling_for
 from workbench.events import NullReporter, Reporter
 from workbench.gepa.config import DEFAULT_REFLECTION_MAX_TOKENS, GepaConfig
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
 from workbench.inference.client import Client
-from workbench.store.files import read_json
+from workbench.store.runs import METADATA, GepaRun, locate_run, read_run_metadata
 from workbench.types import SamplingParams
 from workbench.workspace import gepa_runs_dir, new_run_id
 
@@ -83,7 +83,7 @@ def run_gepa(config: GepaConfig, reporter: Reporter | None = None, *, resume: st
 
 def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valset: list[Any], policy: Client,
               reflection: Client, sampling: SamplingParams, reflection_sampling: SamplingParams, bridge: Any,
-              run_dir: Path, saved: dict[str, Any], reporter: Reporter) -> GepaResult:
+              run_dir: Path, saved: GepaRun | None, reporter: Reporter) -> GepaResult:
     import gepa
 
     from workbench.gepa.adapter import Budget, WorkbenchAdapter, scores_by_index
@@ -104,7 +104,8 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
     adapter = WorkbenchAdapter(envs, policy, bridge, sampling, budget=budget, max_concurrent=config.max_concurrent,
                                state_columns=config.state_columns, perfect_score=config.perfect_score,
                                on_group=recorder.group_done)
-    adapter.rollouts, adapter.rollout_errors = saved.get("rollouts", 0), saved.get("rollout_errors", 0)
+    if saved is not None:
+        adapter.rollouts, adapter.rollout_errors = saved.rollouts, saved.rollout_errors
     recorder.adapter = adapter
     if state is not None:
         adapter.replay_seed_scores(seed_prompt, scores_by_index(state.prog_candidate_val_subscores[0]))
@@ -138,13 +139,13 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
             seed=config.seed,
         )
         if recorder.error_streak >= MAX_ERROR_STREAK:
-            metadata["error"] = f"{MAX_ERROR_STREAK} iterations in a row failed; last: {recorder.last_error}"
+            metadata.error = f"{MAX_ERROR_STREAK} iterations in a row failed; last: {recorder.last_error}"
         else:
             status = "stopped" if (state_dir / STOP_FILE).exists() else "finished"
     except KeyboardInterrupt:  # Ctrl-C: saved up to the last iteration; the caller gets the result so far
         status = "stopped"
     except Exception as exc:
-        metadata["error"] = f"{type(exc).__name__}: {exc}"
+        metadata.error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
         reporter.finish()
@@ -158,44 +159,38 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
         seed_score=snap.seed_score if snap else None, best_score=snap.best_score if snap else None,
         best_prompt=snap.best_prompt if snap else seed_prompt, metric_calls_used=budget.used,
         max_calls=config.max_calls, num_candidates=len(snap.candidates) if snap else 0,
-        iterations=snap.iterations if snap else 0, error=metadata.get("error"),
-        stopped_early=metadata.get("stopped_early"),
+        iterations=snap.iterations if snap else 0, error=metadata.error,
+        stopped_early=metadata.stopped_early,
     )
 
 
 # ----- setup helpers ----------------------------------------------------------------------------
-def resolve_run_folder(config: GepaConfig, resume: str | None) -> tuple[Path, GepaConfig, dict[str, Any]]:
+def resolve_run_folder(config: GepaConfig, resume: str | None) -> tuple[Path, GepaConfig, GepaRun | None]:
     """(run folder, effective config, saved metadata). Resuming keeps the saved config except
     RESUME_OVERRIDABLE fields set explicitly in `config`."""
     if resume is None:
         run_dir = Path(config.output_dir) if config.output_dir else gepa_runs_dir(config.env_id, config.model) / new_run_id()
-        if (run_dir / "metadata.json").exists():
+        if (run_dir / METADATA).exists():
             raise UserError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another -o")
-        return run_dir, config, {}
+        return run_dir, config, None
     run_dir = find_gepa_run(resume, config)
-    saved = read_json(run_dir / "metadata.json")
+    try:
+        saved = read_run_metadata(run_dir, "gepa")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {run_dir / METADATA}: {exc}") from exc
+    if not isinstance(saved, GepaRun):
+        raise UserError(f"not a GEPA run folder: {run_dir}")
     overrides = {k: getattr(config, k) for k in RESUME_OVERRIDABLE if k in config.model_fields_set}
-    merged = GepaConfig.model_validate({**saved["config"], **overrides, "output_dir": str(run_dir)})
+    merged = GepaConfig.model_validate({**saved.config, **overrides, "output_dir": str(run_dir)})
     return run_dir, merged, saved
 
 
 def find_gepa_run(resume: str, config: GepaConfig | None) -> Path:
-    """'latest' (newest run of this env and model) or a GEPA run folder."""
-    if resume == "latest":
-        if config is None:
-            raise UserError("--resume latest needs the env and model (-m) to find the run")
-        parent = gepa_runs_dir(config.env_id, config.model)
-        runs = sorted(p for p in parent.glob("*") if (p / "metadata.json").is_file()) if parent.is_dir() else []
-        if not runs:
-            raise UserError(f"no earlier GEPA run to resume in {parent}")
-        return runs[-1]
-    path = Path(resume)
-    meta = path / "metadata.json"
-    if not meta.is_file():
-        raise UserError(f"not a GEPA run folder (no metadata.json): {resume}")
-    if read_json(meta).get("kind") != "gepa":
-        raise UserError(f"not a GEPA run folder (metadata.json kind is not 'gepa'): {resume}")
-    return path
+    """'latest' (newest run of this env and model), a GEPA run folder or a run id."""
+    if resume == "latest" and config is None:
+        raise UserError("--resume latest needs the env and model (-m) to find the run")
+    latest_in = gepa_runs_dir(config.env_id, config.model) if config is not None else None
+    return locate_run(resume, "gepa", latest_in=latest_in)
 
 
 def datasets(envs: PromptedEnvs, config: GepaConfig, reporter: Reporter) -> tuple[list[Any], list[Any]]:
@@ -265,21 +260,19 @@ def load_gepa_state(state_dir: Path) -> Any:
         raise UserError(f"cannot read the saved GEPA state in {state_dir}: {type(exc).__name__}: {exc}") from exc
 
 
-def run_metadata(config: GepaConfig, run_dir: Path, saved: dict[str, Any], seed_prompt: str,
-                 num_train: int, num_val: int) -> dict[str, Any]:
+def run_metadata(config: GepaConfig, run_dir: Path, saved: GepaRun | None, seed_prompt: str,
+                 num_train: int, num_val: int) -> GepaRun:
     from importlib.metadata import version
 
-    metadata: dict[str, Any] = {
-        "kind": "gepa", "status": "running", "run_id": run_dir.name, "env_id": config.env_id,
-        "model": config.model, "reflection_model": config.reflection_model_name,
-        "created_at": now_iso(), "updated_at": now_iso(), "pid": os.getpid(),
-        "workbench_version": __version__, "gepa_version": version("gepa"),
-        "config": config.model_dump(mode="json"), "num_train": num_train, "num_val": num_val,
-        "seed_prompt": seed_prompt,
-    }
-    for key in ("created_at", "elapsed_s", "reflections", "events", "iteration_errors"):
-        if key in saved:
-            metadata[key] = saved[key]
+    metadata = GepaRun(
+        run_id=run_dir.name, env_id=config.env_id, model=config.model, reflection_model=config.reflection_model_name,
+        workbench_version=__version__, gepa_version=version("gepa"), config=config.model_dump(mode="json"),
+        num_train=num_train, num_val=num_val, seed_prompt=seed_prompt,
+    )
+    if saved is not None:  # what a resumed run carries on counting
+        metadata.created_at, metadata.elapsed_s = saved.created_at, saved.elapsed_s
+        metadata.reflections, metadata.events = saved.reflections, saved.events
+        metadata.iteration_errors = saved.iteration_errors
     return metadata
 
 

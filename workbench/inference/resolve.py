@@ -12,6 +12,7 @@ from pathlib import Path
 
 from workbench.errors import UserError
 from workbench.inference.client import Client
+from workbench.store.checkpoints import training_run_checkpoint
 from workbench.workspace import TINY_MODEL_NAME, endpoints_path, tiny_model_dir
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -33,25 +34,6 @@ def resolve_model_path(model: str) -> Path | str:
         return model
     raise UserError(f"unknown model '{model}': not 'tiny', a local model folder, an endpoint id "
                     f"in {endpoints_path()}, or a Hugging Face id (owner/name)")
-
-
-def training_run_checkpoint(path: Path) -> Path:
-    """A training run folder means its newest complete checkpoint, and `<runs>/latest` the
-    newest run that has one (`-m outputs/runs/latest` after `workbench train`). Any other path
-    is returned as given."""
-    from workbench.train.checkpoint import list_checkpoints
-
-    if path.name == "latest" and not path.exists() and path.parent.is_dir():
-        runs = [p for p in path.parent.iterdir() if p.is_dir() and list_checkpoints(p)]
-        if not runs:
-            raise UserError(f"no training run with a checkpoint in {path.parent}")
-        path = max(runs, key=lambda p: list_checkpoints(p)[-1].stat().st_mtime)
-    if (path / "checkpoints").is_dir() and not (path / "config.json").is_file():
-        checkpoints = list_checkpoints(path)
-        if not checkpoints:
-            raise UserError(f"training run {path} has no complete checkpoint yet")
-        return checkpoints[-1]
-    return path
 
 
 def api_key(var: str | None) -> str | None:

@@ -1,6 +1,8 @@
-"""Launch `vllm serve` for training (`[inference] launch = true`) and manage its process.
+"""Launch `vllm serve` and manage its process (training's `[inference] launch = true` builds on
+this in `workbench.train.vllm`).
 
-`vllm_plan` turns the train config into the exact command and environment:
+`vllm_plan` turns serving settings (the `[inference]` and `[lora]` tables) into the exact command
+and environment:
 
     vllm serve MODEL --host H --port P --served-model-name NAME
         --tensor-parallel-size TP --data-parallel-size DP
@@ -38,15 +40,33 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from workbench.errors import UserError
 from workbench.inference.adapters import VLLM_LORA_RANKS
-from workbench.train.schema import InferenceConfig, LoraConfig, TrainConfig
 
 # The same interpreter as workbench, so the `vllm` extra of this environment is the one run.
 VLLM_EXECUTABLE = (sys.executable, "-m", "vllm.entrypoints.cli.main")
 INSTALL_HINT = "inference.launch needs vLLM on a machine with a GPU: pip install 'workbench[vllm]'"
+
+
+class ServeSettings(Protocol):
+    """What `vllm serve` needs from a config (training's `[inference]` table has these fields)."""
+
+    tensor_parallel_size: int
+    data_parallel_size: int
+    gpu_ids: list[int]
+    gpu_memory_utilization: float | None
+    max_model_len: int | None
+    enable_auto_tool_choice: bool
+    tool_call_parser: str | None
+
+
+class LoraSettings(Protocol):
+    """The LoRA settings that size vLLM's adapter slots (training's `[lora]` table)."""
+
+    enabled: bool
+    r: int
 
 
 class ServerStartError(UserError):
@@ -110,13 +130,13 @@ class LaunchPlan:
 
 
 def vllm_plan(
-    inference: InferenceConfig,
+    inference: ServeSettings,
     *,
     model: str,
     served_model_name: str,
     port: int,
     host: str = "127.0.0.1",
-    lora: LoraConfig | None = None,
+    lora: LoraSettings | None = None,
     max_loras: int = 1,
     tokenizer: str | None = None,
     executable: Sequence[str] = VLLM_EXECUTABLE,
@@ -150,18 +170,6 @@ def vllm_plan(
     connect_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url_host = f"[{connect_host}]" if ":" in connect_host else connect_host
     return LaunchPlan(command, env, f"http://{url_host}:{port}/v1", served_model_name)
-
-
-def plan_for_training(config: TrainConfig, *, port: int, host: str = "127.0.0.1",
-                      executable: Sequence[str] = VLLM_EXECUTABLE) -> LaunchPlan:
-    """`vllm_plan` for a train config: serves `inference.model` (default `model`), with LoRA
-    loading on when `lora.enabled`."""
-    from workbench.inference.resolve import resolve_model_path
-
-    name = config.inference.model or config.model
-    return vllm_plan(config.inference, model=str(resolve_model_path(name)), served_model_name=name, port=port,
-                     host=host, lora=config.lora, max_loras=config.max_async_level + 1, tokenizer=config.tokenizer,
-                     executable=executable)
 
 
 @dataclass
@@ -276,18 +284,3 @@ class ManagedServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.stop)
-
-
-def launch_vllm(config: TrainConfig, run_dir: Path, *, host: str = "127.0.0.1", port: int = 0,
-                startup_timeout_s: float = 900.0, executable: Sequence[str] | None = None) -> tuple[ManagedServer, LaunchPlan]:
-    """The vLLM server for `config`, not started yet (enter it with `with`/`async with`);
-    logs go to `run_dir/vllm.log`. UserError when vLLM cannot run here. A custom
-    `executable` (e.g. a wrapper that adds routes) skips the vLLM/GPU check."""
-    if executable is None:
-        require_vllm()
-        executable = VLLM_EXECUTABLE
-    plan = plan_for_training(config, port=port or free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1"),
-                             host=host, executable=executable)
-    server = ManagedServer(plan.command, run_dir / "vllm.log", plan.health_url, env=plan.env,
-                           startup_timeout_s=startup_timeout_s)
-    return server, plan

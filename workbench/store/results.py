@@ -1,4 +1,5 @@
-"""Eval (and GEPA/train sample) results: `results.jsonl` + `metadata.json` in a run folder.
+"""Eval (and GEPA/train sample) results: `results.jsonl` in a run folder (its `metadata.json`
+belongs to `store.runs`).
 
 Groups are appended as they finish and flushed, so a killed process loses at most the group
 being written. On resume, only complete groups count; a partial group's lines are dropped.
@@ -9,15 +10,13 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import orjson
 
-from workbench.store.files import iter_jsonl, read_json, write_json_atomic
+from workbench.store.files import iter_jsonl
 from workbench.types import Group, Rollout
 
 RESULTS = "results.jsonl"
-METADATA = "metadata.json"
 
 
 class ResultsWriter:
@@ -56,12 +55,3 @@ def compact_results(run_dir: Path, groups: list[Group]) -> None:
         for group in groups:
             f.write(b"".join(orjson.dumps(r.to_record()) + b"\n" for r in group.rollouts))
     os.replace(tmp, path)
-
-
-def write_metadata(run_dir: Path, metadata: dict[str, Any]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / METADATA, metadata)
-
-
-def read_metadata(run_dir: Path) -> dict[str, Any]:
-    return read_json(run_dir / METADATA)

@@ -12,16 +12,16 @@ on which groups make the first `needed` (the rank's `groups` are its share of th
 from __future__ import annotations
 
 import random
-import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from workbench.engine import run_rollouts
+from workbench.engine.difficulty import DifficultyRule
 from workbench.envs import EnvGroup
 from workbench.envs.environment import Environment
 from workbench.inference.client import Client
 from workbench.train.distributed import SINGLE, DistInfo
+from workbench.train.schema import TrainConfig
 from workbench.types import Example, Group, SamplingParams
 
 
@@ -44,17 +44,15 @@ def sample_examples(env: Environment, n: int, rng: random.Random) -> list[Exampl
     return [env.example_from_row(i, rows[i]) for i in (rng.randrange(len(rows)) for _ in range(n))]
 
 
-def keep_group(group: Group, config: Any) -> bool:
+def keep_group(group: Group, config: TrainConfig) -> bool:
+    """Online difficulty filtering: keep only groups the engine's difficulty rule finds in range."""
     f = config.difficulty_filter
     if not f.enabled:
         return True
-    variance = statistics.pvariance(group.rewards) if len(group.rollouts) > 1 else 0.0
-    if variance <= 1e-12 or variance < f.min_reward_variance:
-        return False
-    return f.min_reward <= group.mean <= f.max_reward
+    return DifficultyRule.from_variance(f.min_reward_variance, f.min_reward, f.max_reward).teaches(group)
 
 
-async def collect_step(env: Environment, client: Client, config: Any, step: int, sampling: SamplingParams, *,
+async def collect_step(env: Environment, client: Client, config: TrainConfig, step: int, sampling: SamplingParams, *,
                        policy_version: int = 0, needed: int | None = None, draw: str = "",
                        dist: DistInfo = SINGLE) -> StepBatch:
     """`needed` groups (default: a full batch) for `step`; `draw` salts the example stream so a
@@ -75,7 +73,7 @@ async def collect_step(env: Environment, client: Client, config: Any, step: int,
         batch.sampled_examples += len(examples)
         collected: list[Group] = []
         await run_rollouts(env, client, dist.shard(examples), rollouts_per_example=config.rollouts_per_example,
-                           sampling=sampling, max_concurrent=max(64, config.batch_size), on_group=collected.append,
+                           sampling=sampling, max_concurrent=config.step_concurrency(), on_group=collected.append,
                            policy_version=policy_version)
         collected.sort(key=lambda g: g.example_id)
         batch.all_groups.extend(collected)

@@ -15,22 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-STEP_PREFIX = "step_"
-STATE_PT = "trainer_state.pt"
-STATE_JSON = "trainer_state.json"
-
-
-def step_dir_name(step: int) -> str:
-    return f"{STEP_PREFIX}{step:06d}"
-
-
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first (a complete one has trainer_state.json, written last)."""
-    root = run_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / STATE_JSON).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX):]))
+from workbench.store.checkpoints import CHECKPOINTS, STATE_JSON, STATE_PT, list_checkpoints, step_dir_name
 
 
 def rng_state() -> dict[str, Any]:
@@ -56,7 +41,7 @@ def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, sched
     optimizer state) gathered beforehand when the live ones are sharded (FSDP); None: use them."""
     import torch
 
-    root = run_dir / "checkpoints"
+    root = run_dir / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
     tmp = root / f".tmp_{step_dir_name(step)}"
@@ -87,6 +72,3 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
     # map_location: every rank of a multi-GPU run reads rank 0's file onto the CPU, not cuda:0
     return torch.load(checkpoint / STATE_PT, weights_only=False, map_location="cpu")
 
-
-def read_step_info(checkpoint: Path) -> dict[str, Any]:
-    return json.loads((checkpoint / STATE_JSON).read_text())

@@ -213,6 +213,20 @@ def _absolute_paths(data: dict[str, Any], base: Path) -> None:
         sft["data_path"] = os.path.abspath(base / sft["data_path"])
 
 
+def config_source(config: Path | None, resume: Path | None) -> Path:
+    """The config file a run loads: CONFIG, or the saved config.toml of the run being resumed."""
+    if resume is None:
+        if config is None:
+            raise UserError("give a training config (workbench train CONFIG.toml) or --resume RUN_FOLDER")
+        return config
+    if config is not None:
+        raise UserError("--resume continues a run with its saved config.toml: drop CONFIG (use --set to change values)")
+    saved = resume / CONFIG_FILENAME
+    if not saved.is_file():
+        raise UserError(f"{resume} is not a training run folder (no {CONFIG_FILENAME})")
+    return saved
+
+
 def run_blockers(config: TrainConfig) -> list[str]:
     """Problems that stop a real run but not a dry run: files the config names that do not exist."""
     problems = [f"env_file '{p}' does not exist" for p in config.env_file if not Path(p).is_file()]

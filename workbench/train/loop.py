@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import signal
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,38 +42,29 @@ import orjson
 
 from workbench.engine import run_rollouts
 from workbench.errors import UserError
-from workbench.evaluate.service import now_iso
 from workbench.events import NullReporter, Reporter
-from workbench.store.files import write_json_atomic
 from workbench.inference.weight_sync import WeightSyncError
-from workbench.train.checkpoint import list_checkpoints, load_trainer_state, read_step_info, save_checkpoint, set_rng_state
+from workbench.store.checkpoints import list_checkpoints, read_step_info
+from workbench.store.runs import TrainRun, now_iso, write_run_metadata
+from workbench.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
 from workbench.train.distributed import (
-    SINGLE, DistInfo, agreed_run_dir, checkpoint_states, close, gather_groups, generation_weights, init_distributed,
-    load_optimizer_state,
+    SINGLE, DistInfo, agreed_run_dir, checkpoint_states, close, gather_groups, generation_weights,
+    init_distributed, load_optimizer_state,
 )
 from workbench.train.metrics import MetricsLogger, NullMetricsLogger, step_line, truncate_metrics
-from workbench.train.rollout_source import RolloutSource
 from workbench.train.optimize import NonFiniteLoss, adapt_kl_beta, make_optimizer, train_on_samples
+from workbench.train.rollout_source import RolloutSource
 from workbench.train.samples import groups_to_samples
+from workbench.train.schema import TrainConfig
+from workbench.train.service import TrainingFailed, TrainResult
 from workbench.train.setup import TrainContext, build_context, new_run_dir
 from workbench.types import SamplingParams
 
 
-class TrainingFailed(UserError):
-    """A run that had to stop (NaN loss, disk full): one line for the user, exit code 1."""
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    status: str  # finished | stopped | failed
-    last_step: int
-    metrics: list[dict[str, Any]]
-
-
-def run_train(config: Any, reporter: Reporter | None = None, *, resume: str | Path | None = None) -> TrainResult:
-    """Blocking entry point. `resume` is a run folder: continue from its newest complete checkpoint.
-    Launched as one of several processes (--nproc, torchrun), it first joins their process group."""
+def run_rank(config: TrainConfig, reporter: Reporter | None = None, *, resume: str | Path | None = None) -> TrainResult:
+    """This process's part of a run (the whole run with one process); blocking. `resume` is a run
+    folder: continue from its newest complete checkpoint. Launched as one of several processes
+    (--nproc, torchrun), it first joins their process group. The front door is `service.run_train`."""
     dist = init_distributed()
     try:
         return asyncio.run(_train(config, reporter or NullReporter(), Path(resume) if resume else None, dist))
@@ -81,7 +72,7 @@ def run_train(config: Any, reporter: Reporter | None = None, *, resume: str | Pa
         close(dist)
 
 
-async def _train(config: Any, reporter: Reporter, resume: Path | None, dist: DistInfo = SINGLE) -> TrainResult:
+async def _train(config: TrainConfig, reporter: Reporter, resume: Path | None, dist: DistInfo = SINGLE) -> TrainResult:
     run_dir = resume or agreed_run_dir(dist, lambda: new_run_dir(config))
     if resume is None and list_checkpoints(run_dir):
         raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
@@ -94,10 +85,10 @@ async def _train(config: Any, reporter: Reporter, resume: Path | None, dist: Dis
         return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
 
 
-async def _launch_inference(config: Any, run_dir: Path, servers: contextlib.AsyncExitStack, reporter: Reporter) -> str:
+async def _launch_inference(config: TrainConfig, run_dir: Path, servers: contextlib.AsyncExitStack, reporter: Reporter) -> str:
     """`[inference] launch = true`: start vLLM, wait for health, stop it when training ends.
     Returns its base URL, which joins any inference.base_urls given."""
-    from workbench.inference.vllm_launch import launch_vllm
+    from workbench.train.vllm import launch_vllm
 
     run_dir.mkdir(parents=True, exist_ok=True)
     server, plan = launch_vllm(config, run_dir)
@@ -106,7 +97,7 @@ async def _launch_inference(config: Any, run_dir: Path, servers: contextlib.Asyn
     return plan.base_url
 
 
-async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: Path | None,
+async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, checkpoint: Path | None,
                     launched: list[str], dist: DistInfo) -> TrainResult:
     ctx = build_context(config, run_dir, checkpoint, dist, launched_urls=launched)
     optimizer, scheduler = make_optimizer(ctx.policy, config)
@@ -126,14 +117,14 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
               if dist.is_main else NullMetricsLogger())
     stop = _StopFlag(reporter)
     metadata = ctx.metadata
-    metadata.update(status="running", step=start_step)
+    metadata.status, metadata.step = "running", start_step
     _write_metadata(ctx, metadata)
     history: list[dict[str, Any]] = []
     status, step = "failed", start_step
     reporter.start(f"train {run_dir.name}", config.max_steps, start_step)
     ctx.clock.version = start_step
     if ctx.env is not None:
-        ctx.source = RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(config, s),
+        ctx.source = RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s),
                                    asynchronous=ctx.publisher is not None, dist=ctx.dist)
     try:
         if ctx.publisher is not None:
@@ -153,8 +144,8 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
             history.append({"step": step, **metrics})
             ctx.log.write(step_line(step, metrics, config.max_steps))
             reporter.step_done(step, metrics)
-            metadata.update(step=step, updated_at=now_iso(), reward_mean=metrics.get("reward/mean"),
-                            eval_reward_mean=metrics.get("eval/reward_mean", metadata.get("eval_reward_mean")))
+            metadata.step, metadata.updated_at, metadata.reward_mean = step, now_iso(), metrics.get("reward/mean")
+            metadata.eval_reward_mean = metrics.get("eval/reward_mean", metadata.eval_reward_mean)
             _write_metadata(ctx, metadata)
             stopping = dist.any(stop.requested)  # agreed, so every rank stops after the same step
             if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stopping:
@@ -165,12 +156,12 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
     except WeightSyncError as exc:
         last = list_checkpoints(run_dir)
         where = f"; resume from the last checkpoint with --resume {run_dir}" if last else ""
-        metadata["error"] = f"weight update failed at step {step}: {exc}"
+        metadata.error = f"weight update failed at step {step}: {exc}"
         raise TrainingFailed(f"training stopped at step {step}: no inference server took the new weights ({exc}){where}") from exc
     except NonFiniteLoss as exc:
         last = list_checkpoints(run_dir)
         where = f"; last good checkpoint: {last[-1]}" if last else ""
-        metadata["error"] = f"non-finite loss at step {step}: {exc}"
+        metadata.error = f"non-finite loss at step {step}: {exc}"
         raise TrainingFailed(f"training stopped at step {step}: {exc} (NaN/inf){where}") from exc
     finally:
         if ctx.source is not None:
@@ -181,13 +172,13 @@ async def _train_in(config: Any, reporter: Reporter, run_dir: Path, checkpoint: 
         reporter.finish()
         logger.close()
         await ctx.client.close()
-        metadata.update(status=status, updated_at=now_iso())
+        metadata.status, metadata.updated_at = status, now_iso()
         _write_metadata(ctx, metadata)
         ctx.log.write(f"{status} at step {step}")
-    return TrainResult(run_dir, status, step, history)
+    return TrainResult(run_dir, status, step, history, speaks=dist.is_main, world_size=dist.world_size)
 
 
-async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
+async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
     started = time.perf_counter()
     if ctx.publisher is None:
         ctx.policy.model.eval()  # colocated: the trainer's own model generates
@@ -206,7 +197,7 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
                                "policy/lag": lag, "policy/off_policy_dropped": batch.off_policy_dropped}
     if ctx.dist.any(bool(samples) and any(s.advantage != 0 for s in samples)):  # every rank trains, or none
         train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config,
-                                  kl_beta=ctx.kl_beta, dist=ctx.dist)
+                                  temperature=ctx.sampling.temperature, kl_beta=ctx.kl_beta, dist=ctx.dist)
         # Server mode trains in a thread so the event loop keeps generating the next batch.
         stats = await asyncio.to_thread(train) if ctx.publisher is not None else train()
         if config.kl_penalty.enabled:
@@ -249,7 +240,7 @@ async def _rl_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: An
     return metrics
 
 
-async def _sft_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
+async def _sft_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
     started = time.perf_counter()
     samples = ctx.dist.shard(ctx.sft_data.batch(step, config.batch_size))  # this rank's slice
     stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, sft=True, dist=ctx.dist)
@@ -259,20 +250,21 @@ async def _sft_step(ctx: TrainContext, config: Any, optimizer: Any, scheduler: A
             "time/forward_backward": stats.forward_backward_s, "time/optimizer": stats.optimizer_s, "time/step": step_s}
 
 
-async def _held_out_eval(ctx: TrainContext, config: Any) -> dict[str, float]:
+async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, float]:
     """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)."""
     ctx.policy.model.eval()
     examples = ctx.dist.shard(ctx.env.get_examples(config.eval.num_examples, split="eval"))  # this rank's slice
     groups: list[Any] = []
     with generation_weights(ctx.policy):
         await run_rollouts(ctx.env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
-                           sampling=_sampling(config, 10_000_019), max_concurrent=64, on_group=groups.append)
+                           sampling=_sampling(ctx, config, 10_000_019), max_concurrent=config.eval_concurrency(),
+                           on_group=groups.append)
     rewards = [r.reward for g in groups for r in g.rollouts]
     total, count = ctx.dist.sum([sum(rewards), len(rewards)])
     return {"eval/reward_mean": total / count if count else 0.0}
 
 
-def _checkpoint(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]) -> None:
+def _checkpoint(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]) -> None:
     states = checkpoint_states(ctx.policy, optimizer)  # FSDP: gathered from every rank
     if not ctx.dist.is_main:
         return
@@ -288,15 +280,14 @@ def _checkpoint(ctx: TrainContext, config: Any, optimizer: Any, scheduler: Any, 
     ctx.log.write(f"checkpoint {path.name}")
 
 
-def _write_metadata(ctx: TrainContext, metadata: dict[str, Any]) -> None:
+def _write_metadata(ctx: TrainContext, metadata: TrainRun) -> None:
     if ctx.dist.is_main:
-        write_json_atomic(ctx.run_dir / "metadata.json", metadata)
+        write_run_metadata(ctx.run_dir, metadata)
 
 
-def _sampling(config: Any, step: int) -> SamplingParams:
-    s = config.sampling
-    return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=s.max_tokens,
-                          stop=list(s.stop), seed=config.seed * 100_003 + step)
+def _sampling(ctx: TrainContext, config: TrainConfig, step: int) -> SamplingParams:
+    """The run's sampling (environment < config) with a seed of its own for every step."""
+    return dataclasses.replace(ctx.sampling, seed=config.seed * 100_003 + step)
 
 
 def _write_rollouts(run_dir: Path, step: int, groups: list[Any]) -> None:

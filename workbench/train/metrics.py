@@ -9,11 +9,14 @@ from typing import Any
 
 import orjson
 
+from workbench.store.runs import METRICS
+from workbench.train.schema import WandbConfig
+
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, wandb_config: Any, run_name: str, config_dict: dict[str, Any],
+    def __init__(self, run_dir: Path, wandb_config: WandbConfig, run_name: str, config_dict: dict[str, Any],
                  resume: bool) -> None:
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS
         self._wandb = None
         mode = wandb_config.mode or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
         if mode != "disabled":
@@ -60,7 +63,7 @@ def _wandb_id(run_dir: Path) -> str:
 
 def truncate_metrics(run_dir: Path, last_step: int) -> None:
     """Drop metric lines after `last_step` (steps after the checkpoint we resume from are redone)."""
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS
     if not path.exists():
         return
     kept = [line for line in path.read_bytes().splitlines() if line.strip() and _step(line) <= last_step]

@@ -16,6 +16,7 @@ from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, sync_g
 from workbench.train.loss import policy_loss, sft_loss, token_logprobs
 from workbench.train.policy import Policy
 from workbench.train.samples import Sample, collate, micro_batches
+from workbench.train.schema import TrainConfig
 
 
 class NonFiniteLoss(RuntimeError):
@@ -35,7 +36,7 @@ class StepStats:
     optimizer_s: float
 
 
-def make_optimizer(policy: Policy, config: Any) -> tuple[Any, Any]:
+def make_optimizer(policy: Policy, config: TrainConfig) -> tuple[Any, Any]:
     import torch
 
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
@@ -48,8 +49,11 @@ def make_optimizer(policy: Policy, config: Any) -> tuple[Any, Any]:
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
-def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: list[Sample], config: Any,
-                     *, sft: bool = False, kl_beta: float = 0.0, dist: DistInfo = SINGLE) -> StepStats:
+def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: list[Sample], config: TrainConfig,
+                     *, sft: bool = False, temperature: float = 1.0, kl_beta: float = 0.0,
+                     dist: DistInfo = SINGLE) -> StepStats:
+    """One optimizer step on `samples`. `temperature`: the one the rollouts were sampled at, so
+    the trainer's logprobs are of the sampler's distribution (SFT always uses 1.0)."""
     import torch
 
     started = time.perf_counter()
@@ -65,8 +69,7 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
         # DDP reads "sync or not" at forward time, so the forward goes inside too
         with sync_gradients(policy, sync=index == len(chunks) - 1):
             batch = _to_device(collate(chunk, pad_id), dist.device)
-            temperature = 1.0 if sft else config.sampling.temperature
-            logprobs, entropy = token_logprobs(model, batch, temperature)
+            logprobs, entropy = token_logprobs(model, batch, 1.0 if sft else temperature)
             mask = batch["loss_mask"]
             weight = float(mask.sum()) / max(total_tokens, 1)  # this chunk's share of the batch's tokens
             if sft:

@@ -7,26 +7,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.train.schema import TrainConfig
-
-
-@dataclass
-class PlanSection:
-    title: str
-    rows: list[tuple[str, str]] = field(default_factory=list)
-
-    def add(self, label: str, value: object) -> None:
-        self.rows.append((label, str(value)))
-
-
-@dataclass
-class Plan:
-    sections: list[PlanSection]
-    notes: list[str]  # informational: translations, defaults, keys ignored on this machine
-    warnings: list[str]  # what stops a real run (a missing env_file), shown but not fatal here
+from workbench.config.plan import Plan, PlanSection
+from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, TrainConfig
 
 
 def cuda_gpu_count() -> int | None:
@@ -106,7 +90,10 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     steps.add("seq_len", c.seq_len or "model maximum")
     s = c.sampling
     stop = f" · stop {s.stop}" if s.stop else ""
-    steps.add("sampling", f"max_tokens {s.max_tokens} · temperature {s.temperature} · top_p {s.top_p} · top_k {s.top_k}{stop}")
+    given = s.layer()
+    shown = [f"{key} {given[key]}" if key in given else f"{key} {default} (or the env's)"
+             for key, default in TRAIN_SAMPLING_DEFAULTS.items()]
+    steps.add("sampling", " · ".join(shown) + stop)
     truncated = [n for n, on in (("masked", c.mask_truncated_completions), ("zero reward", c.zero_truncated_completions)) if on]
     steps.add("truncated completions", " + ".join(truncated) or "kept as is")
 
@@ -177,7 +164,7 @@ def _vllm_command(config: TrainConfig) -> str:
     import shlex
 
     from workbench.errors import UserError
-    from workbench.inference.vllm_launch import plan_for_training
+    from workbench.train.vllm import plan_for_training
 
     try:
         plan = plan_for_training(config, port=8000)

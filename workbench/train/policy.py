@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
+from workbench.train.schema import TrainConfig
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Policy:
             yield self.reference
 
 
-def load_policy(model_source: str | Path, config: Any, *, need_reference: bool, adapter_dir: Path | None = None) -> Policy:
+def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference: bool, adapter_dir: Path | None = None) -> Policy:
     """Load `model_source`; wrap it with LoRA (`config.lora`) unless disabled.
 
     `adapter_dir` resumes a LoRA adapter (or, for full fine-tuning, is the model folder itself).

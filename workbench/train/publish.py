@@ -15,23 +15,24 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Sequence
 
 from workbench.errors import UserError
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
 from workbench.inference.weight_sync import WeightSync, WeightSyncError
 from workbench.train.rollout_source import PolicyClock
+from workbench.train.schema import TrainConfig
 
 KEEP_PUBLISHED = 2  # the newest weights, and the previous ones requests may still be running on
 
 
-def served_model_name(config: Any) -> str:
+def served_model_name(config: TrainConfig) -> str:
     return config.inference.model or config.model
 
 
-def server_client(config: Any, extra_urls: Sequence[str] = ()) -> RoundRobinClient:
+def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundRobinClient:
     """One client per server (base URLs, or endpoint ids from configs/endpoints.toml), asked
     for token ids and sampled logprobs so training needs no re-tokenization."""
     from workbench.inference.endpoints import client_for_endpoint, load_endpoints
@@ -68,7 +69,7 @@ class WeightPublisher:
     is intact and `--resume` re-publishes its weights first.
     """
 
-    def __init__(self, policy: Any, run_dir: Path, config: Any, client: RoundRobinClient, clock: PolicyClock,
+    def __init__(self, policy: Any, run_dir: Path, config: TrainConfig, client: RoundRobinClient, clock: PolicyClock,
                  log: Callable[[str], None] = lambda line: None) -> None:
         self.policy = policy
         self.folder = run_dir.resolve() / "weights"  # servers get absolute paths

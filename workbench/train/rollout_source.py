@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from workbench.envs.environment import Environment
 from workbench.inference.client import Client
 from workbench.train.batches import StepBatch, collect_step
 from workbench.train.distributed import SINGLE, DistInfo
+from workbench.train.schema import TrainConfig
 from workbench.types import SamplingParams
 
 
@@ -56,7 +56,7 @@ class PolicyClock:
 class RolloutSource:
     """`await source.batch_for(step)` in step order; `close()` stops any generation ahead."""
 
-    def __init__(self, env: Environment, client: Client, config: Any, clock: PolicyClock,
+    def __init__(self, env: Environment, client: Client, config: TrainConfig, clock: PolicyClock,
                  sampling_for: Callable[[int], SamplingParams], *, asynchronous: bool, dist: DistInfo = SINGLE) -> None:
         self.env = env
         self.client = client

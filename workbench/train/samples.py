@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.train.schema import TrainConfig
 from workbench.types import Group, Rollout
 
 
@@ -40,7 +41,7 @@ def rollout_to_sample(rollout: Rollout, advantage: float, *, seq_len: int | None
     return Sample(input_ids, loss_mask, logprobs, advantage, rollout.policy_version)
 
 
-def groups_to_samples(groups: Sequence[Group], config: Any) -> list[Sample]:
+def groups_to_samples(groups: Sequence[Group], config: TrainConfig) -> list[Sample]:
     samples = []
     for group in groups:
         advantages = group.advantages(scale_by_std=config.scale_advantages_by_std)

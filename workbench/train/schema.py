@@ -44,12 +44,27 @@ class EnvConfig(Section):
     weight: float = Field(1.0, gt=0, description="Relative share of each step's examples drawn from this environment (weights are normalized).")
 
 
+# Training rollouts' sampling where neither the config nor the environment says otherwise.
+TRAIN_SAMPLING_DEFAULTS: dict[str, Any] = {"max_tokens": 128, "temperature": 1.0, "top_p": 1.0, "top_k": -1}
+
+
 class SamplingConfig(Section):
-    max_tokens: int = Field(128, ge=1, description="Max tokens per model turn during training rollouts.")
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature. RL needs diversity within a group, so 1.0 is the usual choice.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling; 1.0 keeps the full distribution (the importance ratio assumes the sampler's own distribution).")
-    top_k: int = Field(-1, ge=-1, description="Top-k sampling; -1 disables it.")
-    stop: list[str] = Field(default_factory=list, description="Strings that end a turn.")
+    """How training rollouts are sampled. A field left unset takes the environment's own
+    `sampling_args` (e.g. gsm8k's longer max_tokens), else the default named in its description
+    (engine.sampling: environment < config < --set)."""
+
+    max_tokens: int | None = Field(None, ge=1, description="Max tokens per model turn during training rollouts. Default: the environment's, else 128.")
+    temperature: float | None = Field(None, ge=0, description="Sampling temperature. RL needs diversity within a group, so 1.0 is the usual choice. Default: the environment's, else 1.0.")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling; 1.0 keeps the full distribution (the importance ratio assumes the sampler's own distribution). Default: the environment's, else 1.0.")
+    top_k: int | None = Field(None, ge=-1, description="Top-k sampling; -1 disables it. Default: the environment's, else -1.")
+    stop: list[str] = Field(default_factory=list, description="Strings that end a turn. Default: the environment's, else none.")
+
+    def layer(self) -> dict[str, Any]:
+        """The settings this config gives (unset ones are left to the environment)."""
+        values = self.model_dump(exclude_none=True)
+        if not self.stop:
+            values.pop("stop")
+        return values
 
 
 class LoraConfig(Section):
@@ -152,6 +167,7 @@ class TrainConfig(Section):
     mask_truncated_completions: bool = Field(False, description="Leave completions cut by max_tokens out of the loss.")
     zero_truncated_completions: bool = Field(False, description="Give completions cut by max_tokens zero reward.")
     seed: int = Field(0, description="Seed for example order, sampling and initialization; the same seed reproduces a run.")
+    max_concurrent: int | None = Field(None, ge=1, description="Rollouts in flight at once, for training steps and held-out evaluation alike (lower it for a rate-limited server). Default: a whole step at once (max(64, batch_size)) for training, 64 for evaluation.")
     run_name: str | None = Field(None, description="Run folder name (default: generated from env, model and time).")
     output_dir: str | None = Field(None, description="Run folder (default outputs/runs/<run_name>).")
     env: list[EnvConfig] = Field(default_factory=list, description="Training environments ([[env]] tables); required for rl.")
@@ -186,6 +202,14 @@ class TrainConfig(Section):
             raise ConfigProblem("sft", "sft.from_env = true needs at least one [[env]] to take reference answers from")
         self._resolve_micro_batches()
         return self
+
+    def step_concurrency(self) -> int:
+        """Rollouts in flight while collecting a training step."""
+        return self.max_concurrent or max(64, self.batch_size)
+
+    def eval_concurrency(self) -> int:
+        """Rollouts in flight during held-out evaluation."""
+        return self.max_concurrent or 64
 
     def _resolve_micro_batches(self) -> None:
         """Fill in micro_batch_size / gradient_accumulation_steps; explicit values must agree."""

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench import __version__
+from workbench.engine.sampling import resolve_sampling
 from workbench.envs import EnvGroup, load_environment
 from workbench.envs.environment import Environment
 from workbench.errors import UserError
-from workbench.evaluate.service import RunLog, now_iso
+from workbench.store.runs import RUN_LOG, QuietLog, RunLog, TrainRun, read_saved
 from workbench.train.distributed import SINGLE, DistInfo, wrap_model
 from workbench.train.policy import Policy, load_policy
 from workbench.train.publish import WeightPublisher, server_client
 from workbench.train.rollout_source import PolicyClock, RolloutSource
 from workbench.train.samples import Sample
+from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, TrainConfig
+from workbench.types import SamplingParams
 from workbench.workspace import model_label, new_run_id, runs_dir
 
 
@@ -28,7 +32,7 @@ class TrainContext:
     policy: Policy
     client: Any  # LocalClient over the policy's own model
     log: RunLog
-    metadata: dict[str, Any]
+    metadata: TrainRun
     saved_config: dict[str, Any]
     sft_data: SFTData | None = None
     kl_beta: float = 0.0  # current KL coefficient (adapted toward kl_penalty.target_kl when set)
@@ -36,9 +40,10 @@ class TrainContext:
     clock: PolicyClock = field(default_factory=PolicyClock)  # the policy version inference serves
     publisher: WeightPublisher | None = None  # server mode: pushes new weights to the servers
     dist: DistInfo = SINGLE  # this process's rank in a multi-process run (--nproc / torchrun)
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # environment < config (engine.sampling)
 
 
-def new_run_dir(config: Any) -> Path:
+def new_run_dir(config: TrainConfig) -> Path:
     if config.output_dir:
         return Path(config.output_dir)
     env_part = "+".join(e.id.split("/")[-1] for e in config.env) or "sft"
@@ -46,7 +51,14 @@ def new_run_dir(config: Any) -> Path:
     return runs_dir() / name
 
 
-def load_envs(config: Any) -> Environment:
+def training_sampling(config: TrainConfig, env: Environment | None) -> SamplingParams:
+    """How this run samples: built-in defaults < the environment's own sampling_args < [sampling]
+    (and its --set overrides). The seed is the run's; each step derives its own from it."""
+    env_defaults = env.sampling_args if env is not None else {}
+    return resolve_sampling(TRAIN_SAMPLING_DEFAULTS, env_defaults, config.sampling.layer(), seed=config.seed)
+
+
+def load_envs(config: TrainConfig) -> Environment:
     envs = [load_environment(e.id, **e.args) for e in config.env]
     if len(envs) == 1:
         return envs[0]
@@ -56,7 +68,7 @@ def load_envs(config: Any) -> Environment:
     return EnvGroup(envs, env_names=names, weights=[e.weight for e in config.env])
 
 
-def build_context(config: Any, run_dir: Path, checkpoint: Path | None, dist: DistInfo = SINGLE, *,
+def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, dist: DistInfo = SINGLE, *,
                   launched_urls: Sequence[str] = ()) -> TrainContext:
     import torch
 
@@ -76,7 +88,7 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None, dist: Dis
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
     wrap_model(policy, config.data_parallel, dist)  # multi-process only: device, DDP/FSDP wrapper
-    log = RunLog(run_dir / "run.log") if dist.is_main else _QuietLog(run_dir / "run.log")
+    log = RunLog(run_dir / RUN_LOG) if dist.is_main else QuietLog(run_dir / RUN_LOG)
     clock = PolicyClock()
     if config.inference.mode == "server":
         if dist.world_size > 1:
@@ -89,28 +101,16 @@ def build_context(config: Any, run_dir: Path, checkpoint: Path | None, dist: Dis
                                         max_batch_size=max(64, config.batch_size))
         publisher = None
     log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
-    metadata = {
-        "kind": "train", "run_id": run_dir.name, "model": config.model, "mode": config.mode,
-        "env_ids": [e.id for e in config.env], "env_id": "+".join(e.id for e in config.env),
-        "max_steps": config.max_steps, "created_at": now_iso(), "updated_at": now_iso(), "pid": os.getpid(),
-    }
-    previous = run_dir / "metadata.json"
-    if previous.exists():
-        import orjson
-
-        metadata["created_at"] = orjson.loads(previous.read_bytes()).get("created_at", metadata["created_at"])
+    metadata = TrainRun(run_id=run_dir.name, model=config.model, mode=config.mode, env_ids=[e.id for e in config.env],
+                        env_id="+".join(e.id for e in config.env), max_steps=config.max_steps,
+                        workbench_version=__version__, config=config_for_saving(config))
+    if (saved := read_saved(run_dir, "train")) is not None:
+        metadata.created_at = saved.created_at
     sft_data = SFTData.from_config(config, env, policy.tokenizer) if config.mode == "sft" else None
     if config.mode == "rl" and env is None:
         raise UserError("RL training needs at least one [[env]]")
-    return TrainContext(run_dir, env, policy, client, log, metadata, config_for_saving(config), sft_data,
-                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist)
-
-
-class _QuietLog(RunLog):
-    """run.log for ranks other than 0: they write nothing into the run folder."""
-
-    def write(self, line: str) -> None:
-        pass
+    return TrainContext(run_dir, env, policy, client, log, metadata, metadata.config, sft_data,
+                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env))
 
 
 class SFTData:
@@ -131,7 +131,7 @@ class SFTData:
         return self._orders[epoch]
 
     @classmethod
-    def from_config(cls, config: Any, env: Environment | None, tokenizer: Any) -> SFTData:
+    def from_config(cls, config: TrainConfig, env: Environment | None, tokenizer: Any) -> SFTData:
         from workbench.models.sft_data import IGNORE_INDEX, encode_demonstration
 
         conversations = list(_read_jsonl_messages(Path(config.sft.data_path))) if config.sft.data_path else []

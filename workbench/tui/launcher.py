@@ -182,6 +182,16 @@ class Launcher:
             return None
         return next((launch for launch in self.launches() if launch.pid == pid), None)
 
+    def logs_of(self, run: RunInfo) -> list[tuple[str, Path]]:
+        """(label, path) of every log a run has: the launch output first, then run.log."""
+        logs: list[tuple[str, Path]] = []
+        launch = launch_of(run) or self.for_pid(run.pid)
+        if launch is not None and launch.log.is_file():
+            logs.append(("output", launch.log))
+        if not run.is_launch and (run.path / "run.log").is_file():
+            logs.append(("run.log", run.path / "run.log"))
+        return logs
+
     def pending_rows(self, runs: list[RunInfo]) -> list[RunInfo]:
         """Rows for launches whose run folder has not appeared yet (still starting, or exited
         early — a config error — in this session), so a launch shows up in Runs at once."""

@@ -1,4 +1,5 @@
-"""Discover every run under a workspace from its `metadata.json` alone (DESIGN §9).
+"""Discover every run under a workspace from its `metadata.json` alone (DESIGN §9), read through
+the store's run model (`store.runs`), which also says a dead run's status.
 
 Listing never opens results or weights: one small JSON per run, cached by (mtime, size) so the
 Runs screen can re-scan every second. A run marked `running` whose process is gone (killed,
@@ -7,17 +8,16 @@ OOM) is shown as `died` so a stale status never looks alive.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from workbench.store.files import read_json
+from workbench.store.runs import METADATA, effective_status, parse_run_metadata, pid_alive
+from workbench.workspace import RUN_FOLDERS
 
-EVAL_GLOB = "environments/*/outputs/evals/*/*/metadata.json"
-GEPA_GLOB = "environments/*/outputs/gepa/*/*/metadata.json"
-TRAIN_GLOB = "outputs/runs/*/metadata.json"
+__all__ = ["RunCatalog", "RunInfo", "filter_runs", "parse_time", "pid_alive", "run_from_metadata"]
 
 KINDS = ("eval", "train", "gepa")
 STATUSES = ("running", "finished", "stopped", "failed", "died", "starting")
@@ -66,18 +66,6 @@ class RunInfo:
         return all(part in text for part in query.lower().split())
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -88,36 +76,14 @@ def parse_time(value: Any) -> datetime | None:
     return stamp.astimezone() if stamp.tzinfo else stamp
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def run_from_metadata(path: Path, meta: dict[str, Any], kind: str) -> RunInfo:
-    """Normalize one metadata.json; missing keys become None (shown as '-')."""
-    kind = str(meta.get("kind") or kind)
-    status = str(meta.get("status") or "unknown")
-    pid = _int(meta.get("pid"))
-    if status == "running" and pid is not None and not pid_alive(pid):
-        status = "died"
-    if kind == "train":
-        done, total = _int(meta.get("step")), _int(meta.get("max_steps"))
-    elif kind == "gepa":
-        config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-        done = _int(meta.get("metric_calls_used", meta.get("metric_calls")))
-        total = _int(meta.get("max_calls", config.get("max_calls")))
-    else:
-        done, total = _int(meta.get("completed_rollouts")), _int(meta.get("total_rollouts"))
-    reward = _number(meta.get("reward_mean"))
-    if kind == "gepa":
-        reward = _number(meta.get("best_score", meta.get("reward_mean")))
-    env = meta.get("env_id") or "+".join(meta.get("env_ids") or []) or "-"
-    return RunInfo(kind=kind, path=path, run_id=str(meta.get("run_id") or path.name), env=str(env),
-                   model=str(meta.get("model") or "-"), status=status, done=done, total=total, reward=reward,
-                   created_at=parse_time(meta.get("created_at")), pid=pid, metadata=meta)
+    """One metadata.json as a row, through the store's run model. ValueError when it is not
+    run metadata."""
+    run = parse_run_metadata(meta, kind)
+    done, total = run.progress()
+    return RunInfo(kind=run.kind, path=path, run_id=run.run_id or path.name, env=run.env_label,
+                   model=run.model or "-", status=effective_status(run), done=done, total=total,
+                   reward=run.headline_reward, created_at=parse_time(run.created_at), pid=run.pid, metadata=meta)
 
 
 class RunCatalog:
@@ -131,8 +97,8 @@ class RunCatalog:
         """All runs, newest first. A metadata.json being replaced or unreadable is skipped this round."""
         runs: list[RunInfo] = []
         seen: set[Path] = set()
-        for pattern, kind in ((EVAL_GLOB, "eval"), (TRAIN_GLOB, "train"), (GEPA_GLOB, "gepa")):
-            for meta_path in self.root.glob(pattern):
+        for kind in ("eval", "train", "gepa"):
+            for meta_path in self.root.glob(f"{RUN_FOLDERS[kind]}/{METADATA}"):
                 seen.add(meta_path)
                 info = self._load(meta_path, kind)
                 if info is not None:
@@ -155,9 +121,10 @@ class RunCatalog:
             meta = read_json(meta_path)
         except (OSError, ValueError):
             return cached[1] if cached else None
-        if not isinstance(meta, dict):
+        try:
+            info = run_from_metadata(meta_path.parent, meta, kind)
+        except ValueError:  # not run metadata (another tool's file): not a run
             return None
-        info = run_from_metadata(meta_path.parent, meta, kind)
         self._cache[meta_path] = (stamp, info)
         return info
 

@@ -4,13 +4,8 @@ checkpoints (step, time, reward, size) — all from the files `workbench train` 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-from workbench.store.files import read_json
-from workbench.train.checkpoint import STATE_JSON, list_checkpoints
 
 # The curves the run monitor draws: (title, [(metric key, legend label), ...]).
 CURVES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
@@ -72,45 +67,6 @@ def step_rollout_files(run_dir: Path) -> list[tuple[int, Path]]:
         if match:
             found.append((int(match.group(1)), path))
     return sorted(found)
-
-
-@dataclass
-class CheckpointInfo:
-    """One complete checkpoint folder."""
-
-    step: int
-    path: Path
-    saved_at: datetime | None
-    reward: float | None
-    eval_reward: float | None
-    size_bytes: int
-
-
-def folder_size(path: Path) -> int:
-    total = 0
-    for item in path.rglob("*"):
-        try:
-            if item.is_file():
-                total += item.stat().st_size
-        except OSError:
-            continue
-    return total
-
-
-def list_checkpoint_infos(run_dir: Path) -> list[CheckpointInfo]:
-    """Complete checkpoints (the trainer's own rule: trainer_state.json written last), oldest first."""
-    infos = []
-    for path in list_checkpoints(run_dir):
-        try:
-            state = read_json(path / STATE_JSON)
-            saved = datetime.fromtimestamp((path / STATE_JSON).stat().st_mtime).astimezone()
-        except (OSError, ValueError):
-            continue
-        infos.append(CheckpointInfo(
-            step=int(state.get("step", 0)), path=path, saved_at=saved,
-            reward=_num(state.get("reward_mean")), eval_reward=_num(state.get("eval_reward_mean")),
-            size_bytes=folder_size(path)))
-    return infos
 
 
 def format_size(size: int) -> str:

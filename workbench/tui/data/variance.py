@@ -1,11 +1,9 @@
 """Reward-variance analysis of a set of groups: the numbers a user reads to decide whether an
 environment is ready for RL.
 
-RL (group-relative advantages) learns only from groups whose rollouts disagree. A group whose
-within-group std is below the first bucket edge of `evaluate.summary` (0.05) carries almost no
-signal: it is *too easy* when its rollouts mostly succeed (mean >= 0.5), *too hard* when they
-mostly fail. Every other group is *in range*. Buckets and the run verdict are the ones
-`workbench eval run` prints (`evaluate.summary`), so the TUI and the CLI agree.
+Groups are judged by the engine's one difficulty rule (`engine.difficulty`: too easy / in range
+/ too hard), and the buckets and run verdict are the ones `workbench eval run` prints
+(`engine.summary`), so the TUI, the CLI and training's difficulty filter agree.
 """
 
 from __future__ import annotations
@@ -14,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.evaluate.summary import STD_EDGES, std_bucket, summarize
+from workbench.engine.difficulty import DEFAULT_RULE, DIFFICULTIES, Difficulty, difficulty_counts
+from workbench.engine.summary import STD_EDGES, std_bucket, summarize
 from workbench.types import Group
-
-SIGNAL_STD = STD_EDGES[0]
 
 
 def bucket_labels() -> list[str]:
@@ -30,11 +27,9 @@ def bucket_labels() -> list[str]:
     return labels
 
 
-def difficulty(group: Group) -> str:
-    """'too easy' | 'in range' | 'too hard' for one group (see the module docstring)."""
-    if group.std >= SIGNAL_STD:
-        return "in range"
-    return "too easy" if group.mean >= 0.5 else "too hard"
+def difficulty(group: Group) -> Difficulty:
+    """'too easy' | 'in range' | 'too hard' for one group, by the engine's default rule."""
+    return DEFAULT_RULE.classify(group)
 
 
 @dataclass
@@ -45,7 +40,7 @@ class VarianceReport:
     shares: dict[str, float]  # too easy / in range / too hard -> fraction of groups
     counts: dict[str, int]
     by_variance: list[Group]  # highest within-group std first
-    summary: dict[str, Any]  # evaluate.summary.summarize of the same groups
+    summary: dict[str, Any]  # engine.summary.summarize of the same groups
 
     @property
     def num_groups(self) -> int:
@@ -56,14 +51,11 @@ def variance_report(groups: Sequence[Group]) -> VarianceReport:
     counts_by_bucket = {label: 0 for label in bucket_labels()}
     for group in groups:
         counts_by_bucket[std_bucket(group.std)] += 1
-    kinds = ("too easy", "in range", "too hard")
-    counts = {kind: 0 for kind in kinds}
-    for group in groups:
-        counts[difficulty(group)] += 1
+    counts: dict[str, int] = dict(difficulty_counts(groups))
     total = max(len(groups), 1)
     return VarianceReport(
         histogram=list(counts_by_bucket.items()),
-        shares={kind: counts[kind] / total for kind in kinds},
+        shares={kind: counts[kind] / total for kind in DIFFICULTIES},
         counts=counts,
         by_variance=sorted(groups, key=lambda g: (-g.std, g.example_id)),
         summary=summarize(list(groups)),

@@ -1,14 +1,40 @@
-"""What every screen shares: Escape goes back, and typed access to the app's services."""
+"""What every screen shares: Escape goes back, typed access to the app's services, and navigation
+by name.
+
+Screens never import each other (nor the app): the app registers every screen under a name
+(`WorkbenchApp.SCREEN_FACTORIES`), and a screen opens another with `self.open("rollouts", ...)`,
+which asks the app to build that screen and push it. `WorkbenchHost` is what a screen may use
+of the app; the app satisfies it without this module importing it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from textual.binding import Binding
 from textual.screen import Screen
 
 if TYPE_CHECKING:
-    from workbench.tui.app import WorkbenchApp
+    from pathlib import Path
+
+    from textual.screen import ScreenResultCallbackType
+
+    from workbench.tui.data.runs import RunCatalog
+    from workbench.tui.launcher import Launcher
+
+
+class WorkbenchHost(Protocol):
+    """The app as screens see it: the workspace, its runs and launches, and navigation."""
+
+    root: Path
+    launcher: Launcher
+    catalog: RunCatalog
+    poll_s: float  # how often screens re-read the files they show
+
+    def open_screen(self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None,
+                    **kwargs: Any) -> Screen[Any]:
+        """Build the screen registered as `name` from `args`/`kwargs` and push it; `callback`
+        gets what it dismisses with."""
+        ...
 
 
 class WorkbenchScreen(Screen[object]):
@@ -17,8 +43,13 @@ class WorkbenchScreen(Screen[object]):
     BINDINGS = [Binding("escape", "back", "Back")]
 
     @property
-    def wb(self) -> WorkbenchApp:
-        return cast("WorkbenchApp", self.app)
+    def wb(self) -> WorkbenchHost:
+        return cast("WorkbenchHost", self.app)
+
+    def open(self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None,
+             **kwargs: Any) -> Screen[Any]:
+        """Open the screen registered as `name` (see `WorkbenchApp.SCREEN_FACTORIES`)."""
+        return self.wb.open_screen(name, *args, callback=callback, **kwargs)
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1 and self is not self.app.screen_stack[0]:

@@ -15,8 +15,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Static
 
+from workbench.store.checkpoints import CheckpointInfo, list_checkpoint_infos
 from workbench.tui.data.runs import RunCatalog, RunInfo
-from workbench.tui.data.training import CheckpointInfo, format_size, list_checkpoint_infos
+from workbench.tui.data.training import format_size
 from workbench.tui.launcher import LaunchSpec, eval_args
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import num, reward_text, status_text, when
@@ -187,19 +188,15 @@ class CheckpointsScreen(WorkbenchScreen):
         self._render_evals()
 
     def action_compare(self) -> None:
-        from workbench.tui.screens.compare import CompareScreen
-
         chosen = [(label, run) for label, run in self.evals if run.key in self.marked]
         if len(chosen) != 2:
             self.notify("mark exactly two evals with space, then press c", severity="warning")
             return
         (label_a, a), (label_b, b) = sorted(chosen, key=lambda item: item[1].created_at.timestamp() if item[1].created_at else 0)
-        self.app.push_screen(CompareScreen(a, b, labels=(label_a, label_b)))
+        self.open("compare", a, b, labels=(label_a, label_b))
 
     @on(DataTable.RowSelected, "#ckpt-evals")
     def action_open_eval(self) -> None:
-        from workbench.tui.screens.rollouts import RolloutsScreen
-
         run = self._current_eval()
         if run is not None:
-            self.app.push_screen(RolloutsScreen(run.path / "results.jsonl", run=run))
+            self.open("rollouts", run.path / "results.jsonl", run=run)

@@ -92,9 +92,7 @@ class CompareScreen(WorkbenchScreen):
         self.action_open("b")
 
     def action_open(self, side: str) -> None:
-        from workbench.tui.screens.rollouts import RolloutsScreen
-
         example = self._current_example()
         run = self.a if side == "a" else self.b
         if example is not None:
-            self.app.push_screen(RolloutsScreen(run.path / "results.jsonl", run=run, focus_example=example))
+            self.open("rollouts", run.path / "results.jsonl", run=run, focus_example=example)

@@ -96,11 +96,9 @@ class GepaScreen(WorkbenchScreen):
         self.query_one(TabbedContent).active = tab
 
     def action_logs(self) -> None:
-        from workbench.tui.screens.log import LogScreen, logs_of
-
-        logs = logs_of(self.run, self.wb.launcher)
+        logs = self.wb.launcher.logs_of(self.run)
         if logs:
             live_pid = self.run.pid if self.run.is_live else None
-            self.app.push_screen(LogScreen(logs, title=f"gepa · {self.run.run_id}", pid=live_pid))
+            self.open("log", logs, title=f"gepa · {self.run.run_id}", pid=live_pid)
         else:
             self.notify("no log for this run", severity="warning")

@@ -9,24 +9,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
-from workbench.tui.data.runs import RunInfo, pid_alive
-from workbench.tui.launcher import Launcher, launch_of
+from workbench.tui.data.runs import pid_alive
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.log_tail import LogTail
 
 
-def logs_of(run: RunInfo, launcher: Launcher) -> list[tuple[str, Path]]:
-    """(label, path) of every log a run has: the launch output first, then run.log."""
-    logs: list[tuple[str, Path]] = []
-    launch = launch_of(run) or launcher.for_pid(run.pid)
-    if launch is not None and launch.log.is_file():
-        logs.append(("output", launch.log))
-    if not run.is_launch and (run.path / "run.log").is_file():
-        logs.append(("run.log", run.path / "run.log"))
-    return logs
-
-
 class LogScreen(WorkbenchScreen):
+    """Tabs of (label, path) logs (`Launcher.logs_of`), each followed live."""
+
     BINDINGS = [
         Binding("x", "stop", "Stop run"),
         Binding("1", "tab(0)", "First log", show=False),

@@ -175,20 +175,16 @@ class TrainMonitorScreen(WorkbenchScreen):
         return (steps[-1][1], f"step {steps[-1][0]}") if steps else None
 
     def _open_rollouts(self, example_id: int | None = None) -> None:
-        from workbench.tui.screens.rollouts import RolloutsScreen
-
         target = self._latest_path()
         if target is None:
             self.notify("no sampled rollouts yet", severity="warning")
             return
-        self.app.push_screen(RolloutsScreen(target[0], run=self.run, label=target[1], focus_example=example_id))
+        self.open("rollouts", target[0], run=self.run, label=target[1], focus_example=example_id)
 
     def action_rollouts(self) -> None:
         self._open_rollouts()
 
     def action_variance(self) -> None:
-        from workbench.tui.screens.variance import VarianceScreen
-
         target = self._latest_path()
         if target is None:
             self.notify("no sampled rollouts yet", severity="warning")
@@ -198,20 +194,16 @@ class TrainMonitorScreen(WorkbenchScreen):
             if isinstance(example_id, int):
                 self._open_rollouts(example_id)
 
-        self.app.push_screen(VarianceScreen(target[0], run=self.run, label=target[1]), chosen)
+        self.open("variance", target[0], run=self.run, label=target[1], callback=chosen)
 
     def action_checkpoints(self) -> None:
-        from workbench.tui.screens.checkpoints import CheckpointsScreen
-
-        self.app.push_screen(CheckpointsScreen(self.run))
+        self.open("checkpoints", self.run)
 
     def action_logs(self) -> None:
-        from workbench.tui.screens.log import LogScreen, logs_of
-
-        logs = logs_of(self.run, self.wb.launcher)
+        logs = self.wb.launcher.logs_of(self.run)
         if logs:
             live_pid = self.run.pid if self.run.is_live else None
-            self.app.push_screen(LogScreen(logs, title=f"train · {self.run.run_id}", pid=live_pid))
+            self.open("log", logs, title=f"train · {self.run.run_id}", pid=live_pid)
 
     def action_stop(self) -> None:
         if not self.run.is_live or not self.run.pid:

@@ -222,13 +222,11 @@ class RolloutsScreen(WorkbenchScreen):
                     f"copied as JSON ({len(text):,} characters)", title="copied")
 
     def action_variance(self) -> None:
-        from workbench.tui.screens.variance import VarianceScreen
-
         def chosen(example_id: object) -> None:
             if isinstance(example_id, int):
                 self.select_example(example_id)
 
-        self.app.push_screen(VarianceScreen(self.path, run=self.run, label=self.label, index=self.index), chosen)
+        self.open("variance", self.path, run=self.run, label=self.label, index=self.index, callback=chosen)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "step":

@@ -118,20 +118,16 @@ class RunsScreen(WorkbenchScreen):
             self.open_run(self.current)
 
     def open_run(self, run: RunInfo) -> None:
-        from workbench.tui.screens import gepa, monitor
-
         if run.is_launch:
             self.action_log()
         elif run.kind == "train":
-            self.app.push_screen(monitor.TrainMonitorScreen(run))
+            self.open("monitor", run)
         elif run.kind == "gepa":
-            self.app.push_screen(gepa.GepaScreen(run))
+            self.open("gepa", run)
         else:
             self.action_rollouts()
 
     def action_rollouts(self) -> None:
-        from workbench.tui.screens.rollouts import RolloutsScreen
-
         run = self._require(("eval", "train"), "rollouts")
         if run is None:
             return
@@ -139,12 +135,9 @@ class RunsScreen(WorkbenchScreen):
         if target is None:
             self.notify("this run has no rollouts yet", severity="warning")
             return
-        self.app.push_screen(RolloutsScreen(target[0], run=run, label=target[1]))
+        self.open("rollouts", target[0], run=run, label=target[1])
 
     def action_variance(self) -> None:
-        from workbench.tui.screens.rollouts import RolloutsScreen
-        from workbench.tui.screens.variance import VarianceScreen
-
         run = self._require(("eval", "train"), "reward variance")
         target = rollouts_file(run) if run else None
         if run is None or target is None:
@@ -152,33 +145,27 @@ class RunsScreen(WorkbenchScreen):
 
         def open_example(example_id: object) -> None:
             if isinstance(example_id, int):
-                self.app.push_screen(RolloutsScreen(target[0], run=run, label=target[1], focus_example=example_id))
+                self.open("rollouts", target[0], run=run, label=target[1], focus_example=example_id)
 
-        self.app.push_screen(VarianceScreen(target[0], run=run, label=target[1]), open_example)
+        self.open("variance", target[0], run=run, label=target[1], callback=open_example)
 
     def action_checkpoints(self) -> None:
-        from workbench.tui.screens.checkpoints import CheckpointsScreen
-
         run = self._require(("train",), "checkpoints")
         if run is not None:
-            self.app.push_screen(CheckpointsScreen(run))
+            self.open("checkpoints", run)
 
     def action_log(self) -> None:
-        from workbench.tui.screens.log import LogScreen, logs_of
-
         run = self.current
         if run is None:
             return
-        logs = logs_of(run, self.wb.launcher)
+        logs = self.wb.launcher.logs_of(run)
         if not logs:
             self.notify("no log for this run", severity="warning")
             return
         live_pid = run.pid if run.is_live else None
-        self.app.push_screen(LogScreen(logs, title=f"{run.kind} · {run.env} · {run.model}", pid=live_pid))
+        self.open("log", logs, title=f"{run.kind} · {run.env} · {run.model}", pid=live_pid)
 
     def action_launch(self) -> None:
-        from workbench.tui.screens.launch import LaunchScreen
-
         def launched(launch: object) -> None:
             if isinstance(launch, Launch):
                 self.notify(f"started: {launch.command}", title="launched")
@@ -187,7 +174,7 @@ class RunsScreen(WorkbenchScreen):
                 self.query_text = ""
                 self.refresh_runs()
 
-        self.app.push_screen(LaunchScreen(), launched)
+        self.open("launch", callback=launched)
 
     def action_stop(self) -> None:
         run = self.current
@@ -213,14 +200,12 @@ class RunsScreen(WorkbenchScreen):
             table.move_cursor(row=table.cursor_row + 1, animate=False)
 
     def action_compare(self) -> None:
-        from workbench.tui.screens.compare import CompareScreen
-
         chosen = [r for r in self.all_runs if r.key in self.marked and r.kind == "eval"]
         if len(chosen) != 2:
             self.notify("mark exactly two eval runs with space, then press c", severity="warning")
             return
         older, newer = sorted(chosen, key=lambda r: (r.created_at.timestamp() if r.created_at else 0, r.run_id))
-        self.app.push_screen(CompareScreen(older, newer))
+        self.open("compare", older, newer)
 
     # ----- filters ------------------------------------------------------------------------
     def action_search(self) -> None:

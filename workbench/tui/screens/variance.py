@@ -13,9 +13,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Static
 
+from workbench.engine.difficulty import SIGNAL_STD
 from workbench.tui.data.rollout_index import RolloutIndex
 from workbench.tui.data.runs import RunInfo
-from workbench.tui.data.variance import SIGNAL_STD, VarianceReport, difficulty, variance_report
+from workbench.tui.data.variance import VarianceReport, difficulty, variance_report
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import num, reward_text
 from workbench.tui.widgets.histogram import BarChart

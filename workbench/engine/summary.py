@@ -1,4 +1,5 @@
-"""Summary statistics of a set of scored groups: what `eval run` prints and `eval show` reads.
+"""Reward statistics of a set of scored groups: what `eval run` prints, `eval show` reads and the
+TUI's variance view shows.
 
 The point of an eval here is to decide whether an environment is ready for RL, so besides the
 mean reward it reports how rewards vary *inside* groups: RL learns only from groups whose
@@ -13,10 +14,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.engine.difficulty import SIGNAL_STD, run_verdict
 from workbench.types import Group
 
 # Within-group std bucket edges for the distribution line; a std of 0 teaches RL nothing.
-STD_EDGES = (0.05, 0.1, 0.2, 0.3)
+STD_EDGES = (SIGNAL_STD, 0.1, 0.2, 0.3)
 
 
 def std_bucket(std: float) -> str:
@@ -35,16 +37,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
-
-
-def difficulty_verdict(mean_reward: float) -> str:
-    if mean_reward > 0.8:
-        return "too easy for RL (mean reward over 80%)"
-    if mean_reward < 0.05:
-        return "too hard for RL (mean reward under 5%)"
-    if 0.1 <= mean_reward <= 0.7:
-        return "good range for RL (10-70%)"
-    return "borderline for RL (between the good range and too easy/hard)"
 
 
 def summarize(groups: Sequence[Group], elapsed_s: float | None = None) -> dict[str, Any]:
@@ -71,7 +63,7 @@ def summarize(groups: Sequence[Group], elapsed_s: float | None = None) -> dict[s
         "group_std_quantiles": _quantiles(group_stds),
         "group_std_histogram": dict(buckets),
         "zero_variance_frac": zero_var / len(groups),
-        "verdict": difficulty_verdict(mean),
+        "verdict": run_verdict(mean),
         "prompt_tokens_mean": statistics.fmean(r.usage.get("prompt_tokens", 0) for r in rollouts),
         "completion_tokens_mean": statistics.fmean(r.usage.get("completion_tokens", 0) for r in rollouts),
         "num_turns_mean": statistics.fmean(r.num_turns for r in rollouts),

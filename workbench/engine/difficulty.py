@@ -1,0 +1,74 @@
+"""The one difficulty rule: can a group of rollouts teach RL anything?
+
+Group-relative RL learns only from groups whose rollouts disagree. A group whose within-group
+reward std is below `min_std` (or exactly zero: every advantage is 0) carries no signal: it is
+*too easy* when its rollouts mostly succeed (mean >= 0.5), *too hard* when they mostly fail.
+A group with signal is still too easy/hard when its mean is outside [min_reward, max_reward].
+
+Used by the eval summary and the TUI's variance view (the default rule) and by training's online
+difficulty filter (`difficulty_filter` in the config), so all three agree on what a group is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.types import Group
+
+Difficulty = Literal["too easy", "in range", "too hard"]
+DIFFICULTIES: tuple[Difficulty, ...] = ("too easy", "in range", "too hard")
+
+# Within-group std below this carries almost no signal (the first bucket edge of the eval
+# summary's std histogram).
+SIGNAL_STD = 0.05
+ZERO_STD = 1e-6  # float noise: a group this flat scored every rollout the same
+
+
+@dataclass(frozen=True)
+class DifficultyRule:
+    min_std: float = SIGNAL_STD
+    min_reward: float = 0.0
+    max_reward: float = 1.0
+
+    @classmethod
+    def from_variance(cls, min_variance: float, min_reward: float, max_reward: float) -> DifficultyRule:
+        """The rule for a training config, which states the threshold as a variance."""
+        return cls(min_std=math.sqrt(min_variance), min_reward=min_reward, max_reward=max_reward)
+
+    def classify(self, group: Group) -> Difficulty:
+        std = group.std
+        if std <= ZERO_STD or std < self.min_std:
+            return "too easy" if group.mean >= 0.5 else "too hard"
+        if group.mean > self.max_reward:
+            return "too easy"
+        if group.mean < self.min_reward:
+            return "too hard"
+        return "in range"
+
+    def teaches(self, group: Group) -> bool:
+        return self.classify(group) == "in range"
+
+
+DEFAULT_RULE = DifficultyRule()
+
+
+def run_verdict(mean_reward: float) -> str:
+    """Is an environment ready for RL with this model? Judged on a run's mean reward."""
+    if mean_reward > 0.8:
+        return "too easy for RL (mean reward over 80%)"
+    if mean_reward < 0.05:
+        return "too hard for RL (mean reward under 5%)"
+    if 0.1 <= mean_reward <= 0.7:
+        return "good range for RL (10-70%)"
+    return "borderline for RL (between the good range and too easy/hard)"
+
+
+def difficulty_counts(groups: Iterable[Group], rule: DifficultyRule = DEFAULT_RULE) -> dict[Difficulty, int]:
+    """How many groups are too easy, in range and too hard under `rule`."""
+    counts: dict[Difficulty, int] = dict.fromkeys(DIFFICULTIES, 0)
+    for group in groups:
+        counts[rule.classify(group)] += 1
+    return counts

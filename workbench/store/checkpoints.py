@@ -1,0 +1,100 @@
+"""Checkpoint folders of a training run, read without torch: `checkpoints/step_000050/`.
+
+A checkpoint is complete once `trainer_state.json` is in it (it is written last, and the
+folder is renamed into place), so a half-written one is never listed. Writing checkpoints
+(torch, optimizer state) belongs to `workbench.train.checkpoint`; finding and describing
+them belongs here, so the CLI, the TUI and model resolution share one reader.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import UserError
+
+CHECKPOINTS = "checkpoints"
+STEP_PREFIX = "step_"
+STATE_PT = "trainer_state.pt"
+STATE_JSON = "trainer_state.json"
+
+
+def step_dir_name(step: int) -> str:
+    return f"{STEP_PREFIX}{step:06d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (a complete one has trainer_state.json, written last)."""
+    root = run_dir / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / STATE_JSON).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX):]))
+
+
+def read_step_info(checkpoint: Path) -> dict[str, Any]:
+    """trainer_state.json: step, base model, LoRA flag, the step's rewards and KL coefficient."""
+    return json.loads((checkpoint / STATE_JSON).read_text())
+
+
+def training_run_checkpoint(path: Path) -> Path:
+    """A training run folder means its newest complete checkpoint, and `<runs>/latest` the
+    newest run that has one (`-m outputs/runs/latest` after `workbench train`). Any other path
+    is returned as given."""
+    if path.name == "latest" and not path.exists() and path.parent.is_dir():
+        runs = [p for p in path.parent.iterdir() if p.is_dir() and list_checkpoints(p)]
+        if not runs:
+            raise UserError(f"no training run with a checkpoint in {path.parent}")
+        path = max(runs, key=lambda p: list_checkpoints(p)[-1].stat().st_mtime)
+    if (path / CHECKPOINTS).is_dir() and not (path / "config.json").is_file():
+        checkpoints = list_checkpoints(path)
+        if not checkpoints:
+            raise UserError(f"training run {path} has no complete checkpoint yet")
+        return checkpoints[-1]
+    return path
+
+
+@dataclass
+class CheckpointInfo:
+    """One complete checkpoint folder."""
+
+    step: int
+    path: Path
+    saved_at: datetime | None
+    reward: float | None
+    eval_reward: float | None
+    size_bytes: int
+
+
+def folder_size(path: Path) -> int:
+    total = 0
+    for item in path.rglob("*"):
+        try:
+            if item.is_file():
+                total += item.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def list_checkpoint_infos(run_dir: Path) -> list[CheckpointInfo]:
+    """Complete checkpoints (the trainer's own rule: trainer_state.json written last), oldest first."""
+    infos = []
+    for path in list_checkpoints(run_dir):
+        try:
+            state = read_step_info(path)
+            saved = datetime.fromtimestamp((path / STATE_JSON).stat().st_mtime).astimezone()
+        except (OSError, ValueError):
+            continue
+        infos.append(CheckpointInfo(
+            step=int(state.get("step", 0)), path=path, saved_at=saved,
+            reward=_num(state.get("reward_mean")), eval_reward=_num(state.get("eval_reward_mean")),
+            size_bytes=folder_size(path)))
+    return infos
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
