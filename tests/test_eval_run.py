@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from tests.servers import EchoBackend, make_app, serve_in_thread, slow_echo_app
+from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread, wait_until
 
 
 def run_cli(*args: str, cwd: Path, **kw) -> subprocess.Popen:
@@ -57,16 +56,17 @@ def test_eval_saves_layout_and_show_exports(tmp_path: Path):
 
 
 def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
-    with serve_in_thread(slow_echo_app(0.15)) as url:
+    # The server answers every rollout of the first 3 examples to arrive and holds the rest, so the
+    # run is provably mid-flight (3 groups saved, the next ones waiting) when Ctrl-C lands.
+    gate = Gate(first_prompts(3))
+    with serve_in_thread(make_app(EchoBackend(), middlewares=(gate.middleware,))) as url, gate:
         args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "20", "-r", "2", "-c", "2"]
         proc = run_cli(*args, cwd=tmp_path)
         evals = tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo"
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            done = list(evals.glob("*/results.jsonl"))
-            if done and len(results_lines(done[0].parent)) >= 6:
-                break
-            time.sleep(0.05)
+        gate.wait_held(proc=proc)  # the run is stuck at the 4th group: it cannot finish before the signal
+        wait_until(lambda: (done := list(evals.glob("*/results.jsonl"))) and len(results_lines(done[0].parent)) >= 6,
+                   what="3 groups saved")
+        assert proc.poll() is None, "the run should still be going"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
@@ -77,7 +77,9 @@ def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
         kept = {(r["example_id"], r["rollout_index"]): r["timing"] for r in results_lines(run_dir)}
         kept_groups = {e for e, _ in kept}
         assert 3 <= len(kept_groups) < 20
+        assert len(kept_groups) == 3 and len(kept) == 6  # exactly the groups the server answered
 
+        gate.open(drop_held=True)  # the stopped run's waiting requests are dropped; the resume runs freely
         resume = run_cli(*args, "-R", "latest", cwd=tmp_path)
         _, err = resume.communicate(timeout=120)
         assert resume.returncode == 0, err

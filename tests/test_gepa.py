@@ -15,13 +15,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.servers import ScriptedBackend, make_app, serve_in_thread
+from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
 from workbench.types import Completion
 
@@ -36,14 +35,11 @@ class Policy:
 
     def __init__(self) -> None:
         self.requests = 0
-        self.delay_s = 0.0
         self.lock = threading.Lock()
 
     def __call__(self, messages: list[dict[str, Any]], sampling: Any, tools: Any) -> list[Completion]:
         with self.lock:
             self.requests += 1
-        if self.delay_s:
-            time.sleep(self.delay_s)  # runs on the server's loop: serializes requests, as a busy server would
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         text = messages[-1]["content"]
         answer = text[::-1] if system.count(KEYWORD) > len(text) % LEVELS else text
@@ -260,33 +256,29 @@ def test_env_error_for_a_candidate_is_recorded_not_fatal(tmp_path: Path):
         in (run_dir / "run.log").read_text()
 
 
-def wait_until_quiet(policy: Policy, quiet_s: float = 0.4, timeout_s: float = 10) -> None:
-    """Until the policy server has had no request for `quiet_s` (requests of a killed client drain)."""
-    deadline = time.time() + timeout_s
-    last, since = policy.requests, time.time()
-    while time.time() < deadline and time.time() - since < quiet_s:
-        time.sleep(0.05)
-        if policy.requests != last:
-            last, since = policy.requests, time.time()
+def below_level(level: int):
+    """`Gate` admission: policy requests whose system prompt says KEYWORD fewer than `level` times."""
+    def admit(body: dict[str, Any]) -> bool:
+        system = next((m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "system"), "")
+        return system.count(KEYWORD) < level
+
+    return admit
 
 
 def test_interrupted_run_resumes_without_redoing_work(tmp_path: Path):
     policy, reflection = Policy(), Reflection()
-    policy.delay_s = 0.02
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url:
+    # The policy server answers prompts with fewer than 2 KEYWORDs and holds the rest: the run climbs
+    # to candidate 1 (one KEYWORD), then is stuck evaluating its first 2-KEYWORD child, mid-climb,
+    # until the test has pressed Ctrl-C. Held requests never reach the policy (dropped on release).
+    gate = Gate(below_level(2))
+    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"), middlewares=(gate.middleware,))) as p_url, \
+            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url, gate:
         proc = workbench(*gepa_args(p_url, r_url, "-B", "300", "-c", "2"), cwd=tmp_path)
-        deadline = time.time() + 60
-        run_dir = None
-        while time.time() < deadline and proc.poll() is None:
-            runs = list(tmp_path.glob("environments/reverse_text/outputs/gepa/*/*/metadata.json"))
-            if runs and len(metadata(runs[0].parent).get("candidates", [])) >= 2:
-                run_dir = runs[0].parent
-                policy.delay_s = 0.5  # hold the run mid-climb so Ctrl-C lands before it can finish
-                break
-            time.sleep(0.02)
-        assert run_dir is not None and proc.poll() is None, "the run should still be going"
-        time.sleep(0.2)
+        gate.wait_held(proc=proc)
+        runs = list(tmp_path.glob("environments/reverse_text/outputs/gepa/*/*/metadata.json"))
+        assert len(runs) == 1 and proc.poll() is None, "the run should still be going"
+        run_dir = runs[0].parent
+        assert len(metadata(run_dir)["candidates"]) >= 2  # candidate 1 was written when its iteration ended
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         out, err = finish(proc)
         assert proc.returncode == 130, err
@@ -296,8 +288,7 @@ def test_interrupted_run_resumes_without_redoing_work(tmp_path: Path):
         assert (run_dir / "gepa_state" / "gepa_state.bin").is_file()
         assert len(stopped["candidates"]) < LEVELS + 1  # interrupted before the top
 
-        policy.delay_s = 0.0
-        wait_until_quiet(policy)
+        gate.open(drop_held=True)  # the stopped run's held requests are dropped: the policy never counts them
         before = policy.requests
         proc = workbench("gepa", "run", "--resume", str(run_dir), cwd=tmp_path)
         _, err = finish(proc)

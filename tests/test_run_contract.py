@@ -56,6 +56,7 @@ def test_files_from_before_the_schema_and_odd_fields_still_read(tmp_path: Path):
     meta = read_run_metadata(run)
     assert isinstance(meta, TrainRun) and meta.run_id == "old" and meta.status == "unknown"
     assert meta.step is None and meta.max_steps == 5  # a field of the wrong shape reads as missing
+    assert meta.pid is None and meta.created_at is None  # not the reader's own pid or clock
     (run / "metadata.json").write_text("[1, 2]")
     with pytest.raises(ValueError):
         read_run_metadata(run)

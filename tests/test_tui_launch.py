@@ -2,18 +2,18 @@
 and check that quitting the TUI never kills a run it started.
 
 The child is `workbench eval run reverse-text -m echo -b URL/v1` against an echo server on
-127.0.0.1 slowed by a middleware, so it is still running when the test presses stop."""
+127.0.0.1 that the test holds open (`tests.servers.Gate`): it answers the first few requests and
+keeps the next one waiting, so the child is provably still running when the test presses stop,
+however busy the machine."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
-
-from tests.servers import serve_in_thread, slow_echo_app
+from tests.servers import EchoBackend, Gate, make_app, serve_in_thread, wait_until
 from tests.tui_data import wait_for
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.launch import LaunchScreen
@@ -45,8 +45,22 @@ def metadata(run_dir: Path) -> dict:
     return json.loads((run_dir / "metadata.json").read_text())
 
 
+def results_count(run_dir: Path) -> int:
+    path = run_dir / "results.jsonl"
+    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.is_file() else 0
+
+
+def gated_echo(gate: Gate):
+    return serve_in_thread(make_app(EchoBackend(), middlewares=(gate.middleware,)))
+
+
 async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
-    with serve_in_thread(slow_echo_app(0.15)) as url:
+    # The child's preflight (GET /v1/models) waits until the test has seen its row: the child can
+    # write nothing before that. Then two groups of 2 rollouts are answered and it waits on the 5th.
+    preflight = Gate(0, path="/v1/models")
+    gate = Gate(4)
+    app_ = make_app(EchoBackend(), middlewares=(preflight.middleware, gate.middleware))
+    with serve_in_thread(app_) as url, preflight, gate:
         app = WorkbenchApp(workspace, poll_s=0.3)
         async with app.run_test(size=SIZE) as pilot:
             await launch_eval_from_ui(pilot, app, url)
@@ -54,10 +68,13 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             launch = app.launcher.launches()[0]
             assert launch.args == ["eval", "run", "reverse-text", "-m", "echo", "-n", "50", "-r", "2",
                                    "-b", f"{url}/v1", "-c", "1"]
-            # it appears in Runs at once, before the child has written anything
-            await wait_for(pilot, lambda: any(r.pid == launch.pid for r in runs_of(app)), timeout=1.0)
+            # it appears in Runs at once, before the child has written anything (the child's
+            # preflight gives up after 10 s: the row must come well before)
+            await wait_for(pilot, lambda: any(r.pid == launch.pid for r in runs_of(app)), timeout=8)
             first = next(r for r in runs_of(app) if r.pid == launch.pid)
             assert first.status in ("starting", "running") and first.env == "reverse-text"
+            assert first.is_launch and not list(workspace.glob("environments/*/outputs/evals/*/*"))
+            preflight.open()
             # then its own run folder takes over the row, with progress, and the cursor follows it
             await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch and (r.done or 0) > 0
                                               for r in runs_of(app)), timeout=40)
@@ -69,34 +86,50 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             logs = app.screen
             assert isinstance(logs, LogScreen) and [label for label, _ in logs.logs] == ["output", "run.log"]
             output = logs.query_one("#log-0 LogTail")
-            await wait_for(pilot, lambda: output.line_count > 0)
+            await wait_for(pilot, lambda: output.line_count > 0, timeout=30)
             assert output.lines[0].startswith("$ workbench eval run reverse-text -m echo")
             await pilot.press("escape")
-            # stop gracefully: Ctrl-C to the child, which keeps its groups and says "stopped"
+            # stop gracefully: Ctrl-C to the child, which keeps its groups and says "stopped";
+            # it is stuck at the gate, so it cannot have finished on its own first
+            await wait_for(pilot, lambda: gate.held >= 1 and results_count(run.path) == 4, timeout=40)
+            assert app.launcher.is_running(launch)
             await pilot.press("x")
             await wait_for(pilot, lambda: metadata(run.path)["status"] == "stopped", timeout=30)
             await wait_for(pilot, lambda: not app.launcher.is_running(launch), timeout=10)
             meta = metadata(run.path)
             assert 0 < meta["completed_rollouts"] < 100
-            await wait_for(pilot, lambda: any(r.path == run.path and r.status == "stopped" for r in runs_of(app)))
+            assert meta["completed_rollouts"] == 4 == gate.passed  # the answered groups, kept
+            await wait_for(pilot, lambda: any(r.path == run.path and r.status == "stopped" for r in runs_of(app)),
+                           timeout=30)
             log_text = Path(launch.log_path).read_text()
             assert "Traceback" not in log_text and "-R latest" in log_text  # the CLI's own stop message
 
 
 async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
-    with serve_in_thread(slow_echo_app(0.15)) as url:
+    gate = Gate(2)  # one group answered, then the child waits on the 3rd request
+    with gated_echo(gate) as url, gate:
         app = WorkbenchApp(workspace, poll_s=0.3)
         async with app.run_test(size=SIZE) as pilot:
             await launch_eval_from_ui(pilot, app, url)
             launch = app.launcher.launches()[0]
             await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch for r in runs_of(app)), timeout=40)
             run_dir = next(r.path for r in runs_of(app) if r.pid == launch.pid)
+            await wait_for(pilot, lambda: gate.held >= 1, timeout=40)  # mid-run: it cannot finish on its own
             await pilot.press("q")
         assert not app.is_running
-        time.sleep(0.5)
-        os.kill(launch.pid, 0)  # still alive after the TUI quit
+        # still alive after the TUI quit, and still working: let one more group through and watch
+        # the child save it (a run the quit had signalled would save nothing more)
+        assert app.launcher.is_running(launch)
+        os.kill(launch.pid, 0)
         assert os.getsid(launch.pid) == launch.pid  # in its own session: terminal signals never reach it
+        wait_until(lambda: results_count(run_dir) == 2)  # the answered group is saved
+        gate.allow(2)
+        gate.wait_held(2, timeout=40)  # it asked for the next group: the one let through is done
+        wait_until(lambda: results_count(run_dir) == 4)
+        assert app.launcher.is_running(launch)
         assert metadata(run_dir)["status"] == "running"
         os.killpg(launch.pid, signal.SIGINT)  # what the next TUI session's stop would do
         assert app.launcher.wait(launch, 30) == 130
         assert metadata(run_dir)["status"] == "stopped"
+        assert metadata(run_dir)["completed_rollouts"] == 4
+

@@ -100,7 +100,7 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         total_rollouts=len(examples) * r, completed_rollouts=len(done_groups) * r,
     )
     if (saved := read_saved(run_dir, "eval")) is not None:
-        metadata.created_at = saved.created_at
+        metadata.created_at = saved.created_at or metadata.created_at
         metadata.elapsed_s = saved.elapsed_s or 0.0
     write_run_metadata(run_dir, metadata)
     log = RunLog(run_dir / RUN_LOG)

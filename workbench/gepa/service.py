@@ -270,7 +270,7 @@ def run_metadata(config: GepaConfig, run_dir: Path, saved: GepaRun | None, seed_
         num_train=num_train, num_val=num_val, seed_prompt=seed_prompt,
     )
     if saved is not None:  # what a resumed run carries on counting
-        metadata.created_at, metadata.elapsed_s = saved.created_at, saved.elapsed_s
+        metadata.created_at, metadata.elapsed_s = saved.created_at or metadata.created_at, saved.elapsed_s
         metadata.reflections, metadata.events = saved.reflections, saved.events
         metadata.iteration_errors = saved.iteration_errors
     return metadata

@@ -53,8 +53,8 @@ class RunMetadata(BaseModel):
     env_id: str = Field("", description="The environment ('a+b' for several).")
     model: str = Field("", description="The model as the user named it (-m, `model =`).")
     config: dict[str, Any] = Field(default_factory=dict, description="The run's resolved config.")
-    created_at: str = Field(default_factory=now_iso)
-    updated_at: str = Field(default_factory=now_iso)
+    created_at: str | None = Field(default_factory=now_iso)
+    updated_at: str | None = Field(default_factory=now_iso)
     pid: int | None = Field(default_factory=os.getpid, description="The process writing the run (to tell a dead run).")
     workbench_version: str | None = None
     reward_mean: float | None = Field(None, description="The headline reward so far.")
@@ -151,6 +151,8 @@ def parse_run_metadata(data: Any, kind: str | None = None) -> RunMetadata:
         raise ValueError(f"unknown run kind '{found}'")
     data = {**data, "kind": found, "status": data.get("status") if data.get("status") in get_args(RunStatus) else "unknown"}
     data.setdefault("run_id", "")
+    for key in ("pid", "created_at", "updated_at"):  # the writer's defaults are not the reader's facts
+        data.setdefault(key, None)
     while True:  # a field of the wrong shape (a hand edit, another tool) is read as missing
         try:
             return MODELS[found].model_validate(data)

@@ -105,7 +105,7 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
                         env_id="+".join(e.id for e in config.env), max_steps=config.max_steps,
                         workbench_version=__version__, config=config_for_saving(config))
     if (saved := read_saved(run_dir, "train")) is not None:
-        metadata.created_at = saved.created_at
+        metadata.created_at = saved.created_at or metadata.created_at
     sft_data = SFTData.from_config(config, env, policy.tokenizer) if config.mode == "sft" else None
     if config.mode == "rl" and env is None:
         raise UserError("RL training needs at least one [[env]]")
