@@ -129,7 +129,7 @@ def make_app(client: Any, *, served_model_name: str | None = None, middlewares: 
     return create_app(client, served_model_name=served_model_name or client.model, middlewares=middlewares)
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> None:
+def wait_until(predicate: Callable[[], Any], timeout: float = 300, what: str = "condition") -> None:
     """Poll for a state the test has arranged to come (e.g. a file its held run must write);
     the timeout only bounds a failure, it never decides an outcome."""
     deadline = time.monotonic() + timeout
@@ -210,7 +210,7 @@ class Gate:
             self._cond.notify_all()
         return await handler(request)
 
-    def wait_held(self, count: int = 1, timeout: float = 60, *, proc: subprocess.Popen[Any] | None = None) -> None:
+    def wait_held(self, count: int = 1, timeout: float = 300, *, proc: subprocess.Popen[Any] | None = None) -> None:
         """Block until `count` requests in total have had to wait (the run is stuck at the gate).
         With `proc` (the run), fail at once, with its output, if it exits first."""
         deadline = time.monotonic() + timeout

@@ -29,7 +29,7 @@ def test_eval_saves_layout_and_show_exports(tmp_path: Path):
     with serve_in_thread(make_app(EchoBackend())) as url:
         proc = run_cli("eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "3",
                        "-C", "turn", "-s", "-v", cwd=tmp_path)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     runs = list((tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo").iterdir())
     assert len(runs) == 1
@@ -44,14 +44,14 @@ def test_eval_saves_layout_and_show_exports(tmp_path: Path):
         assert label in out, label
     assert "#0.0" in err  # -v prints rollouts
     show = run_cli("eval", "show", str(run_dir), "--format", "csv", cwd=tmp_path)
-    csv, _ = show.communicate(timeout=60)
+    csv, _ = show.communicate(timeout=300)
     assert csv.splitlines()[0].startswith("example_id,rollout_index") and len(csv.splitlines()) == 13
     show = run_cli("eval", "show", "--format", "parquet", cwd=tmp_path)
-    show.communicate(timeout=60)
+    show.communicate(timeout=300)
     frame = pd.read_parquet(run_dir / "results.parquet")
     assert len(frame) == 12 and "reward.lcs_reward" in frame.columns
     show = run_cli("eval", "show", cwd=tmp_path)
-    table, _ = show.communicate(timeout=60)
+    table, _ = show.communicate(timeout=300)
     assert "finished" in table and "reward" in table
 
 
@@ -68,7 +68,7 @@ def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
                    what="3 groups saved")
         assert proc.poll() is None, "the run should still be going"
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode == 130, err
         assert "Traceback" not in err and "-R latest" in err
         run_dir = next(evals.iterdir())
@@ -81,7 +81,7 @@ def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
 
         gate.open(drop_held=True)  # the stopped run's waiting requests are dropped; the resume runs freely
         resume = run_cli(*args, "-R", "latest", cwd=tmp_path)
-        _, err = resume.communicate(timeout=120)
+        _, err = resume.communicate(timeout=300)
         assert resume.returncode == 0, err
     lines = results_lines(run_dir)
     assert len(lines) == 40  # every group exactly once

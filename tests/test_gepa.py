@@ -73,7 +73,7 @@ def workbench(*args: str, cwd: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+def finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[str, str]:
     out, err = proc.communicate(timeout=timeout)
     return out, err
 

@@ -77,7 +77,7 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             preflight.open()
             # then its own run folder takes over the row, with progress, and the cursor follows it
             await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch and (r.done or 0) > 0
-                                              for r in runs_of(app)), timeout=40)
+                                              for r in runs_of(app)), timeout=180)
             table = app.screen.query_one(RunsTable)
             run = table.current
             assert run is not None and run.pid == launch.pid and run.status == "running" and run.kind == "eval"
@@ -86,21 +86,21 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             logs = app.screen
             assert isinstance(logs, LogScreen) and [label for label, _ in logs.logs] == ["output", "run.log"]
             output = logs.query_one("#log-0 LogTail")
-            await wait_for(pilot, lambda: output.line_count > 0, timeout=30)
+            await wait_for(pilot, lambda: output.line_count > 0, timeout=180)
             assert output.lines[0].startswith("$ workbench eval run reverse-text -m echo")
             await pilot.press("escape")
             # stop gracefully: Ctrl-C to the child, which keeps its groups and says "stopped";
             # it is stuck at the gate, so it cannot have finished on its own first
-            await wait_for(pilot, lambda: gate.held >= 1 and results_count(run.path) == 4, timeout=40)
+            await wait_for(pilot, lambda: gate.held >= 1 and results_count(run.path) == 4, timeout=180)
             assert app.launcher.is_running(launch)
             await pilot.press("x")
-            await wait_for(pilot, lambda: metadata(run.path)["status"] == "stopped", timeout=30)
-            await wait_for(pilot, lambda: not app.launcher.is_running(launch), timeout=10)
+            await wait_for(pilot, lambda: metadata(run.path)["status"] == "stopped", timeout=180)
+            await wait_for(pilot, lambda: not app.launcher.is_running(launch), timeout=60)
             meta = metadata(run.path)
             assert 0 < meta["completed_rollouts"] < 100
             assert meta["completed_rollouts"] == 4 == gate.passed  # the answered groups, kept
             await wait_for(pilot, lambda: any(r.path == run.path and r.status == "stopped" for r in runs_of(app)),
-                           timeout=30)
+                           timeout=180)
             log_text = Path(launch.log_path).read_text()
             assert "Traceback" not in log_text and "-R latest" in log_text  # the CLI's own stop message
 
@@ -112,9 +112,9 @@ async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
         async with app.run_test(size=SIZE) as pilot:
             await launch_eval_from_ui(pilot, app, url)
             launch = app.launcher.launches()[0]
-            await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch for r in runs_of(app)), timeout=40)
+            await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch for r in runs_of(app)), timeout=180)
             run_dir = next(r.path for r in runs_of(app) if r.pid == launch.pid)
-            await wait_for(pilot, lambda: gate.held >= 1, timeout=40)  # mid-run: it cannot finish on its own
+            await wait_for(pilot, lambda: gate.held >= 1, timeout=180)  # mid-run: it cannot finish on its own
             await pilot.press("q")
         assert not app.is_running
         # still alive after the TUI quit, and still working: let one more group through and watch
@@ -124,7 +124,7 @@ async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
         assert os.getsid(launch.pid) == launch.pid  # in its own session: terminal signals never reach it
         wait_until(lambda: results_count(run_dir) == 2)  # the answered group is saved
         gate.allow(2)
-        gate.wait_held(2, timeout=40)  # it asked for the next group: the one let through is done
+        gate.wait_held(2, timeout=180)  # it asked for the next group: the one let through is done
         wait_until(lambda: results_count(run_dir) == 4)
         assert app.launcher.is_running(launch)
         assert metadata(run_dir)["status"] == "running"
