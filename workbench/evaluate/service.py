@@ -26,7 +26,7 @@ from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
 from workbench.store.results import ResultsWriter, compact_results, read_groups
 from workbench.store.runs import (
-    RUN_LOG, EvalRun, RunLog, locate_run, now_iso, read_run_metadata, read_saved, write_run_metadata,
+    RUN_LOG, EvalRun, RunLog, create_run_dir, locate_run, now_iso, read_run_metadata, read_saved, write_run_metadata,
 )
 from workbench.types import Example, Group, SamplingParams
 from workbench.workspace import eval_runs_dir, new_run_id
@@ -94,6 +94,7 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
     done_ids = {g.example_id for g in done_groups}
     todo = [e for e in examples if e.example_id not in done_ids]
     groups: list[Group] = list(done_groups)
+    create_run_dir(run_dir)
     metadata = EvalRun(
         run_id=run_dir.name, env_id=config.env_id, model=config.model, workbench_version=__version__,
         config=config.model_dump(mode="json"), num_examples=len(examples), rollouts_per_example=r,
