@@ -87,10 +87,14 @@ class RolloutError:
     type: str
     message: str
     where: str = "rollout"  # "inference" | "env" | "reward" | "rollout"
+    # The serving side failed (connection, timeout, 5xx after the retries), not the rollout: it is
+    # no result at all. Reward statistics leave it out and `--resume` redoes its group.
+    infrastructure: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException, where: str) -> RolloutError:
-        return cls(type=type(exc).__name__, message=str(exc)[:2000], where=where)
+        infrastructure = where == "inference" and bool(getattr(exc, "transient", False))
+        return cls(type=type(exc).__name__, message=str(exc)[:2000], where=where, infrastructure=infrastructure)
 
 
 @dataclass
@@ -192,6 +196,11 @@ class Group:
             return 0.0
         mean = self.mean
         return math.sqrt(sum((r - mean) ** 2 for r in self.rewards) / len(self.rollouts))
+
+    @property
+    def infrastructure_failures(self) -> int:
+        """Rollouts the serving side failed (see RolloutError.infrastructure): the group is no result."""
+        return sum(r.error is not None and r.error.infrastructure for r in self.rollouts)
 
     def advantages(self, scale_by_std: bool = False, eps: float = 1e-6) -> list[float]:
         mean, std = self.mean, self.std

@@ -60,6 +60,9 @@ def run(
         raise typer.Exit(130) from None
     console.print(summary_table(result.summary, f"{config.env_id} · {config.model}"))
     console.print(f"[dim]saved to {result.run_dir}[/]")
+    if lost := result.summary.get("infrastructure_failures"):
+        raise UserError(f"{lost} rollout(s) failed on the model server (connection, timeout, 5xx after retries), so this "
+                        f"is not a finished result; once the server is back: workbench eval run -R {result.run_dir}")
 
 
 @app.command("show")

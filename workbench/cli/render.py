@@ -129,10 +129,17 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     table = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
+    lost = summary.get("infrastructure_failures", 0)
+    lost_row = (f"[red]{lost} rollout(s) in {summary.get('incomplete_groups', 0)} group(s)[/] "
+                "(connection, timeout, 5xx): not results, left out of every number here")
     if not summary.get("num_rollouts"):
         table.add_row("rollouts", "0")
+        if lost:
+            table.add_row("server failures", lost_row)
         return table
     table.add_row("rollouts", f"{summary['num_rollouts']} ({summary['num_groups']} groups)")
+    if lost:
+        table.add_row("server failures", lost_row)
     table.add_row("reward", f"{summary['reward_mean']:.4f} ± {summary['reward_std']:.4f}")
     for name, value in summary["reward_funcs"].items():
         table.add_row(f"  {name}", f"{value:.4f}")

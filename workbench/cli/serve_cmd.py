@@ -38,6 +38,8 @@ def serve(
     Example: workbench serve tiny --port 8000, then
     workbench eval run reverse-text -m tiny -b http://127.0.0.1:8000/v1
     """
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535 (0: any free port), got {port}")
     if max_lora_rank not in _LORA_RANKS:
         raise UserError(f"--max-lora-rank must be one of {', '.join(map(str, _LORA_RANKS))}, got {max_lora_rank}")
     modules = parse_lora_modules(lora_modules or [])

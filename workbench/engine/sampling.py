@@ -32,9 +32,34 @@ def resolve_sampling(*layers: Mapping[str, Any], seed: int | None) -> SamplingPa
         merged.update(layer)
     merged["seed"] = seed
     try:
-        return SamplingParams().merged(merged)
+        params = SamplingParams().merged(merged)
     except TypeError as exc:
         raise UserError(f"bad sampling arguments: {exc}") from exc
+    return validated(params)
+
+
+# What each setting must be, checked before any rollout (a wrong value would fail every request).
+RANGES: dict[str, tuple[float, float]] = {"temperature": (0, float("inf")), "top_p": (0, 1), "max_tokens": (1, float("inf")),
+                                          "n": (1, float("inf")), "top_k": (-1, float("inf"))}
+
+
+def validated(params: SamplingParams) -> SamplingParams:
+    """`params` with each known setting of the right type (a number given as a string is read as
+    one) and range; UserError naming the setting otherwise."""
+    import dataclasses
+
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        checked = TypeAdapter(SamplingParams).validate_python(dataclasses.asdict(params))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"bad sampling argument '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}") from None
+    for name, (low, high) in RANGES.items():
+        value = getattr(checked, name)
+        if not low <= value <= high:
+            raise UserError(f"bad sampling argument '{name}': {value} is out of range ({low:g} to {high:g})")
+    return checked
 
 
 def flag_layer(config: SamplingFlags) -> dict[str, Any]:

@@ -40,9 +40,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def summarize(groups: Sequence[Group], elapsed_s: float | None = None) -> dict[str, Any]:
+    """Statistics of the groups that are results. A group with a rollout the serving side failed
+    (connection, timeout, 5xx after retries) is none: it is counted apart, never as a 0 reward."""
+    failed = [g for g in groups if g.infrastructure_failures]
+    groups = [g for g in groups if not g.infrastructure_failures]
     rollouts = [r for g in groups for r in g.rollouts]
+    lost = {"infrastructure_failures": sum(g.infrastructure_failures for g in failed),
+            "incomplete_groups": len(failed)} if failed else {}
     if not rollouts:
-        return {"num_groups": 0, "num_rollouts": 0}
+        return {"num_groups": 0, "num_rollouts": 0, **lost}
     rewards = [r.reward for r in rollouts]
     mean = statistics.fmean(rewards)
     std = statistics.pstdev(rewards)
@@ -80,7 +86,7 @@ def summarize(groups: Sequence[Group], elapsed_s: float | None = None) -> dict[s
         }
     if elapsed_s is not None:
         summary["elapsed_s"] = elapsed_s
-    return summary
+    return {**summary, **lost}
 
 
 def _powers_of_two(n: int) -> list[int]:

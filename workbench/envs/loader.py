@@ -11,6 +11,8 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,12 +84,40 @@ def import_env_module(source: EnvSource) -> Any:
     return importlib.import_module(source.name)
 
 
+def checked_args(env_id: str, factory: Callable[..., Any], env_args: dict[str, Any]) -> dict[str, Any]:
+    """`env_args` checked against the types `load_environment` declares (a number given as a
+    string is read as one), so a wrong value is one line now instead of a failure mid-run."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        hints = typing.get_type_hints(factory)
+    except Exception:  # annotations that do not resolve: nothing to check against
+        return env_args
+    checked = dict(env_args)
+    for name, value in env_args.items():
+        if name not in hints or hints[name] is Any:
+            continue
+        try:
+            checked[name] = TypeAdapter(hints[name]).validate_python(value)
+        except ValidationError as exc:
+            problem = exc.errors()[0]["msg"]
+            raise UserError(f"environment '{env_id}': argument '{name}' = {shorten(repr(value))}: {problem}") from None
+        except Exception:  # a type pydantic cannot check (a plain class): the env checks it itself
+            continue
+    return checked
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """Echo user input in an error line without letting a huge value swamp it."""
+    return text if len(text) <= limit else f"{text[:limit - 15]}... ({len(text)} characters)"
+
+
 def load_environment(env_id: str, **env_args: Any) -> Environment:
     """Load an environment by id, passing `env_args` to its `load_environment`. UserError on failure."""
     source = find_environment(env_id)
     if source is None:
         names = ", ".join(s.name.replace("_", "-") for s in available_environments()) or "none"
-        raise UserError(f"unknown environment '{env_id}' (available: {names}; or pip install a package named '{module_name(env_id)}')")
+        raise UserError(f"unknown environment '{shorten(env_id)}' (available: {names}; or pip install a package named '{shorten(module_name(env_id))}')")
     try:
         module = import_env_module(source)
     except Exception as exc:
@@ -101,6 +131,7 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
     if unknown:
         valid = ", ".join(k for k, p in accepted.items() if p.kind != p.VAR_KEYWORD) or "none"
         raise UserError(f"environment '{env_id}' has no argument {', '.join(repr(k) for k in unknown)} (arguments: {valid})")
+    env_args = checked_args(env_id, factory, env_args)
     try:
         env = factory(**env_args)
     except Exception as exc:

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from workbench.config.secrets import key_variable_name
+
 
 class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -35,6 +37,8 @@ class EvalConfig(BaseModel):
     seed: int | None = Field(0, description="Sampling seed; each rollout gets a distinct seed derived from it.")
     verbose: bool = Field(False, description="Print every rollout (-v).")
     save_results: bool = Field(True, description="Results are always saved; accepted for compatibility (-s).")
+
+    _key_names = field_validator("api_key_var")(classmethod(lambda cls, value: key_variable_name(value)))
 
     @field_validator("num_examples")
     @classmethod

@@ -26,7 +26,7 @@ from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
 from workbench.store.results import ResultsWriter, compact_results, read_groups
 from workbench.store.runs import (
-    RUN_LOG, EvalRun, RunLog, locate_run, now_iso, read_run_metadata, read_saved, write_run_metadata,
+    RUN_LOG, EvalRun, RunLog, create_run_dir, locate_run, now_iso, read_run_metadata, read_saved, write_run_metadata,
 )
 from workbench.types import Example, Group, SamplingParams
 from workbench.workspace import eval_runs_dir, new_run_id
@@ -88,12 +88,15 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
 async def _run(config: EvalConfig, env: Environment, client: Client, examples: list[Example],
                sampling: SamplingParams, run_dir: Path, reporter: Reporter) -> EvalResult:
     r = config.rollouts_per_example
-    done_groups = read_groups(run_dir, r) if (run_dir / "results.jsonl").exists() else []
-    if done_groups:
-        compact_results(run_dir, done_groups)  # drop a partial group left by the interruption
+    saved_groups = read_groups(run_dir, r) if (run_dir / "results.jsonl").exists() else []
+    # A partial group (interrupted) or one the server failed is no result: both are redone.
+    done_groups = [g for g in saved_groups if not g.infrastructure_failures]
+    if saved_groups or (run_dir / "results.jsonl").exists():
+        compact_results(run_dir, done_groups)
     done_ids = {g.example_id for g in done_groups}
     todo = [e for e in examples if e.example_id not in done_ids]
     groups: list[Group] = list(done_groups)
+    create_run_dir(run_dir)
     metadata = EvalRun(
         run_id=run_dir.name, env_id=config.env_id, model=config.model, workbench_version=__version__,
         config=config.model_dump(mode="json"), num_examples=len(examples), rollouts_per_example=r,
@@ -109,23 +112,24 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
     writer = ResultsWriter(run_dir)
     started = time.monotonic()
     last_meta = 0.0
-    reward_sum = sum(x.reward for g in groups for x in g.rollouts)
+    reward_sum, counted = sum(x.reward for g in groups for x in g.rollouts), len(groups) * r  # resumed: all results
 
     def on_group(group: Group) -> None:
-        nonlocal last_meta, reward_sum
+        nonlocal last_meta, reward_sum, counted
         writer.write_group(group)
         groups.append(group)
-        reward_sum += sum(group.rewards)
+        if not group.infrastructure_failures:  # a server failure is no reward: left out of the mean
+            reward_sum, counted = reward_sum + sum(group.rewards), counted + r
         metadata.completed_rollouts = len(groups) * r
         for rollout in group.rollouts:
             if rollout.error is not None:
                 log.write(f"example {group.example_id} rollout {rollout.rollout_index}: "
                           f"{rollout.error.where} error {rollout.error.type}: {rollout.error.message[:300]}")
-        reporter.group_done(group, {"reward_mean": reward_sum / (len(groups) * r)})
+        reporter.group_done(group, {"reward_mean": reward_sum / counted if counted else 0.0})
         if time.monotonic() - last_meta > METADATA_INTERVAL_S:
             last_meta = time.monotonic()
             metadata.updated_at = now_iso()
-            metadata.reward_mean = reward_sum / (len(groups) * r)
+            metadata.reward_mean = reward_sum / counted if counted else None
             write_run_metadata(run_dir, metadata)
 
     reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, len(done_groups) * r)
@@ -147,6 +151,10 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         elapsed = time.monotonic() - started + (metadata.elapsed_s or 0.0)
         ordered = sorted(groups, key=lambda g: g.example_id)
         summary = summarize(ordered, elapsed)
+        if status == "finished" and summary.get("infrastructure_failures"):
+            status = "failed"  # a server failure is never a finished result
+            metadata.error = (f"{summary['infrastructure_failures']} rollout(s) in {summary['incomplete_groups']} group(s) "
+                              f"failed on the model server (connection, timeout, 5xx after retries)")
         metadata.status, metadata.updated_at, metadata.summary = status, now_iso(), summary
         metadata.elapsed_s, metadata.reward_mean = elapsed, summary.get("reward_mean")
         write_run_metadata(run_dir, metadata)

@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from workbench.config.secrets import key_variable_name
+
 # How much a reflection may write: a whole new system prompt, not one answer line.
 DEFAULT_REFLECTION_MAX_TOKENS = 2048
 
@@ -55,6 +57,8 @@ class GepaConfig(BaseModel):
     reflection_sampling_args: dict[str, Any] = Field(default_factory=dict, description=f"Reflection sampling settings as JSON, e.g. temperature; max_tokens defaults to {DEFAULT_REFLECTION_MAX_TOKENS}.")
     seed: int = Field(0, description="Seed of GEPA's sampling (minibatches, candidate choice) and of the policy's sampling.")
     output_dir: str | None = Field(None, description="Run folder to write (-o); default environments/<env>/outputs/gepa/<env>--<model>/<run_id>/.")
+
+    _key_names = field_validator("api_key_var", "reflection_api_key_var")(classmethod(lambda cls, value: key_variable_name(value)))
 
     @field_validator("num_train", "num_val")
     @classmethod

@@ -24,7 +24,7 @@ from workbench.events import NullReporter, Reporter
 from workbench.gepa.config import DEFAULT_REFLECTION_MAX_TOKENS, GepaConfig
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
 from workbench.inference.client import Client
-from workbench.store.runs import METADATA, GepaRun, locate_run, read_run_metadata
+from workbench.store.runs import METADATA, GepaRun, create_run_dir, locate_run, read_run_metadata
 from workbench.types import SamplingParams
 from workbench.workspace import gepa_runs_dir, new_run_id
 
@@ -90,8 +90,7 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
     from workbench.gepa.recorder import MAX_ERROR_STREAK, RunRecorder
     from workbench.gepa.reflection import ReflectionModel, Reflector
 
-    state_dir = run_dir / STATE_DIR
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = create_run_dir(run_dir / STATE_DIR)
     (state_dir / STOP_FILE).unlink(missing_ok=True)  # a stop request that ended the previous session
     state = load_gepa_state(state_dir)
     seed_prompt = state.program_candidates[0][SYSTEM_PROMPT_COMPONENT] if state is not None else envs.seed_prompt

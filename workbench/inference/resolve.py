@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from workbench.config.secrets import key_variable_name
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.store.checkpoints import training_run_checkpoint
@@ -37,8 +38,14 @@ def resolve_model_path(model: str) -> Path | str:
 
 
 def api_key(var: str | None) -> str | None:
+    """The key held by the environment variable `var` (-k names it). A value that cannot be a
+    variable name is most likely the key itself: refused, and never echoed."""
     if var is None:
         return None
+    try:
+        key_variable_name(var)
+    except ValueError as exc:
+        raise UserError(f"-k/--api-key-var {exc}") from None
     value = os.environ.get(var)
     if not value:
         raise UserError(f"environment variable {var} (named by -k/--api-key-var) is not set")

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from workbench.errors import InferenceError
+from workbench.errors import UserError, InferenceError
 from workbench.inference.client import Client
 from workbench.types import Completion, SamplingParams
 
@@ -363,7 +363,10 @@ async def serve(
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # in use, no permission, an address this machine does not have
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         bound_port = runner.addresses[0][1]
         url_host = f"[{host}]" if ":" in host else host
         if on_ready is not None:

@@ -135,6 +135,18 @@ class GepaRun(RunMetadata):
 MODELS: dict[str, type[RunMetadata]] = {"eval": EvalRun, "train": TrainRun, "gepa": GepaRun}
 
 
+def create_run_dir(run_dir: Path) -> Path:
+    """Make the run folder (and its parents); UserError with one line when it cannot be (a path
+    through a file, no permission, a read-only or virtual filesystem)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the run folder {run_dir}: {exc.strerror or exc}") from None
+    if not os.access(run_dir, os.W_OK):
+        raise UserError(f"cannot write to the run folder {run_dir}")
+    return run_dir
+
+
 def write_run_metadata(run_dir: Path, metadata: RunMetadata) -> None:
     """Atomically replace `<run_dir>/metadata.json` (readers never see half a file)."""
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ class StepBatch:
     policy_version: int = 0  # optimizer steps in the weights being served when generation began
     generation_s: float = 0.0
     off_policy_dropped: int = 0  # groups replaced because their policy was too old
+    server_failed: int = 0  # groups left out because the inference server failed a rollout of them
 
 
 def sample_examples(env: Environment, n: int, rng: random.Random) -> list[Example]:
@@ -78,7 +79,9 @@ async def collect_step(env: Environment, client: Client, config: TrainConfig, st
         collected.sort(key=lambda g: g.example_id)
         batch.all_groups.extend(collected)
         for group in collected:
-            if keep_group(group, config):
+            if group.infrastructure_failures:  # the server failed it: no result, never trained on
+                batch.server_failed += 1
+            elif keep_group(group, config):
                 batch.groups.append(group)
             else:
                 batch.dropped += 1

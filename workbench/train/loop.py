@@ -186,14 +186,19 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
         batch = await ctx.source.batch_for(step)
     wait_s = time.perf_counter() - started
     all_groups = gather_groups(ctx.dist, batch.all_groups)  # every rank's (multi-process); metrics use these
+    if all_groups and all(g.infrastructure_failures for g in all_groups):
+        where = f"; resume with --resume {ctx.run_dir} once a server is back" if list_checkpoints(ctx.run_dir) else ""
+        raise TrainingFailed(f"training stopped at step {step}: no inference server answered "
+                             f"(every rollout failed after retries){where}")
     if ctx.dist.is_main:
         _write_rollouts(ctx.run_dir, step, all_groups)
     samples = groups_to_samples(batch.groups, config)
     rollouts = [r for g in batch.groups for r in g.rollouts]
-    trained, sample_tokens, dropped = ctx.dist.sum([len(samples) if rollouts else 0,
-                                                    sum(len(s.input_ids) for s in samples), batch.dropped])
+    trained, sample_tokens, dropped, server_failed = ctx.dist.sum([
+        len(samples) if rollouts else 0, sum(len(s.input_ids) for s in samples), batch.dropped, batch.server_failed])
     lag = (step - 1) - batch.policy_version
-    metrics: dict[str, Any] = {"filter/dropped_groups": int(dropped), "rollout/generation_time": batch.generation_s,
+    metrics: dict[str, Any] = {"filter/dropped_groups": int(dropped), "rollout/server_failed_groups": int(server_failed),
+                               "rollout/generation_time": batch.generation_s,
                                "policy/lag": lag, "policy/off_policy_dropped": batch.off_policy_dropped}
     if ctx.dist.any(bool(samples) and any(s.advantage != 0 for s in samples)):  # every rank trains, or none
         train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config,
@@ -214,7 +219,8 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
     else:
         sync_s = 0.0
         await ctx.clock.advance(step)
-    all_rollouts = [r for g in all_groups for r in g.rollouts]
+    # a group the server failed is no result: left out of the reward numbers (counted above)
+    all_rollouts = [r for g in all_groups if not g.infrastructure_failures for r in g.rollouts]
     rewards = [r.reward for r in all_rollouts] or [0.0]
     step_s = time.perf_counter() - started
     completion_tokens = sum(r.usage.get("completion_tokens", 0) for r in all_rollouts)
@@ -259,7 +265,7 @@ async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, fl
         await run_rollouts(ctx.env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
                            sampling=_sampling(ctx, config, 10_000_019), max_concurrent=config.eval_concurrency(),
                            on_group=groups.append)
-    rewards = [r.reward for g in groups for r in g.rollouts]
+    rewards = [r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts]  # server failures: no result
     total, count = ctx.dist.sum([sum(rewards), len(rewards)])
     return {"eval/reward_mean": total / count if count else 0.0}
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from workbench.config.secrets import key_variable_name
 
 DEFAULT_MICRO_BATCH_SIZE = 16
 
@@ -132,6 +134,8 @@ class InferenceConfig(Section):
     enable_auto_tool_choice: bool = Field(False, description="vLLM: let the model call tools.")
     tool_call_parser: str | None = Field(None, description="vLLM tool call parser, e.g. 'hermes'.")
     model: str | None = Field(None, description="Model name served for inference when it differs from `model`.")
+
+    _key_name = field_validator("api_key_var")(classmethod(lambda cls, value: key_variable_name(value)))
 
     @model_validator(mode="after")
     def _server_source(self) -> InferenceConfig:

@@ -14,7 +14,8 @@ from workbench.engine.sampling import resolve_sampling
 from workbench.envs import EnvGroup, load_environment
 from workbench.envs.environment import Environment
 from workbench.errors import UserError
-from workbench.store.runs import RUN_LOG, QuietLog, RunLog, TrainRun, read_saved
+from workbench.store.checkpoints import CHECKPOINTS
+from workbench.store.runs import RUN_LOG, QuietLog, RunLog, TrainRun, create_run_dir, read_saved
 from workbench.train.distributed import SINGLE, DistInfo, wrap_model
 from workbench.train.policy import Policy, load_policy
 from workbench.train.publish import WeightPublisher, server_client
@@ -78,13 +79,12 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)  # LoRA init and anything else drawn from torch's global RNG
+    env = load_envs(config) if config.env else None  # a bad env or model fails before the run folder exists
+    source = resolve_model_path(config.model)
     if dist.is_main:  # rank 0 alone writes the run folder
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        create_run_dir(run_dir / CHECKPOINTS)
         if checkpoint is None:
             save_resolved_config(config, run_dir)
-    env = load_envs(config) if config.env else None
-    source = resolve_model_path(config.model)
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
     wrap_model(policy, config.data_parallel, dist)  # multi-process only: device, DDP/FSDP wrapper
