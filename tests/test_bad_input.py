@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.servers import EchoBackend, make_app, serve_in_thread
+from tests.test_train_config import one_line_error
 
 KEY = "sk-live-0123456789abcdefghijklmnopqrstuv"
 
@@ -21,15 +22,6 @@ def workbench(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY")}
     return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
-
-
-def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
-    assert result.returncode == 1, result.stdout + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
