@@ -20,13 +20,12 @@ from workbench.engine.sampling import sampling_for
 from workbench.engine.summary import summarize
 from workbench.envs.environment import Environment
 from workbench.envs.loader import load_environment
-from workbench.errors import UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
 from workbench.store.results import ResultsWriter, compact_results, read_groups
 from workbench.store.runs import (
-    RUN_LOG, EvalRun, RunLog, create_run_dir, locate_run, now_iso, read_run_metadata, read_saved, write_run_metadata,
+    RUN_LOG, EvalRun, RunLog, create_run_dir, locate_resume, now_iso, read_run_metadata, read_saved, write_run_metadata,
 )
 from workbench.types import Example, Group, SamplingParams
 from workbench.workspace import eval_runs_dir, new_run_id
@@ -44,10 +43,7 @@ class EvalResult:
 
 def find_resume_dir(resume: str, config: EvalConfig | None) -> Path:
     """'latest' (needs env and model), a run folder path or a run id."""
-    if resume == "latest" and config is None:
-        raise UserError("--resume latest needs the env and model (-m) to find the run")
-    latest_in = eval_runs_dir(config.env_id, config.model) if config is not None else None
-    return locate_run(resume, "eval", latest_in=latest_in)
+    return locate_resume(resume, "eval", eval_runs_dir(config.env_id, config.model) if config is not None else None)
 
 
 def run_eval(config: EvalConfig, reporter: Reporter | None = None, *, resume: str | None = None,

@@ -24,7 +24,7 @@ from workbench.events import NullReporter, Reporter
 from workbench.gepa.config import DEFAULT_REFLECTION_MAX_TOKENS, GepaConfig
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
 from workbench.inference.client import Client
-from workbench.store.runs import METADATA, GepaRun, create_run_dir, locate_run, read_run_metadata
+from workbench.store.runs import METADATA, GepaRun, create_run_dir, locate_resume, read_run_metadata
 from workbench.types import SamplingParams
 from workbench.workspace import gepa_runs_dir, new_run_id
 
@@ -186,10 +186,7 @@ def resolve_run_folder(config: GepaConfig, resume: str | None) -> tuple[Path, Ge
 
 def find_gepa_run(resume: str, config: GepaConfig | None) -> Path:
     """'latest' (newest run of this env and model), a GEPA run folder or a run id."""
-    if resume == "latest" and config is None:
-        raise UserError("--resume latest needs the env and model (-m) to find the run")
-    latest_in = gepa_runs_dir(config.env_id, config.model) if config is not None else None
-    return locate_run(resume, "gepa", latest_in=latest_in)
+    return locate_resume(resume, "gepa", gepa_runs_dir(config.env_id, config.model) if config is not None else None)
 
 
 def datasets(envs: PromptedEnvs, config: GepaConfig, reporter: Reporter) -> tuple[list[Any], list[Any]]:

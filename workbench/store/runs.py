@@ -282,3 +282,11 @@ def locate_run(ref: str | Path, kind: RunKind, *, latest_in: Path | None = None,
     if found != kind:
         raise UserError(f"not {article} {label} folder ({METADATA} kind is not '{kind}'): {text}")
     return path
+
+
+def locate_resume(resume: str, kind: RunKind, latest_in: Path | None) -> Path:
+    """The run `--resume`/`-R` names. 'latest' means the newest run of this env and model, so it
+    needs their folder (`latest_in`: None when the command did not say them)."""
+    if resume == "latest" and latest_in is None:
+        raise UserError("--resume latest needs the env and model (-m) to find the run")
+    return locate_run(resume, kind, latest_in=latest_in)
