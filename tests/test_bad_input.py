@@ -89,6 +89,9 @@ def test_training_output_dir_that_cannot_exist_and_unknown_env_leave_nothing(tmp
     unknown = tmp_path / "b.toml"
     unknown.write_text(base + '[[env]]\nid = "no-such-env"\n')
     one_line_error(workbench("train", str(unknown), cwd=tmp_path), "unknown environment 'no-such-env'")
+    dry = workbench("train", str(unknown), "--dry-run", cwd=tmp_path)  # the plan, then what a real run lacks
+    one_line_error(dry, "a real run cannot start", "unknown environment 'no-such-env'", "available: ")
+    assert "no-such-env" in dry.stdout
     assert no_runs(tmp_path)
 
 

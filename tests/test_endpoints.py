@@ -74,7 +74,7 @@ def test_unknown_key_names_file_line_and_suggestion(tmp_path: Path) -> None:
 
 def test_unknown_key_without_close_match_lists_valid_keys(tmp_path: Path) -> None:
     path = write(tmp_path, REGISTRY + 'zzzzzz = 1\n')
-    assert error_of(path) == f"{path}:17: unknown key 'zzzzzz' in [[endpoint]] (valid keys: endpoint_id, model, url, key)"
+    assert error_of(path) == f"{path}:17: unknown key 'zzzzzz' in [[endpoint]] (valid keys: endpoint_id, model, url, key, timeout, tries)"
 
 
 def test_missing_required_key(tmp_path: Path) -> None:
@@ -175,7 +175,8 @@ def test_adhoc_endpoint_missing_env_var_message(monkeypatch: pytest.MonkeyPatch)
 def test_endpoint_is_not_a_secret_holder() -> None:
     # The model stores only the variable name, so dumping an endpoint can never leak a key.
     endpoint = Endpoint(endpoint_id="a", model="a", url="http://h/v1", key="A_KEY")
-    assert endpoint.model_dump() == {"endpoint_id": "a", "model": "a", "url": "http://h/v1", "key": "A_KEY"}
+    assert endpoint.model_dump() == {"endpoint_id": "a", "model": "a", "url": "http://h/v1", "key": "A_KEY",
+                                     "timeout": None, "tries": None}
 
 
 async def test_end_to_end_through_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -335,7 +335,8 @@ def test_budget_below_validation_set_is_one_line_error(tmp_path: Path):
 def test_seed_config_dry_run_shows_plan_and_reports_unknown_env(tmp_path: Path):
     proc = workbench("gepa", "run", str(SHARED / "seed-configs" / "gepa.toml"), "--dry-run", cwd=tmp_path)
     out, err = finish(proc)
-    assert proc.returncode == 0, err
+    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", err),
+                          "gepa.toml", "a real run cannot start", "unknown environment 'my-env'")
     for needle in ("my-env", "google/gemini-3-flash-preview", "google/gemini-3-exp-ultra-preview", "1000",
                    "200 examples", "100 examples", "minibatch of 5", "parsed_answer, tool_calls",
                    "unknown environment 'my-env'", "dry run: config is valid"):

@@ -26,6 +26,14 @@ class InferenceError(Exception):
         self.status = status
 
 
+class ServerGone(InferenceError):
+    """A request failed every try and no other request was answered meanwhile: the server is gone
+    or stalled. The run stops (keeping every finished result) instead of failing all that is left."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=True)
+
+
 class ContextLengthError(InferenceError):
     """The conversation no longer fits the model's context window. Not an error of the run:
     a multi-turn rollout that grows past it ends as truncated (as vLLM and verifiers treat it)."""

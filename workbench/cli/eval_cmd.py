@@ -26,6 +26,8 @@ def run(
     api_base_url: o.BaseUrl = None,
     api_key_var: o.ApiKeyVar = None,
     endpoints_path: o.EndpointsPath = None,
+    request_timeout: o.Timeout = None,
+    request_tries: o.Tries = None,
     save_results: o.SaveResults = False,
     verbose: o.Verbose = False,
     state_columns: o.StateColumns = None,
@@ -48,6 +50,7 @@ def run(
     flags = o.given(model=model, num_examples=num_examples, rollouts_per_example=rollouts_per_example,
                     max_concurrent=max_concurrent, max_tokens=max_tokens, temperature=temperature,
                     api_base_url=api_base_url, api_key_var=api_key_var, endpoints_path=endpoints_path, seed=seed,
+                    request_timeout=request_timeout, request_tries=request_tries,
                     env_args=o.parse_json_object(env_args, "-a/--env-args"),
                     sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
                     state_columns=o.split_columns(state_columns), verbose=verbose)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from workbench.cli import options as o
+from workbench.errors import UserError
 
 if TYPE_CHECKING:
     from workbench.gepa.service import GepaResult
@@ -43,6 +44,8 @@ def run(
     api_base_url: o.BaseUrl = None,
     api_key_var: o.ApiKeyVar = None,
     endpoints_path: o.EndpointsPath = None,
+    request_timeout: o.Timeout = None,
+    request_tries: o.Tries = None,
     max_concurrent: o.MaxConcurrent = None,
     max_tokens: o.MaxTokens = None,
     temperature: o.Temperature = None,
@@ -75,6 +78,7 @@ def run(
                     num_val=num_val, minibatch_size=minibatch_size, perfect_score=perfect_score,
                     max_concurrent=max_concurrent, max_tokens=max_tokens, temperature=temperature,
                     api_base_url=api_base_url, api_key_var=api_key_var, endpoints_path=endpoints_path,
+                    request_timeout=request_timeout, request_tries=request_tries,
                     reflection_base_url=reflection_base_url, reflection_api_key_var=reflection_api_key_var,
                     seed=seed, output_dir=output_dir,
                     env_args=o.parse_json_object(env_args, "-a/--env-args"),
@@ -90,7 +94,10 @@ def run(
         from workbench.cli.train_cmd import print_plan
         from workbench.gepa.plan import build_plan
 
-        print_plan(build_plan(config))
+        plan = build_plan(config)
+        print_plan(plan)
+        if plan.warnings:  # the exit code says whether a real run could start
+            raise UserError(f"{target or resume}: a real run cannot start: {'; '.join(plan.warnings)}")
         return
     _run(config, resume)
 

@@ -24,6 +24,8 @@ EnvArgs = Annotated[str | None, typer.Option("--env-args", "-a", help='Arguments
 BaseUrl = Annotated[str | None, typer.Option("--api-base-url", "-b", help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.", show_default=False)]
 ApiKeyVar = Annotated[str | None, typer.Option("--api-key-var", "-k", help="NAME of the environment variable that holds the API key (the key itself is never saved).", show_default=False)]
 EndpointsPath = Annotated[str | None, typer.Option("--endpoints-path", "-e", help="Endpoint registry file. \\[default: configs/endpoints.toml]", show_default=False)]
+Timeout = Annotated[float | None, typer.Option("--timeout", help="Seconds a model server may stay silent (answering no request at all) before a request is retried; raise it for slow one-at-a-time generations. \\[default: the endpoint's, else 60]", show_default=False)]
+Tries = Annotated[int | None, typer.Option("--tries", help="Tries per model request (connection errors, timeouts, 429/5xx) before the rollout counts as a server failure. \\[default: the endpoint's, else 5]", show_default=False)]
 SaveResults = Annotated[bool, typer.Option("--save-results", "-s", help="Accepted for compatibility: results are always saved.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Print every rollout.")]
 StateColumns = Annotated[list[str] | None, typer.Option("--state-columns", "-C", help="Rollout state keys to save with each rollout (repeat or comma-separate).", show_default=False)]

@@ -46,6 +46,8 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
     plan = build_plan(train_config, notes, blockers)
     if dry_run:
         print_plan(plan)
+        if blockers:  # the plan is fine to read, but the exit code says whether a real run could start
+            raise UserError(f"{path}: a real run cannot start: {'; '.join(blockers)}")
         return
     if blockers:  # before any other output: a user mistake is one line
         raise UserError(f"{path}: {blockers[0]} (--dry-run shows the whole plan)")
@@ -132,7 +134,7 @@ def print_plan(plan: Plan) -> None:
         console.print(f"[yellow]note:[/] {_escape(note)}")
     for warning in plan.warnings:
         console.print(f"[red]a real run stops here:[/] {_escape(warning)}")
-    console.print("[green]dry run: config is valid[/]" + (" (fix the above before a real run)" if plan.warnings else ""))
+    console.print("[green]dry run: config is valid[/]" + (", but a real run cannot start (see above)" if plan.warnings else ""))
 
 
 def _escape(text: str) -> str:

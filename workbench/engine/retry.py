@@ -3,52 +3,99 @@
 `RetryingClient` wraps any `Client`: a transient `InferenceError` is retried with exponential
 backoff and full jitter (so many rollouts failing at once do not retry in lockstep); a
 permanent one, or the last failed attempt, is raised for the rollout to record.
+
+Each retry can be told to the user (`notify`, at most one line per problem every
+`NOTICE_INTERVAL_S`, however many requests hit it). A request that fails every try when no
+request through the client has been answered during its tries, nor for the client's timeout
+(the silence that defines a stall; 60 s by default), is `ServerGone`: from then on every
+request fails at once with it, and the engine stops the run instead of failing all that is
+left. A blip (a prompt the server keeps failing, a restart) only fails the rollouts it hits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.errors import InferenceError, UserError
+from workbench.errors import InferenceError, ServerGone, UserError
 from workbench.inference.client import Client
+from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES
 from workbench.types import Completion, Messages, SamplingParams
+
+NOTICE_INTERVAL_S = 10.0  # one line per problem per this many seconds: 64 rollouts retrying is one line
+
+Notify = Callable[[str], None]
 
 
 @dataclass
 class RetryPolicy:
-    max_attempts: int = 5  # enough to ride out a server restart of a few seconds
+    max_attempts: int = DEFAULT_TRIES
     base_delay_s: float = 0.25
     max_delay_s: float = 8.0
+    gone_after_s: float = DEFAULT_TIMEOUT_S  # silence that, with a request out of tries, means gone
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt))
 
 
-class RetryingClient:
-    """A `Client` that retries its wrapped client's transient failures."""
+def policy_for(client: Client) -> RetryPolicy:
+    """The client's own tries and timeout (from --tries/--timeout or the endpoint registry) with
+    the usual backoff. In-process clients have neither: they fail for good or not at all."""
+    return RetryPolicy(max_attempts=getattr(client, "tries", DEFAULT_TRIES),
+                       gone_after_s=getattr(client, "timeout_s", DEFAULT_TIMEOUT_S))
 
-    def __init__(self, inner: Client, policy: RetryPolicy | None = None, seed: int = 0) -> None:
+
+class RetryingClient:
+    """A `Client` that retries its wrapped client's transient failures. See the module doc."""
+
+    def __init__(self, inner: Client, policy: RetryPolicy | None = None, seed: int = 0,
+                 notify: Notify | None = None) -> None:
         self.inner = inner
         self.model = inner.model
-        self.policy = policy or RetryPolicy()
+        self.policy = policy or policy_for(inner)
         self.retries = 0
+        self.gone: ServerGone | None = None
+        self._notify = notify
+        self._noticed: dict[str, float] = {}
+        self._last_answer = time.monotonic()  # the run starts after the server answered its preflight
         self._rng = random.Random(seed)
 
     async def chat(self, messages: Messages, *, sampling: SamplingParams,
                    tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+        first_try = time.monotonic()
         attempt = 0
         while True:
+            if self.gone is not None:
+                raise self.gone
             try:
-                return await self.inner.chat(messages, sampling=sampling, tools=tools)
+                completions = await self.inner.chat(messages, sampling=sampling, tools=tools)
             except InferenceError as exc:
                 attempt += 1
-                if not exc.transient or attempt >= self.policy.max_attempts:
+                if not exc.transient:
+                    raise
+                if attempt >= self.policy.max_attempts:
+                    now = time.monotonic()
+                    if self._last_answer < min(first_try, now - self.policy.gone_after_s):
+                        self.gone = ServerGone(f"{exc} ({attempt} tries over {now - first_try:.0f} s, and nothing "
+                                               "answered meanwhile)")
+                        raise self.gone from exc
                     raise
                 self.retries += 1
+                self._tell(f"{exc}, retrying {attempt + 1}/{self.policy.max_attempts}", str(exc))
                 await asyncio.sleep(self.policy.delay(attempt, self._rng))
+            else:
+                self._last_answer = time.monotonic()
+                return completions
+
+    def _tell(self, line: str, problem: str) -> None:
+        now = time.monotonic()
+        if self._notify is not None and now - self._noticed.get(problem, float("-inf")) >= NOTICE_INTERVAL_S:
+            self._noticed[problem] = now
+            self._notify(line)
 
     async def close(self) -> None:
         await self.inner.close()

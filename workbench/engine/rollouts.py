@@ -2,7 +2,8 @@
 last rollout ends, and hand finished groups to the caller (who streams them to disk).
 
 Cancellation (Ctrl-C) stops in-flight rollouts; every group already handed over is kept,
-which is what makes `--resume` exact: a group is either complete on disk or redone.
+which is what makes `--resume` exact: a group is either complete on disk or redone. A server
+that is gone (`ServerGone`, see retry.py) ends the run the same way, raising it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.engine.retry import RetryingClient, RetryPolicy
+from workbench.engine.retry import Notify, RetryingClient, RetryPolicy
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.rubric import RolloutScore, maybe_await
 from workbench.inference.client import Client
@@ -59,11 +60,13 @@ async def run_rollouts(
     state_columns: Sequence[str] = (),
     retry: RetryPolicy | None = None,
     policy_version: int = 0,
+    notify: Notify | None = None,
 ) -> EngineStats:
-    """Run `rollouts_per_example` rollouts of each example; return counts. See module doc."""
+    """Run `rollouts_per_example` rollouts of each example; return counts. See module doc.
+    `notify` hears of retries (a line at a time, see retry.py)."""
     if rollouts_per_example < 1 or max_concurrent < 1:
         raise ValueError("rollouts_per_example and max_concurrent must be at least 1")
-    retrying = RetryingClient(client, retry)
+    retrying = RetryingClient(client, retry, notify=notify)
     slots = asyncio.Semaphore(max_concurrent)
     stats = EngineStats()
 
@@ -76,6 +79,8 @@ async def run_rollouts(
             except Exception as exc:  # env.rollout should not raise; a bug there is still data
                 output = RolloutOutput(completion=[], state={}, error=RolloutError.from_exception(exc, "env"),
                                        stop_condition="error")
+            if retrying.gone is not None:  # the env recorded it as this rollout's error; it ends the run
+                raise retrying.gone
             return output, (time.perf_counter() - started) * 1000
 
     async def one_group(example: Example) -> None:

@@ -112,12 +112,20 @@ def shorten(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit - 15]}... ({len(text)} characters)"
 
 
+def unknown_environment(env_id: str) -> str | None:
+    """Why `env_id` is not found here, naming those that are; None when it is found."""
+    if find_environment(env_id) is not None:
+        return None
+    names = ", ".join(s.name.replace("_", "-") for s in available_environments()) or "none"
+    return (f"unknown environment '{shorten(env_id)}' (available: {names}; "
+            f"or pip install a package named '{shorten(module_name(env_id))}')")
+
+
 def load_environment(env_id: str, **env_args: Any) -> Environment:
     """Load an environment by id, passing `env_args` to its `load_environment`. UserError on failure."""
     source = find_environment(env_id)
     if source is None:
-        names = ", ".join(s.name.replace("_", "-") for s in available_environments()) or "none"
-        raise UserError(f"unknown environment '{shorten(env_id)}' (available: {names}; or pip install a package named '{shorten(module_name(env_id))}')")
+        raise UserError(unknown_environment(env_id) or f"unknown environment '{shorten(env_id)}'")
     try:
         module = import_env_module(source)
     except Exception as exc:

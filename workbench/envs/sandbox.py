@@ -17,10 +17,18 @@ Every run gets, regardless of the OS:
 - output truncated to `max_output_chars`.
 
 Where the OS allows it (probed on every run by `sandbox_child.py`, reported per result):
-- root: new network, mount and pid namespaces, the home directory hidden, a fresh /proc, and
-  the code runs as an unprivileged uid (65534, nobody) so RLIMIT_NPROC applies;
+- root: new network, mount, pid and IPC namespaces, a fresh /proc, and the code runs as an
+  unprivileged uid (65534, nobody) so RLIMIT_NPROC applies;
 - not root: the same namespaces inside a user namespace (RLIMIT_NPROC counted per sandbox);
-- otherwise: RLIMIT_NPROC shared with the user's processes and a Python-level network guard.
+- with a mount namespace (either of the above): /tmp, /var/tmp, /dev/shm, /run/lock and the
+  working dir are views of one private tmpfs of `tmp_mb` MB (nothing written there outlives the
+  call, the host's files there are invisible), and the workspace (the current directory and
+  $WORKBENCH_WORKSPACE: .env files, saved rollouts) and the home directory are covered by an
+  empty tmpfs; the interpreter stays readable, and what the caller put in the working dir is
+  copied onto the private tmpfs;
+- otherwise: RLIMIT_NPROC shared with the user's processes, a Python-level network guard, and the
+  host's /tmp and workspace (HOME and TMPDIR still point at the working dir).
+Everywhere: no capabilities and no_new_privs (a setuid binary grants nothing).
 `python -m workbench.envs.sandbox` prints what is active on this machine.
 """
 
@@ -58,6 +66,7 @@ class SandboxLimits:
     max_file_mb: int = 64  # RLIMIT_FSIZE: largest file the code may write
     max_open_files: int = 256  # RLIMIT_NOFILE
     max_output_chars: int = 8000  # stdout and stderr are each cut to this many characters
+    tmp_mb: int = 64  # one private tmpfs for /tmp, /dev/shm, /var/tmp and the working dir (RAM, outside memory_mb)
     sandbox_uid: int = 65534  # the unprivileged uid code runs as when workbench runs as root
 
 
@@ -127,6 +136,17 @@ def _interpreter_paths() -> tuple[list[str], list[str]]:
     return sorted(prefixes | set(site_paths)), site_paths
 
 
+def _hidden_paths() -> list[str]:
+    """What the code must not see besides the host's temp dirs: the workspace (its .env files, other
+    runs' results.jsonl) and the home directory. The child adds its own uid's home."""
+    paths = [os.environ.get("WORKBENCH_WORKSPACE", ""), os.path.expanduser("~")]
+    try:
+        paths.append(os.getcwd())  # the workspace by default (see workbench.workspace)
+    except OSError:  # the current directory was deleted
+        pass
+    return sorted({os.path.realpath(p) for p in paths if p})
+
+
 def _read_capped(handle: object, limit_chars: int) -> tuple[str, bool]:
     handle.seek(0)  # type: ignore[attr-defined]
     raw = handle.read(limit_chars * 4 + 1)  # type: ignore[attr-defined]
@@ -151,7 +171,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     try:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 2.0)
-    except (ProcessLookupError, asyncio.TimeoutError):
+    except (ProcessLookupError, TimeoutError):
         _kill_group(proc.pid)
         await proc.wait()
 
@@ -201,7 +221,7 @@ async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxR
         code_file.write(code.encode("utf-8", errors="replace"))
         code_file.seek(0)
         config = {**asdict(limits), "workdir": workdir, "report_fd": report.fileno(),
-                  "keep_paths": keep, "site_paths": site_paths}
+                  "keep_paths": keep, "site_paths": site_paths, "hide_paths": _hidden_paths()}
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-I", "-S", "-u", "-B", str(CHILD), json.dumps(config),
@@ -209,7 +229,7 @@ async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxR
                 pass_fds=(report.fileno(),), start_new_session=True)
             try:
                 await asyncio.wait_for(proc.wait(), limits.timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
                 await _stop(proc)
             finally:  # also on cancellation: never leave sandboxed processes behind
@@ -230,9 +250,12 @@ def _result(limits: SandboxLimits, stdout: str, stderr: str, truncated: bool, is
             status: dict[str, object], returncode: int | None, timed_out: bool, duration_s: float) -> SandboxResult:
     """Assemble a result from the child's report (or, without one, the launcher's exit status)."""
     if isolation:  # the layers every run gets, whatever the OS allows
+        working_dir = "fresh temporary directory, deleted afterwards"
+        if isolation.get("tmp", "").startswith("private"):
+            working_dir += " (the code works in a copy on its private tmpfs)"
         isolation = {"process": "separate process group, killed at the wall-clock timeout", **isolation,
                      "environment": "nothing inherited (PATH, LANG, HOME/TMPDIR = working dir)",
-                     "working_dir": "fresh temporary directory, deleted afterwards",
+                     "working_dir": working_dir,
                      "rlimits": f"CPU {limits.cpu_time_s} s, memory {limits.memory_mb} MB, "
                                 f"files {limits.max_file_mb} MB, {limits.max_open_files} open files"}
     exit_code, sig, cpu_s = status.get("exit_code"), status.get("signal"), status.get("cpu_s")

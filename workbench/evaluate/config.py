@@ -33,6 +33,8 @@ class EvalConfig(BaseModel):
     api_base_url: str | None = Field(None, description="Base URL of an OpenAI-compatible server (-b).")
     api_key_var: str | None = Field(None, description="Name of the environment variable holding the API key (-k).")
     endpoints_path: str | None = Field(None, description="Endpoint registry (-e); default configs/endpoints.toml.")
+    request_timeout: float | None = Field(None, gt=0, description="Seconds a model server may stay silent before a request is retried (--timeout); default: the endpoint's, else 60.")
+    request_tries: int | None = Field(None, ge=1, description="Tries per model request before a rollout counts as a server failure (--tries); default: the endpoint's, else 5.")
     state_columns: list[str] = Field(default_factory=list, description="Rollout state keys saved with each rollout (-C).")
     seed: int | None = Field(0, description="Sampling seed; each rollout gets a distinct seed derived from it.")
     verbose: bool = Field(False, description="Print every rollout (-v).")

@@ -20,6 +20,7 @@ from workbench.engine.sampling import sampling_for
 from workbench.engine.summary import summarize
 from workbench.envs.environment import Environment
 from workbench.envs.loader import load_environment
+from workbench.errors import ServerGone, UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
@@ -70,7 +71,8 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
         from workbench.inference.resolve import make_client
 
         client = make_client(config.model, base_url=config.api_base_url, api_key_var=config.api_key_var,
-                             endpoints_file=config.endpoints_path)
+                             endpoints_file=config.endpoints_path, timeout_s=config.request_timeout,
+                             tries=config.request_tries)
     try:
         await preflight(client)
         if resume is None:
@@ -128,16 +130,25 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
             metadata.reward_mean = reward_sum / counted if counted else None
             write_run_metadata(run_dir, metadata)
 
+    def notify(line: str) -> None:  # a retry worth knowing of (a stall, a server restarting)
+        log.write(line)
+        reporter.message(line)
+
     reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, len(done_groups) * r)
     status = "failed"
     try:
         await run_rollouts(env, client, todo, rollouts_per_example=r, sampling=sampling,
                            max_concurrent=config.max_concurrent, on_group=on_group,
-                           state_columns=config.state_columns)
+                           state_columns=config.state_columns, notify=notify)
         status = "finished"
     except asyncio.CancelledError:
         status = "stopped"
         raise
+    except ServerGone as exc:
+        metadata.error = f"gave up: {exc}"
+        kept = sum(len(g.rollouts) for g in groups if not g.infrastructure_failures)
+        raise UserError(f"gave up: {exc}; {kept} of {len(examples) * r} rollouts are saved; "
+                        f"once the server answers again: workbench eval run -R {run_dir}") from exc
     except Exception as exc:
         metadata.error = f"{type(exc).__name__}: {exc}"
         raise

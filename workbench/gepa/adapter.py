@@ -10,6 +10,10 @@
 - `Budget` counts metric calls exactly as gepa does (one per example evaluated) and refuses an
   evaluation that would pass `max_calls`: gepa itself only checks its budget between
   iterations, so without this the last iteration could overshoot by a whole validation pass.
+- A model server's failure is never a score: an evaluation in which any rollout failed on the
+  server (after the retries) raises `ServerFailures` instead (gepa records the iteration as
+  failed and goes on; its calls are not spent), and a server that is gone (`ServerGone`) is kept
+  in `server_gone` so the run stops, resumable, at the end of the iteration.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from gepa import EvaluationBatch
 from gepa.core.adapter import ProposalFn
 
 from workbench.engine import RetryPolicy, run_rollouts
+from workbench.engine.retry import Notify
+from workbench.errors import ServerGone
 from workbench.gepa.bridge import AsyncBridge
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
 from workbench.inference.client import Client
@@ -42,6 +48,10 @@ class BudgetSpent(Exception):
     """An evaluation would pass the metric-call budget; gepa logs it and the run stops."""
 
 
+class ServerFailures(Exception):
+    """Rollouts of an evaluation failed on the model server: it has no score (see module doc)."""
+
+
 class Budget:
     """Metric calls used of `max_calls` (one call = one example scored with one candidate)."""
 
@@ -60,6 +70,10 @@ class Budget:
             raise BudgetSpent(f"{calls} more metric calls would pass the budget ({self.used} of {self.max_calls} used)")
         self.used += calls
 
+    def refund(self, calls: int) -> None:
+        """Calls of an evaluation that produced no scores (gepa does not count those either)."""
+        self.used -= calls
+
 
 class WorkbenchAdapter:
     """GEPAAdapter[DataItem, Rollout, dict] over `run_rollouts`. See module doc."""
@@ -69,7 +83,7 @@ class WorkbenchAdapter:
     def __init__(self, envs: PromptedEnvs, client: Client, bridge: AsyncBridge, sampling: SamplingParams, *,
                  budget: Budget, max_concurrent: int = 32, state_columns: Sequence[str] = (),
                  perfect_score: float | None = 1.0, retry: RetryPolicy | None = None,
-                 on_group: Callable[[Group], None] | None = None) -> None:
+                 on_group: Callable[[Group], None] | None = None, notify: Notify | None = None) -> None:
         self.envs = envs
         self.client = client
         self.bridge = bridge
@@ -80,6 +94,8 @@ class WorkbenchAdapter:
         self.perfect_score = perfect_score
         self.retry = retry
         self.on_group = on_group
+        self.notify = notify
+        self.server_gone: ServerGone | None = None
         self.rollouts = 0
         self.rollout_errors = 0
         self._replay: tuple[str, dict[int, float]] | None = None
@@ -109,7 +125,16 @@ class WorkbenchAdapter:
         if replayed is not None:
             return replayed
         self.budget.spend(len(batch))
-        rollouts = self._rollouts(batch, prompt)
+        try:
+            rollouts = self._rollouts(batch, prompt)
+        except ServerGone as exc:
+            self.budget.refund(len(batch))
+            self.server_gone = exc
+            raise
+        if lost := sum(r.error is not None and r.error.infrastructure for r in rollouts):
+            self.budget.refund(len(batch))
+            raise ServerFailures(f"{lost} of {len(rollouts)} rollouts failed on the model server (connection, "
+                                 "timeout, 5xx after retries): this evaluation is not scored")
         return EvaluationBatch(
             outputs=[output_record(r, item.split) for r, item in zip(rollouts, batch, strict=True)],
             scores=[float(r.reward) for r in rollouts],
@@ -147,7 +172,9 @@ class WorkbenchAdapter:
             env, examples = self.envs.examples(prompt, split, indices)
             self.bridge.run(run_rollouts(env, self.client, examples, rollouts_per_example=1, sampling=self.sampling,
                                          max_concurrent=self.max_concurrent, on_group=on_group,
-                                         state_columns=self.state_columns, retry=self.retry))
+                                         state_columns=self.state_columns, retry=self.retry, notify=self.notify))
+        except ServerGone:
+            raise
         except Exception as exc:  # the env refuses this prompt (rollout errors are recorded by the engine itself)
             error = RolloutError.from_exception(exc, "env")
             seen = {r.example_id for r in collected}

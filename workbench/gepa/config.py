@@ -52,6 +52,8 @@ class GepaConfig(BaseModel):
     api_base_url: str | None = Field(None, description="Base URL of the policy's OpenAI-compatible server (-b).")
     api_key_var: str | None = Field(None, description="Name of the environment variable holding the policy server's API key (-k).")
     endpoints_path: str | None = Field(None, description="Endpoint registry (-e); default configs/endpoints.toml. Used for both models.")
+    request_timeout: float | None = Field(None, gt=0, description="Seconds a model server may stay silent before a request is retried (--timeout); default: the endpoint's, else 60. Both models.")
+    request_tries: int | None = Field(None, ge=1, description="Tries per model request before it counts as a server failure (--tries); default: the endpoint's, else 5. Both models.")
     reflection_base_url: str | None = Field(None, description="Base URL of the reflection model's server. Default: the endpoint registry entry named by reflection_model if there is one, else the policy's server (-b).")
     reflection_api_key_var: str | None = Field(None, description="Name of the environment variable holding the reflection server's API key; defaults to -k when the reflection model runs on the policy's server.")
     reflection_sampling_args: dict[str, Any] = Field(default_factory=dict, description=f"Reflection sampling settings as JSON, e.g. temperature; max_tokens defaults to {DEFAULT_REFLECTION_MAX_TOKENS}.")

@@ -17,12 +17,11 @@ from workbench.workspace import gepa_runs_dir
 
 def env_problem(env_id: str) -> str | None:
     """Why this env cannot be prompt-optimized here, or None."""
-    from workbench.envs.loader import available_environments, find_environment
+    from workbench.envs.loader import unknown_environment
     from workbench.gepa.prompted_env import require_system_prompt_arg
 
-    if find_environment(env_id) is None:
-        names = ", ".join(s.name.replace("_", "-") for s in available_environments()) or "none"
-        return f"unknown environment '{env_id}' (available here: {names})"
+    if (unknown := unknown_environment(env_id)) is not None:
+        return unknown
     try:
         require_system_prompt_arg(env_id)
     except UserError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from workbench.errors import ServerGone
 from workbench.events import Reporter
 from workbench.gepa.adapter import Budget, BudgetSpent, WorkbenchAdapter
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
@@ -118,6 +119,11 @@ class RunRecorder:
                 self.log.write(f"example {group.example_id}: {rollout.error.where} error {rollout.error.type}: "
                                f"{one_line(rollout.error.message[:300])}")
 
+    def notice(self, line: str) -> None:
+        """A retry worth knowing of (a stall, a server restarting): to the log and the user."""
+        self.log.write(line)
+        self.reporter.message(line)
+
     def reflection_event(self, event: ReflectionEvent) -> None:
         counts = self.metadata.reflections
         counts[event.status] = counts.get(event.status, 0) + 1
@@ -171,7 +177,8 @@ class RunRecorder:
         self._event("iteration_error", self.last_error)
         self.log.write(f"iteration {event['iteration']}: error {self.last_error}\n"
                        + "".join(traceback.format_exception(exc)))
-        self.reporter.message(f"iteration {event['iteration']}: error {self.last_error[:200]} (recorded; going on)")
+        going = "stopping" if isinstance(exc, ServerGone) else "recorded; going on"
+        self.reporter.message(f"iteration {event['iteration']}: error {self.last_error[:200]} ({going})")
 
     def on_optimization_end(self, event: dict[str, Any]) -> None:
         self.take_snapshot(event["final_state"])
@@ -182,6 +189,8 @@ class RunRecorder:
         perfect on every validation example (nothing left to gain), or after repeated failures."""
         self.take_snapshot(state)
         if self.budget.exhausted or self.budget.remaining < minibatch_size or self.error_streak >= MAX_ERROR_STREAK:
+            return True
+        if self.adapter is not None and self.adapter.server_gone is not None:
             return True
         best = self.snapshot.best_score if self.snapshot else None
         if perfect_score is not None and best is not None and best >= perfect_score:

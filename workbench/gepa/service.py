@@ -19,7 +19,7 @@ from typing import Any
 from workbench import __version__
 from workbench.engine.retry import preflight
 from workbench.engine.sampling import sampling_for
-from workbench.errors import UserError
+from workbench.errors import ServerGone, UserError
 from workbench.events import NullReporter, Reporter
 from workbench.gepa.config import DEFAULT_REFLECTION_MAX_TOKENS, GepaConfig
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
@@ -86,7 +86,7 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
               run_dir: Path, saved: GepaRun | None, reporter: Reporter) -> GepaResult:
     import gepa
 
-    from workbench.gepa.adapter import Budget, WorkbenchAdapter, scores_by_index
+    from workbench.gepa.adapter import Budget, ServerFailures, WorkbenchAdapter, scores_by_index
     from workbench.gepa.recorder import MAX_ERROR_STREAK, RunRecorder
     from workbench.gepa.reflection import ReflectionModel, Reflector
 
@@ -102,7 +102,7 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
     recorder = RunRecorder(run_dir, metadata, reporter, budget)
     adapter = WorkbenchAdapter(envs, policy, bridge, sampling, budget=budget, max_concurrent=config.max_concurrent,
                                state_columns=config.state_columns, perfect_score=config.perfect_score,
-                               on_group=recorder.group_done)
+                               on_group=recorder.group_done, notify=recorder.notice)
     if saved is not None:
         adapter.rollouts, adapter.rollout_errors = saved.rollouts, saved.rollout_errors
     recorder.adapter = adapter
@@ -137,12 +137,18 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
             raise_on_exception=False,  # an iteration that fails is recorded and the next one starts
             seed=config.seed,
         )
+        if adapter.server_gone is not None:
+            raise adapter.server_gone
         if recorder.error_streak >= MAX_ERROR_STREAK:
             metadata.error = f"{MAX_ERROR_STREAK} iterations in a row failed; last: {recorder.last_error}"
         else:
             status = "stopped" if (state_dir / STOP_FILE).exists() else "finished"
     except KeyboardInterrupt:  # Ctrl-C: saved up to the last iteration; the caller gets the result so far
         status = "stopped"
+    except (ServerGone, ServerFailures) as exc:  # saved up to the last iteration (failures: the seed's scoring)
+        metadata.error = f"gave up: {exc}"
+        raise UserError(f"gave up: {exc}; every finished iteration is saved; once the server answers again: "
+                        f"workbench gepa run -R {run_dir}") from exc
     except Exception as exc:
         metadata.error = f"{type(exc).__name__}: {exc}"
         raise
@@ -235,12 +241,14 @@ def make_clients(config: GepaConfig) -> tuple[Client, Client]:
     from workbench.inference.resolve import make_client
 
     policy = make_client(config.model, base_url=config.api_base_url, api_key_var=config.api_key_var,
-                         endpoints_file=config.endpoints_path)
+                         endpoints_file=config.endpoints_path,
+                         timeout_s=config.request_timeout, tries=config.request_tries)
     url, key_var = reflection_endpoint(config)
     if config.reflection_model_name == config.model and url == config.api_base_url and key_var == config.api_key_var:
         return policy, policy
     reflection = make_client(config.reflection_model_name, base_url=url, api_key_var=key_var,
-                             endpoints_file=config.endpoints_path)
+                             endpoints_file=config.endpoints_path,
+                             timeout_s=config.request_timeout, tries=config.request_tries)
     return policy, reflection
 
 

@@ -6,6 +6,8 @@ endpoint_id = "gpt-4.1-mini"
 model = "gpt-4.1-mini"
 url = "https://api.openai.com/v1"
 key = "OPENAI_API_KEY"   # NAME of an environment variable, never the key itself
+timeout = 60             # optional: seconds of silence before a request is retried
+tries = 5                # optional: tries per request before a rollout counts as a server failure
 ```
 
 Several entries with one `endpoint_id` are replicas, called round-robin. Keys are read
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from workbench.errors import UserError
 from workbench.inference.client import Client
-from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
+from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES, OpenAIClient, RoundRobinClient
 
 DEFAULT_PATH = Path("configs/endpoints.toml")
 _TABLE = "endpoint"
@@ -49,6 +51,10 @@ class Endpoint(BaseModel):
     """Base URL of the OpenAI-compatible API, e.g. `http://localhost:8000/v1`."""
     key: str | None = None
     """NAME of the environment variable holding the API key (never the key); omit for none."""
+    timeout: float | None = Field(None, gt=0)
+    """Seconds the server may stay silent before a request is retried (default 60; --timeout wins)."""
+    tries: int | None = Field(None, ge=1)
+    """Tries per request before a rollout counts as a server failure (default 5; --tries wins)."""
 
     # Where the entry came from, for error messages; not a TOML key.
     _source: str = PrivateAttr(default=str(DEFAULT_PATH))
@@ -198,10 +204,15 @@ def client_for_endpoint(
     endpoints: list[Endpoint],
     *,
     return_tokens: bool = False,
-    timeout_s: float = 600,
+    timeout_s: float | None = None,
+    tries: int | None = None,
+    default_timeout_s: float = DEFAULT_TIMEOUT_S,
     max_connections: int = 256,
 ) -> Client:
-    """A client for one endpoint id: an `OpenAIClient`, or a `RoundRobinClient` over replicas."""
+    """A client for one endpoint id: an `OpenAIClient`, or a `RoundRobinClient` over replicas.
+
+    `timeout_s` and `tries` (the command line's) win over each endpoint's own `timeout` and
+    `tries`, which win over the defaults."""
     if not endpoints:
         raise UserError("no endpoint given")
     clients: list[Client] = []
@@ -219,7 +230,8 @@ def client_for_endpoint(
                 endpoint.url,
                 endpoint.model,
                 api_key=api_key,
-                timeout_s=timeout_s,
+                timeout_s=timeout_s or endpoint.timeout or default_timeout_s,
+                tries=tries or endpoint.tries or DEFAULT_TRIES,
                 max_connections=max_connections,
                 return_tokens=return_tokens,
             )

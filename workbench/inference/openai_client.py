@@ -3,13 +3,19 @@
 
 Failures become `InferenceError`s classified as transient (connection refused/reset, DNS,
 timeouts, 408/409/429/5xx) or permanent (other 4xx, malformed responses). This module
-never retries: the engine retries transient errors with backoff, and with a
-`RoundRobinClient` the retry naturally lands on another replica.
+never retries: the engine retries transient errors (`tries` per request) with backoff, and
+with a `RoundRobinClient` the retry naturally lands on another replica.
+
+A request times out when its server has been *silent* for `timeout_s`: no answer to this
+request nor to any other since it was sent. A busy server that answers others (a long queue,
+a big batch) never times a request out; a stalled one (it may still answer `/v1/models`) is
+noticed within `timeout_s` however many requests wait on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -22,6 +28,11 @@ from workbench.inference.client import Client
 from workbench.types import Completion, Messages, SamplingParams, TokenData
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})  # plus every 5xx
+# Seconds of silence after which a request is given up and retried: long enough for any server
+# that is merely slow to answer *something*, short enough that a stall shows within a minute.
+# Raise it (--timeout, or `timeout` in the endpoint registry) for one-at-a-time long generations.
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TRIES = 5  # tries per request: enough to ride out a server restart of a few seconds
 _TOKEN_ID_PREFIX = "token_id:"
 
 
@@ -48,7 +59,13 @@ def error_for_exception(exc: BaseException, url: str) -> InferenceError:
     if isinstance(exc, (aiohttp.ClientSSLError, aiohttp.InvalidURL)):
         return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=False)
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return InferenceError(f"timed out calling {url}", transient=True)
+        return InferenceError(f"no response from {url} (timed out)", transient=True)
+    if isinstance(exc, aiohttp.ClientConnectorError):  # says why in words, not aiohttp's repr
+        errno = exc.os_error.errno
+        reason = os.strerror(errno).lower() if errno else str(exc.os_error)
+        return InferenceError(f"cannot connect to {url}: {reason}", transient=True)
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return InferenceError(f"{url} closed the connection before answering", transient=True)
     if isinstance(exc, (aiohttp.ClientError, OSError)):
         return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=True)
     return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=False)
@@ -92,7 +109,8 @@ class OpenAIClient:
         model: str,
         *,
         api_key: str | None = None,
-        timeout_s: float = 600,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        tries: int = DEFAULT_TRIES,
         max_connections: int = 256,
         extra_headers: dict[str, str] | None = None,
         return_tokens: bool = False,
@@ -101,7 +119,9 @@ class OpenAIClient:
         self.base_url = _normalize_base_url(base_url)
         self.model = model
         self.return_tokens = return_tokens
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # seconds of silence from the server before a request is retried
+        self.tries = tries  # read by the engine's RetryingClient (engine.retry.policy_for)
+        self._last_answer = float("-inf")  # monotonic time this server last answered any request
         self.max_connections = max_connections
         # OpenAI's reasoning models only accept `max_completion_tokens`; vLLM takes both.
         self.max_tokens_field = max_tokens_field
@@ -135,7 +155,8 @@ class OpenAIClient:
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(self.timeout_s, 30.0)),
+                # No total timeout: `_answer` times a request out by the server's silence instead.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(self.timeout_s, 30.0)),
             )
             self._session_loop = loop
         return self._session
@@ -176,13 +197,7 @@ class OpenAIClient:
         tools: list[dict[str, Any]] | None = None,
     ) -> list[Completion]:
         data = orjson.dumps(self.request_body(messages, sampling, tools))
-        session = self._get_session()
-        try:
-            async with session.post(self._url, data=data) as response:
-                payload = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise error_for_exception(exc, self._url) from exc
+        status, payload = await self._answer(asyncio.ensure_future(self._post(data)), time.monotonic())
         if status >= 400:
             raise error_for_status(status, payload, self._url)
         try:
@@ -191,6 +206,30 @@ class OpenAIClient:
             raise InferenceError(
                 f"malformed response from {self._url}: {type(exc).__name__}: {exc}", transient=False, status=status
             ) from exc
+
+    async def _post(self, data: bytes) -> tuple[int, bytes]:
+        session = self._get_session()
+        try:
+            async with session.post(self._url, data=data) as response:
+                payload = await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise error_for_exception(exc, self._url) from exc
+        self._last_answer = time.monotonic()  # any reply, even an error, shows the server is alive
+        return response.status, payload
+
+    async def _answer(self, request: asyncio.Future[tuple[int, bytes]], sent: float) -> tuple[int, bytes]:
+        """The request's (status, body). Given up only once the server has answered nothing at all
+        for `timeout_s` since the request was sent (see the module doc)."""
+        try:
+            while True:
+                remaining = max(sent, self._last_answer) + self.timeout_s - time.monotonic()
+                if remaining <= 0:
+                    raise InferenceError(f"no response from {self._url} for {self.timeout_s:g} s", transient=True)
+                done, _ = await asyncio.wait({request}, timeout=remaining)
+                if done:
+                    return request.result()
+        finally:
+            request.cancel()  # a no-op once done; otherwise the abandoned request closes its connection
 
     async def ping(self, timeout_s: float = 10.0) -> None:
         """Check the server answers at all (GET /models) before a run starts.
@@ -294,6 +333,10 @@ class RoundRobinClient:
         self.clients = list(clients)
         self.model = clients[0].model
         self.cooldown_s = cooldown_s
+        # Tries per request (see OpenAIClient.tries): the most any replica asks for, since a retry
+        # may land on another replica.
+        self.tries = max(getattr(client, "tries", DEFAULT_TRIES) for client in clients)
+        self.timeout_s = max(getattr(client, "timeout_s", DEFAULT_TIMEOUT_S) for client in clients)
         self._next = 0
         self._down_until = [0.0] * len(self.clients)
 

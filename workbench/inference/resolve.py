@@ -53,21 +53,24 @@ def api_key(var: str | None) -> str | None:
 
 
 def make_client(model: str, *, base_url: str | None = None, api_key_var: str | None = None,
-                endpoints_file: str | None = None, return_tokens: bool = False) -> Client:
-    """The client for these settings (not yet connected: HTTP sessions open on first use)."""
+                endpoints_file: str | None = None, return_tokens: bool = False,
+                timeout_s: float | None = None, tries: int | None = None) -> Client:
+    """The client for these settings (not yet connected: HTTP sessions open on first use).
+    `timeout_s`/`tries` (None: the endpoint's own, else the defaults) apply to servers only."""
     from workbench.inference.endpoints import client_for_endpoint, load_endpoints
-    from workbench.inference.openai_client import OpenAIClient
+    from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES, OpenAIClient
 
     if base_url:
         if not re.match(r"^https?://", base_url):
             raise UserError(f"base URL must start with http:// or https://, got '{base_url}'")
-        return OpenAIClient(base_url, model, api_key=api_key(api_key_var), return_tokens=return_tokens)
+        return OpenAIClient(base_url, model, api_key=api_key(api_key_var), return_tokens=return_tokens,
+                            timeout_s=timeout_s or DEFAULT_TIMEOUT_S, tries=tries or DEFAULT_TRIES)
     registry_path = Path(endpoints_file) if endpoints_file else endpoints_path()
     if endpoints_file and not registry_path.is_file():
         raise UserError(f"endpoint registry not found: {registry_path}")
     endpoints = load_endpoints(registry_path)
     if model in endpoints:
-        return client_for_endpoint(endpoints[model], return_tokens=return_tokens)
+        return client_for_endpoint(endpoints[model], return_tokens=return_tokens, timeout_s=timeout_s, tries=tries)
     return local_client(model, resolve_model_path(model))
 
 

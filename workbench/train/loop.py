@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from workbench.engine import run_rollouts
-from workbench.errors import UserError
+from workbench.errors import ServerGone, UserError
 from workbench.events import NullReporter, Reporter
 from workbench.inference.weight_sync import WeightSyncError
 from workbench.store.checkpoints import list_checkpoints, read_step_info
@@ -158,6 +158,10 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
         where = f"; resume from the last checkpoint with --resume {run_dir}" if last else ""
         metadata.error = f"weight update failed at step {step}: {exc}"
         raise TrainingFailed(f"training stopped at step {step}: no inference server took the new weights ({exc}){where}") from exc
+    except ServerGone as exc:
+        where = f"; resume with --resume {run_dir} once a server is back" if list_checkpoints(run_dir) else ""
+        metadata.error = f"inference server gone at step {step}: {exc}"
+        raise TrainingFailed(f"training stopped at step {step}: the inference server stopped answering ({exc}){where}") from exc
     except NonFiniteLoss as exc:
         last = list_checkpoints(run_dir)
         where = f"; last good checkpoint: {last[-1]}" if last else ""

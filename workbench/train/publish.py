@@ -26,6 +26,9 @@ from workbench.train.rollout_source import PolicyClock
 from workbench.train.schema import TrainConfig
 
 KEEP_PUBLISHED = 2  # the newest weights, and the previous ones requests may still be running on
+# Seconds a training server may stay silent before its requests are retried. Longer than an eval's
+# 60: a step's rollouts start together and, with long max_tokens, all may end minutes later.
+TRAIN_REQUEST_TIMEOUT_S = 600.0
 
 
 def served_model_name(config: TrainConfig) -> str:
@@ -48,12 +51,13 @@ def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundR
     registry: dict[str, Any] | None = None
     for ref in [*config.inference.base_urls, *extra_urls]:
         if ref.startswith(("http://", "https://")):
-            clients.append(OpenAIClient(ref, name, api_key=api_key, return_tokens=True))
+            clients.append(OpenAIClient(ref, name, api_key=api_key, return_tokens=True, timeout_s=TRAIN_REQUEST_TIMEOUT_S))
             continue
         registry = load_endpoints(endpoints_path()) if registry is None else registry
         if ref not in registry:
             raise UserError(f"inference.base_urls: '{ref}' is neither a URL nor an endpoint id in {endpoints_path()}")
-        client = client_for_endpoint(registry[ref], return_tokens=True)  # its replicas, with their keys
+        # Its replicas, with their keys (and their own timeout, if the registry gives one).
+        client = client_for_endpoint(registry[ref], return_tokens=True, default_timeout_s=TRAIN_REQUEST_TIMEOUT_S)
         clients.extend(client.clients if isinstance(client, RoundRobinClient) else [client])
     if not clients:
         raise UserError("inference.mode = 'server' needs inference.base_urls")
