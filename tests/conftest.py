@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+# A suite started in the background by a script (`pytest ... &`, no job control) has SIGINT ignored,
+# as POSIX says, and every child it starts inherits that: a test that Ctrl-Cs a run would then wait
+# for ever. Tests send SIGINT on purpose, so it must reach their children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Tests that run `python -m workbench ...` must run this checkout, not whichever workbench is
 # pip-installed (an editable install of another worktree would otherwise be tested).
