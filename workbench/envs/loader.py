@@ -3,6 +3,9 @@
 `reverse-text`, `reverse_text` and `primeintellect/reverse-text` all name the module
 `reverse_text`. Lookup order: `./environments/<name>/` (no install needed), an installed
 package of that name, then the environments bundled with workbench.
+
+A `load_environment()` that returns an environment written for `verifiers` gets it wrapped
+(`verifiers_env.py`), so it runs unchanged; verifiers is imported only then.
 """
 
 from __future__ import annotations
@@ -128,6 +131,12 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
         raise UserError(unknown_environment(env_id) or f"unknown environment '{shorten(env_id)}'")
     try:
         module = import_env_module(source)
+    except ModuleNotFoundError as exc:
+        if exc.name == "verifiers":
+            from workbench.envs.verifiers_env import INSTALL
+
+            raise UserError(f"environment '{env_id}' is written for verifiers, which is not installed: {INSTALL}") from exc
+        raise UserError(f"environment '{env_id}' failed to import: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:
         raise UserError(f"environment '{env_id}' failed to import: {type(exc).__name__}: {exc}") from exc
     factory = getattr(module, "load_environment", None)
@@ -140,10 +149,15 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
         valid = ", ".join(k for k, p in accepted.items() if p.kind != p.VAR_KEYWORD) or "none"
         raise UserError(f"environment '{env_id}' has no argument {', '.join(repr(k) for k in unknown)} (arguments: {valid})")
     env_args = checked_args(env_id, factory, env_args)
+    from workbench.envs.verifiers_env import is_verifiers_object, kept_signal_handlers, wrap
+
     try:
-        env = factory(**env_args)
+        with kept_signal_handlers():  # a verifiers env installs its own on construction
+            env = factory(**env_args)
     except Exception as exc:
         raise UserError(f"environment '{env_id}' failed to load: {type(exc).__name__}: {exc}") from exc
+    if is_verifiers_object(env):
+        env = wrap(source.name.replace("_", "-"), env)
     if not isinstance(env, Environment):
         raise UserError(f"environment '{env_id}': load_environment() returned {type(env).__name__}, not an Environment")
     env.env_id = source.name.replace("_", "-")

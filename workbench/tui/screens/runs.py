@@ -76,6 +76,8 @@ class RunsScreen(WorkbenchScreen):
         finally:
             self._scanning = False
         self.all_runs = runs
+        if not self.is_current:  # another screen came on top (or the app quit) while the scan ran
+            return
         self._render_runs()
 
     def _scan(self) -> list[RunInfo]:
