@@ -60,6 +60,16 @@ def tiny_model() -> Path:
     return path
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Build the tiny model before the first test when any test needs it: a build is minutes of
+    CPU, and inside the first test's setup it counted against that test's timeout (on a loaded
+    machine it ran past it, and every test using the model errored with the cached timeout)."""
+    if any("tiny_model" in getattr(item, "fixturenames", ()) for item in items):
+        from workbench.bootstrap import build_tiny
+
+        build_tiny(REPO)
+
+
 @pytest.fixture
 def tiny_workspace(workspace: Path, tiny_model: Path) -> Path:
     """An empty workspace whose outputs/models/tiny points at the session's tiny model."""

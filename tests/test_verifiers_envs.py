@@ -142,6 +142,45 @@ def test_env_faults_are_one_line_or_recorded_on_the_rollout(tmp_path: Path, tiny
     assert not any(r["error"]["infrastructure"] for r in records)
 
 
+CRASHING_REWARD = '''
+import verifiers as vf
+from datasets import Dataset
+
+
+def exact(completion, answer) -> float:
+    return 1.0
+
+
+def crashes_on_second(completion, info) -> float:
+    if info["i"] == 1:
+        raise ZeroDivisionError("the reward's own bug")
+    return 1.0
+
+
+def load_environment():
+    rows = [{"question": f"q{i}", "answer": "a", "info": {"i": i}} for i in range(2)]
+    return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[exact, crashes_on_second]))
+'''
+
+
+def test_a_crashing_reward_function_is_recorded_on_its_rollout(tmp_path: Path, tiny_model: Path):
+    """verifiers logs a raising reward function and scores it 0; Workbench keeps the error."""
+    (tmp_path / "environments" / "crashing").mkdir(parents=True)
+    (tmp_path / "environments" / "crashing" / "crashing.py").write_text(CRASHING_REWARD)
+    (tmp_path / "outputs" / "models").mkdir(parents=True)
+    (tmp_path / "outputs" / "models" / "tiny").symlink_to(tiny_model)
+    result = workbench("eval", "run", "crashing", "-m", "tiny", "-n", "2", "-r", "2", "-t", "8", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = runs(tmp_path, "crashing")
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    by_example = {i: [r for r in records if r["example_id"] == i] for i in (0, 1)}
+    assert all(r["error"] is None and r["reward"] == 2.0 for r in by_example[0])
+    for record in by_example[1]:
+        assert record["error"]["where"] == "reward" and "the reward's own bug" in record["error"]["message"]
+        assert "crashes_on_second" in record["error"]["message"] and record["reward"] == 0.0
+        assert record["rewards"]["exact"] == 1.0
+
+
 def test_without_verifiers_installed_one_line_says_how(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from workbench.envs.loader import load_environment
     from workbench.errors import UserError

@@ -218,7 +218,7 @@ async def test_judge_argument_injection_cache_and_errors():
         item = ScoringInput(prompt=[{"role": "user", "content": "Capital of Xia?"}],
                             completion=answer("Vell"), answer="Vell", state={})
         scores = await rubric.score_group([item])
-        assert scores[0].reward == 2.0 and item.state["judge_response"] == "Yes." and calls == ["Yes."]
+        assert scores[0].reward == 2.0 and list(item.state["judge_response"].values()) == ["Yes."] and calls == ["Yes."]
         await client.close()
     # A judge that cannot be reached: that rollout scores 0 with the error recorded, no crash.
     down = JudgeRubric(judge_client=OpenAIClient("http://127.0.0.1:9/v1", "judge", timeout_s=5))

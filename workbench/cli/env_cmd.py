@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -96,48 +95,38 @@ def init(
     console.print(f"  workbench eval run {env_id} -m tiny -n 5 -r 3")
 
 
-def _env_folder(name: str) -> Path:
-    from workbench.envs.loader import module_name
-    from workbench.workspace import environments_dir
-
-    given = Path(name).expanduser()
-    if given.is_dir() and (given / "pyproject.toml").is_file():
-        return given.resolve()
-    folder = environments_dir() / module_name(name)
-    if not folder.is_dir():
-        raise UserError(f"no environment folder {folder}: create one with `workbench env init {name}`, "
-                        "or give the path of a folder with a pyproject.toml")
-    if not (folder / "pyproject.toml").is_file():
-        raise UserError(f"{folder} has no pyproject.toml, so pip cannot install it")
-    return folder
-
-
 @app.command("install")
 def install(
-    name: Annotated[str, typer.Argument(help="An environment id in ./environments (my-env), or a folder with a pyproject.toml.", show_default=False)],
+    target: Annotated[str, typer.Argument(help="An environment id in ./environments (my-env), a folder with a pyproject.toml, "
+                                         "a .whl file, or an Environments Hub id (owner/name or owner/name@version).",
+                                         show_default=False)],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")] = False,
 ) -> None:
-    """Install a local environment with `pip install -e` (editable: your edits apply without reinstalling).
+    """Install an environment package with pip: a local folder (editable), a wheel, or one from the Environments Hub.
 
-    Optional: workbench finds environments in ./environments by itself. An installed environment loads from any folder, and pip installs the dependencies listed in its pyproject.toml. Uses the pip of the Python that runs workbench.
+    Optional for local environments: workbench finds ./environments by itself. An installed environment loads from any folder, and pip installs the dependencies in its pyproject.toml. Environments written for verifiers need `pip install 'workbench[verifiers]'`. Uses the pip of the Python that runs workbench.
 
-      workbench env install my-env
+      workbench env install my-env                     # pip install -e environments/my_env
 
-      workbench env install my-env --dry-run
+      workbench env install dist/my_env-0.1.0-py3-none-any.whl
+
+      workbench env install primeintellect/reverse-text@0.1.4   # as prime env install does
+
+    A hub id needs the hub to be reachable ($WORKBENCH_HUB_URL points at a mirror).
     """
     import shlex
     import subprocess
-    import sys
 
     from workbench.cli.render import console
+    from workbench.envs.install import plan_install
+    from workbench.workspace import environments_dir
 
-    folder = _env_folder(name)
-    command = [sys.executable, "-m", "pip", "install", "-e", str(folder)]
+    plan = plan_install(target, environments_dir())
     if dry_run:
-        print(shlex.join(command))
+        print(shlex.join(plan.command))
         return
-    console.print(f"[dim]$ {shlex.join(command)}[/]")
-    result = subprocess.run(command, check=False)
+    console.print(f"[dim]$ {shlex.join(plan.command)}[/]")
+    result = subprocess.run(plan.command, check=False)
     if result.returncode != 0:
-        raise UserError(f"pip install -e {folder} failed with exit code {result.returncode} (its output is above)")
-    console.print(f"[green]installed[/] {folder.name.replace('_', '-')} (editable, from {folder})")
+        raise UserError(f"pip install of {target} failed with exit code {result.returncode} (its output is above)")
+    console.print(f"[green]installed[/] {plan.what}")

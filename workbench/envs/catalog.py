@@ -21,7 +21,7 @@ from workbench.envs.loader import EnvSource, available_environments, import_env_
 
 # Checked in MRO order, so a WordleEnv(MultiTurnEnv) is a MultiTurnEnv.
 KINDS = ("EnvGroup", "ToolEnv", "SingleTurnEnv", "MultiTurnEnv")
-_REQUIRES_WORKBENCH = re.compile(r"^\s*workbench\s*($|[\s;\[<>=!~(])")
+_ENV_PACKAGE_REQUIRES = re.compile(r"^\s*(workbench|verifiers)\s*($|[\s;\[<>=!~(])")  # env packages depend on one
 
 
 @dataclass
@@ -36,14 +36,15 @@ class EnvInfo:
 
 
 def installed_environments(exclude: set[str]) -> list[EnvSource]:
-    """Installed distributions that depend on workbench and whose module (the distribution name
-    with '_' for '-') can be imported — env packages as `workbench env init` makes them."""
+    """Installed distributions that depend on workbench or verifiers and whose module (the distribution
+    name with '_' for '-') can be imported — env packages as `workbench env init` and the
+    Environments Hub make them."""
     found: dict[str, EnvSource] = {}
     for dist in importlib.metadata.distributions():
         name = (dist.metadata["Name"] or "").lower().replace("-", "_").replace(".", "_")
         if not name or name in exclude or name in found or name == "workbench":
             continue
-        if not any(_REQUIRES_WORKBENCH.match(req) for req in dist.requires or []):
+        if not any(_ENV_PACKAGE_REQUIRES.match(req) for req in dist.requires or []):
             continue
         if name.isidentifier() and importlib.util.find_spec(name) is not None:
             found[name] = EnvSource(name, None, "installed")
@@ -51,9 +52,11 @@ def installed_environments(exclude: set[str]) -> list[EnvSource]:
 
 
 def list_environments() -> list[EnvSource]:
-    """Workspace, bundled and installed environments; a workspace env shadows the others (as in loading)."""
+    """Workspace, installed and bundled environments; each shadows the next, as in loading."""
     local = available_environments()
-    return sorted(local + installed_environments({s.name for s in local}), key=lambda s: s.name)
+    installed = installed_environments({s.name for s in local if s.origin == "workspace"})
+    shadowed = {s.name for s in installed}
+    return sorted([s for s in local if s.name not in shadowed] + installed, key=lambda s: s.name)
 
 
 def env_kind(factory: Any) -> str:

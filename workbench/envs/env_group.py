@@ -18,21 +18,36 @@ from workbench.types import Example, Messages, SamplingParams
 
 
 class EnvGroup(Environment):
+    """`envs` and `env_names` as given (lists, as in verifiers), `env_map` from name to member.
+
+    Names default to the members' `env_id`s when those are distinct, else to verifiers' defaults
+    `env_0`, `env_1`, ... `map_kwargs` (verifiers') has no effect: rows are never `map`-ed here.
+    """
+
     def __init__(self, envs: Sequence[Environment], env_names: Sequence[str] | None = None,
-                 weights: Sequence[float] | None = None) -> None:
+                 weights: Sequence[float] | None = None, map_kwargs: dict[str, Any] | None = None) -> None:
         if not envs:
             raise ValueError("EnvGroup needs at least one environment")
-        names = list(env_names) if env_names is not None else [e.env_id for e in envs]
+        if env_names is not None:
+            names = list(env_names)
+        else:
+            ids = [e.env_id for e in envs]
+            names = ids if len(set(ids)) == len(ids) else [f"env_{i}" for i in range(len(envs))]
         if len(names) != len(envs) or len(set(names)) != len(names):
             raise ValueError("EnvGroup needs one unique name per environment")
-        self.envs: dict[str, Environment] = dict(zip(names, envs, strict=True))
+        self.envs: list[Environment] = list(envs)
+        self.env_names: list[str] = names
+        self.env_map: dict[str, Environment] = dict(zip(names, envs, strict=True))
         self.weights = list(weights) if weights is not None else [1.0] * len(envs)
+        if len(self.weights) != len(envs):
+            raise ValueError("EnvGroup needs one weight per environment")
         super().__init__(dataset=lambda: self._merged_rows("train"), eval_dataset=lambda: self._merged_rows("eval"))
         self.rubric = Rubric()  # per-member rubrics do the scoring; see rubric_for
+        del map_kwargs  # accepted for verifiers, no effect (see above)
 
     def _merged_rows(self, split: str) -> list[dict[str, Any]]:
         """Round-robin interleave of the members' rows, each tagged with its member name."""
-        per_env = {name: env.rows(split) for name, env in self.envs.items()}
+        per_env = {name: env.rows(split) for name, env in self.env_map.items()}
         merged: list[dict[str, Any]] = []
         for i in range(max(len(rows) for rows in per_env.values())):
             for name, rows in per_env.items():
@@ -41,14 +56,14 @@ class EnvGroup(Environment):
         return merged
 
     def example_from_row(self, index: int, row: dict[str, Any]) -> Example:
-        member = self.envs[row["_member"]]
+        member = self.env_map[row["_member"]]
         example = member.example_from_row(index, row["_row"])
         example.task = row["_member"]
         return example
 
     def sample_examples(self, n: int, split: str, rng: random.Random) -> list[Example]:
         """`n` examples drawn member-by-weight (for training batches)."""
-        names = list(self.envs)
+        names = list(self.env_map)
         rows = self.rows(split)
         by_member: dict[str, list[int]] = {name: [] for name in names}
         for index, row in enumerate(rows):
@@ -61,11 +76,11 @@ class EnvGroup(Environment):
         return None  # each member passes its own tools in its own rollout
 
     async def rollout(self, client: Client, example: Example, sampling: SamplingParams) -> RolloutOutput:
-        member = self.envs[example.task]
+        member = self.env_map[example.task]
         return await member.rollout(client, example, sampling)
 
     def rubric_for(self, task: str) -> Rubric:
-        return self.envs[task].rubric_for(task)
+        return self.env_map[task].rubric_for(task)
 
     def reference_completion(self, example: Example) -> Messages | None:
-        return self.envs[example.task].reference_completion(example)
+        return self.env_map[example.task].reference_completion(example)

@@ -1,26 +1,41 @@
 """`Environment`: a dataset, an interaction protocol and a rubric.
 
-Datasets are plain lists of rows (dicts) — or a zero-argument callable that builds them, so an
-environment loads instantly and makes its data only when asked. A row has `question` (a user
-message) or `prompt` (chat messages), and optionally `answer`, `info` and `task`.
-Subclasses implement `rollout`; `MultiTurnEnv` (multiturn.py) provides the usual loop.
+Datasets are plain lists of rows (dicts) or a `datasets.Dataset` — or a zero-argument callable
+that builds either, so an environment loads instantly and makes its data only when asked. A row
+has `question` (a user message) or `prompt` (chat messages), and optionally `answer`, `info` (a
+dict or a JSON string) and `task`. Subclasses implement `rollout`; `MultiTurnEnv` (multiturn.py)
+provides the usual loop.
+
+The constructor also takes verifiers' `Environment` arguments, so a verifiers environment ports by
+changing its import; each is either used or documented as having no effect here.
 """
 
 from __future__ import annotations
 
 import copy
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.envs.dataset_rows import row_info, rows_of
+from workbench.envs.messages import as_messages
 from workbench.envs.parsers import Parser
-from workbench.envs.rubric import Rubric, RolloutScore, ScoringInput
+from workbench.envs.rubric import RolloutScore, Rubric, ScoringInput
 from workbench.inference.client import Client
-from workbench.types import Example, Messages, RolloutError, SamplingParams, State, TokenData
+from workbench.types import (
+    Example,
+    Messages,
+    RolloutError,
+    SamplingParams,
+    State,
+    TokenData,
+)
 
 Rows = list[dict[str, Any]]
-Dataset = Rows | Callable[[], Rows]
+# A list of rows or a `datasets.Dataset` (Any: `datasets` is not imported here), or a builder of either.
+Dataset = Rows | Any | Callable[[], Rows | Any]
 
 
 @dataclass
@@ -52,9 +67,38 @@ class Environment(ABC):
         parser: Parser | None = None,
         rubric: Rubric | None = None,
         sampling_args: dict[str, Any] | None = None,
+        *,
+        env_id: str | None = None,
+        env_args: dict[str, Any] | None = None,
+        message_type: str = "chat",
+        tool_defs: list[dict[str, Any]] | None = None,
+        score_rollouts: bool = True,
+        max_workers: int | None = None,
+        max_concurrent: int | None = None,
+        max_seq_len: int | None = None,
+        map_kwargs: dict[str, Any] | None = None,
+        pass_threshold: float = 0.5,
     ) -> None:
+        """The keyword-only arguments are verifiers' (so its environments port by an import):
+
+        - `env_id`, `env_args`: kept (the loader sets `env_id` to the id the env was loaded by).
+        - `message_type`: "chat", or verifiers' deprecated "completion" (a text prompt the model
+          continues): its text is sent as one user message through the chat API, as Workbench's
+          verifiers adapter sends it too; no raw-text completions endpoint is used.
+        - `tool_defs`: tools offered to the model, in verifiers' form `{"name", "description",
+          "parameters"}` or OpenAI's `{"type": "function", "function": ...}`; the environment's
+          `env_response` answers the calls (ToolEnv builds its own from its functions).
+        - `score_rollouts=False`: rollouts are not scored (reward 0, no reward columns).
+        - `max_workers`, `max_concurrent`: no effect; concurrency is the engine's (`--max-concurrent`).
+        - `max_seq_len`: no effect; the server's context length and `max_tokens` bound a rollout.
+        - `map_kwargs`: no effect; datasets are read row by row, never `map`-ed here.
+        - `pass_threshold`: kept as an attribute (verifiers' pass@k threshold); Workbench reports
+          reward mean and variance, not pass@k.
+        """
         if dataset is None and eval_dataset is None:
             raise ValueError("an environment needs a dataset or an eval_dataset")
+        if message_type not in ("chat", "completion"):
+            raise ValueError(f"message_type must be 'chat' or 'completion', not {message_type!r}")
         self._dataset = dataset
         self._eval_dataset = eval_dataset
         self._rows: dict[str, Rows] = {}
@@ -63,7 +107,18 @@ class Environment(ABC):
         self.parser = parser or Parser()
         self.rubric = rubric or Rubric(parser=self.parser)
         # Environment-preferred sampling settings (e.g. a stop string); user flags override them.
-        self.sampling_args = sampling_args or {}
+        # verifiers nests server-specific settings under "extra_body": they go to the server as they are.
+        sampling_args = dict(sampling_args or {})
+        self.sampling_args = {**{k: v for k, v in sampling_args.items() if k != "extra_body"},
+                              **(sampling_args.get("extra_body") or {})}
+        if env_id:
+            self.env_id = env_id
+        self.env_args = dict(env_args or {})
+        self.message_type = message_type
+        self.tool_defs = [_openai_tool(t) for t in tool_defs] if tool_defs else None
+        self.score_rollouts = score_rollouts
+        self.pass_threshold = pass_threshold
+        del max_workers, max_concurrent, max_seq_len, map_kwargs  # accepted for verifiers, no effect (see above)
 
     # ----- data -------------------------------------------------------------------------
     def rows(self, split: str) -> Rows:
@@ -71,12 +126,16 @@ class Environment(ABC):
         if split not in self._rows:
             source = self._eval_dataset if split == "eval" else self._dataset
             source = source if source is not None else (self._dataset if split == "eval" else self._eval_dataset)
-            self._rows[split] = list(source() if callable(source) else source)  # type: ignore[misc]
+            self._rows[split] = rows_of(source() if callable(source) else source)
         return self._rows[split]
 
     def format_prompt(self, row: dict[str, Any]) -> Messages:
         if "prompt" in row:
+            if self.few_shot:  # as in verifiers: a row that brings its own prompt keeps it as it is
+                warnings.warn("the dataset has a 'prompt' column, so few_shot is not used", stacklevel=2)
             prompt = copy.deepcopy(row["prompt"])
+            if isinstance(prompt, str):  # a completion-style env's text (see message_type)
+                prompt = [{"role": "user", "content": prompt}]
             if self.system_prompt and not (prompt and prompt[0].get("role") == "system"):
                 prompt.insert(0, {"role": "system", "content": self.system_prompt})
             return prompt
@@ -97,20 +156,21 @@ class Environment(ABC):
         return Example(
             example_id=index,
             prompt=self.format_prompt(row),
-            answer=str(row.get("answer", "")),
-            info=dict(row.get("info", {})),
+            answer="" if row.get("answer") is None else str(row["answer"]),
+            info=row_info(row),
             task=row.get("task", self.env_id),
         )
 
     # ----- interaction ------------------------------------------------------------------
     @property
     def oai_tools(self) -> list[dict[str, Any]] | None:
-        return None
+        return self.tool_defs
 
     def init_state(self, example: Example) -> State:
+        """A fresh rollout state. Its messages are ChatMessages (dict and attribute access)."""
         return {
             "example_id": example.example_id,
-            "prompt": example.prompt,
+            "prompt": as_messages(example.prompt),
             "answer": example.answer,
             "info": example.info,
             "task": example.task,
@@ -128,8 +188,10 @@ class Environment(ABC):
         return self.rubric
 
     async def score_group(self, example: Example, outputs: Sequence[RolloutOutput]) -> list[RolloutScore]:
-        items = [
-            ScoringInput(prompt=example.prompt, completion=o.completion, answer=example.answer, state=o.state,
+        if not self.score_rollouts:
+            return [RolloutScore(reward=0.0, rewards={}, metrics={}) for _ in outputs]
+        items = [  # reward functions get ChatMessages: `m.content` works as well as `m["content"]`
+            ScoringInput(prompt=as_messages(example.prompt), completion=as_messages(o.completion), answer=example.answer, state=o.state,
                          info=example.info, task=example.task, example_id=example.example_id)
             for o in outputs
         ]
@@ -138,3 +200,16 @@ class Environment(ABC):
     def reference_completion(self, example: Example) -> Messages | None:
         """A demonstration of a correct answer (used to warm-start models with SFT), if the env has one."""
         return None
+
+
+def _openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool definition in OpenAI's form, from verifiers' flat form or OpenAI's own."""
+    if tool.get("type") == "function" and "function" in tool:
+        return tool
+    if "name" not in tool:
+        raise ValueError(f"a tool definition needs a name: {tool!r}")
+    function = {"name": tool["name"], "description": tool.get("description", ""),
+                "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+    if tool.get("strict") is not None:
+        function["strict"] = tool["strict"]
+    return {"type": "function", "function": function}

@@ -5,7 +5,9 @@
 package of that name, then the environments bundled with workbench.
 
 A `load_environment()` that returns an environment written for `verifiers` gets it wrapped
-(`verifiers_env.py`), so it runs unchanged; verifiers is imported only then.
+(`verifiers_env.py`), so it runs unchanged; verifiers is imported only then. A verifiers v1
+package (`<name>/<name>/__init__.py` exporting its `Taskset` through `__all__`, no
+`load_environment`) is loaded through `verifiers_v1.taskset_factory`.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ class EnvSource:
 
 
 def _env_folders(root: Path) -> dict[str, Path]:
+    """`<name>/<name>.py`, or a package `<name>/<name>/__init__.py` (verifiers v1's layout)."""
     if not root.is_dir():
         return {}
-    return {p.name: p for p in sorted(root.iterdir()) if (p / f"{p.name}.py").is_file()}
+    return {p.name: p for p in sorted(root.iterdir())
+            if (p / f"{p.name}.py").is_file() or (p / p.name / "__init__.py").is_file()}
 
 
 def find_environment(env_id: str) -> EnvSource | None:
@@ -76,9 +80,11 @@ def available_environments() -> list[EnvSource]:
 def import_env_module(source: EnvSource) -> Any:
     if source.path is not None:
         cached = sys.modules.get(source.name)
-        if cached is not None and Path(getattr(cached, "__file__", "") or "").resolve().parent == source.path.resolve():
+        file = Path(getattr(cached, "__file__", "") or "").resolve()
+        if cached is not None and source.path.resolve() in (file.parent, file.parent.parent):  # module or package
             return cached
-        sys.modules.pop(source.name, None)
+        for stale in [m for m in sys.modules if m == source.name or m.startswith(f"{source.name}.")]:
+            sys.modules.pop(stale)  # a package's submodules too: they may come from another folder
         sys.path.insert(0, str(source.path))
         try:
             return importlib.import_module(source.name)
@@ -140,6 +146,10 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
     except Exception as exc:
         raise UserError(f"environment '{env_id}' failed to import: {type(exc).__name__}: {exc}") from exc
     factory = getattr(module, "load_environment", None)
+    if factory is None:  # a verifiers v1 package exports its Taskset instead
+        from workbench.envs.verifiers_v1 import taskset_factory
+
+        factory = taskset_factory(module)
     if factory is None:
         raise UserError(f"environment '{env_id}' ({source.origin}) has no load_environment() function")
     accepted = inspect.signature(factory).parameters

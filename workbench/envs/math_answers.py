@@ -18,6 +18,8 @@ from workbench.types import Messages
 # an exponent; or a simple fraction "a/b".
 _NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|-?\.\d+"
 _NUMBER_RE = re.compile(_NUMBER)
+_EXPONENT_RE = re.compile(r"[eE][-+]?(\d+)")
+_MAX_EXPONENT = 400  # beyond any float: no real answer needs more, and exact expansion is costly
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _LATEX_WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 
@@ -74,6 +76,8 @@ def _to_fraction(token: str) -> Fraction | None:
     if not _NUMBER_RE.fullmatch(token):  # "2,3" is not 23: commas only as thousands separators
         return None
     token = token.replace(",", "").replace(" ", "")
+    if any(int(e) > _MAX_EXPONENT for e in _EXPONENT_RE.findall(token)):
+        return None  # "1e999999999" would take minutes to expand into an exact integer
     try:
         if "/" in token:
             num, den = token.split("/", 1)
@@ -102,6 +106,12 @@ def parse_number(text: str | None) -> Fraction | None:
     if len(numbers) == 1:
         return _to_fraction(numbers[0])
     return None
+
+
+def parse_exact_number(text: str) -> Fraction | None:
+    """`text` as a number only when it is nothing but one ("$1,000", "\\frac{3}{4}", "x = 5", "50%"):
+    unlike `parse_number`, "25\\pi" or "x^2" are not numbers here (for symbolic math answers)."""
+    return _to_fraction(_clean(text).rstrip("%").strip())
 
 
 def _normalize_text(text: str) -> str:

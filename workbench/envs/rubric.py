@@ -2,11 +2,12 @@
 
 Reward functions are plain functions (sync or async) whose names become metric columns.
 The rubric passes only the arguments a function names: `prompt`, `completion`, `answer`,
-`state`, `info`, `task`, `parser`, `example_id`. A function whose arguments are plural
-(`prompts`, `completions`, `answers`, `states`, `infos`, `tasks`) scores a whole group and
-returns one float per rollout. Weight 0 makes a logged metric that does not enter the reward.
-A function that raises scores 0 for that rollout and the error is recorded; it never kills
-the run.
+`state`, `info`, `task`, `parser`, `example_id`, and any object added with `add_class_object`
+(a `JudgeRubric` adds `judge`); a function with `**kwargs` gets them all. A function whose
+arguments are plural (`prompts`, `completions`, `answers`, `states`, `infos`, `tasks`) scores a
+whole group and returns one float per rollout. Weight 0 (or `add_metric`) makes a logged metric
+that does not enter the reward. A function that raises scores 0 for that rollout and the error
+is recorded; it never kills the run.
 """
 
 from __future__ import annotations
@@ -72,19 +73,31 @@ class Rubric:
 
     def __init__(
         self,
-        funcs: Sequence[RewardFunc] = (),
+        funcs: Sequence[RewardFunc] | None = None,
         weights: Sequence[float] | None = None,
         parser: Parser | None = None,
     ) -> None:
-        self.funcs: list[RewardFunc] = list(funcs)
-        self.weights: list[float] = list(weights) if weights is not None else [1.0] * len(self.funcs)
+        self.funcs: list[RewardFunc] = list(funcs or ())
+        # No weights (None or [], as verifiers allows) means 1.0 each.
+        self.weights: list[float] = list(weights) if weights else [1.0] * len(self.funcs)
         if len(self.weights) != len(self.funcs):
             raise ValueError(f"Rubric got {len(self.funcs)} functions but {len(self.weights)} weights")
         self.parser = parser or Parser()
+        # Extra objects reward functions may name as arguments (verifiers' `class_objects`),
+        # e.g. `judge` on a JudgeRubric.
+        self.class_objects: dict[str, object] = {}
 
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         self.funcs.append(func)
         self.weights.append(weight)
+
+    def add_metric(self, func: RewardFunc, weight: float = 0.0) -> None:
+        """A function that is logged as a metric (weight 0) rather than entering the reward."""
+        self.add_reward_func(func, weight)
+
+    def add_class_object(self, name: str, obj: object) -> None:
+        """Offer `obj` to every reward function that names the argument `name`."""
+        self.class_objects[name] = obj
 
     @property
     def func_names(self) -> list[str]:
@@ -95,7 +108,7 @@ class Rubric:
         available = {
             "prompt": item.prompt, "completion": item.completion, "answer": item.answer,
             "state": item.state, "info": item.info, "task": item.task, "parser": self.parser,
-            "example_id": item.example_id,
+            "example_id": item.example_id, **self.class_objects,
         }
         if takes_kwargs:
             return available
@@ -109,6 +122,7 @@ class Rubric:
                 kwargs[plural] = [getattr(item, singular) for item in items]
         if takes_kwargs or "parser" in names:
             kwargs["parser"] = self.parser
+        kwargs.update({k: v for k, v in self.class_objects.items() if takes_kwargs or k in names})
         return kwargs
 
     async def score_group(self, items: Sequence[ScoringInput]) -> list[RolloutScore]:
@@ -126,7 +140,7 @@ class Rubric:
                 except Exception as exc:  # a broken reward function is data, not a crash
                     values = [0.0] * len(items)
                     for i in range(len(items)):
-                        errors[i] = errors[i] or _reward_error(name, exc)
+                        errors[i] = errors[i] or reward_error(name, exc)
                 for i, value in enumerate(values):
                     raw[i][name] = value
                 continue
@@ -135,7 +149,7 @@ class Rubric:
                     raw[i][name] = float(await maybe_await(func(**self._kwargs_for_rollout(func, item))))
                 except Exception as exc:
                     raw[i][name] = 0.0
-                    errors[i] = errors[i] or _reward_error(name, exc)
+                    errors[i] = errors[i] or reward_error(name, exc)
         scores = []
         for i in range(len(items)):
             reward = sum(w * raw[i][f.__name__] for f, w in zip(self.funcs, self.weights, strict=True))
@@ -145,5 +159,5 @@ class Rubric:
         return scores
 
 
-def _reward_error(name: str, exc: Exception) -> RolloutError:
+def reward_error(name: str, exc: Exception) -> RolloutError:
     return RolloutError(type=type(exc).__name__, message=f"reward function '{name}' raised: {exc}"[:2000], where="reward")

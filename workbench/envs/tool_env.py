@@ -16,6 +16,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from workbench.envs.messages import ToolMessage
 from workbench.envs.multiturn import MultiTurnEnv
 from workbench.types import Messages, State
 
@@ -82,52 +83,114 @@ def tool_schema(func: Callable[..., Any]) -> dict[str, Any]:
 
 
 class ToolEnv(MultiTurnEnv):
-    """Multi-turn environment whose environment turns are tool results."""
+    """Multi-turn environment whose environment turns are tool results.
 
-    def __init__(self, tools: Sequence[Callable[..., Any]] = (), *, max_turns: int = 10,
-                 max_tool_output_chars: int = 4000, **kwargs) -> None:  # kwargs: Environment's named arguments
+    `tools` is a list of functions (`self.tools`; `self.tool_map` by name), as in verifiers.
+    `error_formatter` turns a tool's exception into the text the model sees; `stop_errors` lists
+    exception types that end the rollout with an error instead of going back to the model.
+    """
+
+    def __init__(self, tools: Sequence[Callable[..., Any]] | None = None, *, max_turns: int = 10,
+                 max_tool_output_chars: int = 4000, error_formatter: Callable[[Exception], str] | None = None,
+                 stop_errors: Sequence[type[Exception]] | None = None,
+                 **kwargs: Any) -> None:  # kwargs: Environment's named arguments
+        if kwargs.get("tool_defs"):
+            raise TypeError("ToolEnv builds its tool definitions from `tools`; do not pass tool_defs")
         super().__init__(max_turns=max_turns, **kwargs)
-        self.tools = {t.__name__: t for t in tools}
-        self._schemas = [tool_schema(t) for t in tools]
+        self.tools: list[Callable[..., Any]] = []
+        self.tool_map: dict[str, Callable[..., Any]] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
+        for tool in tools or ():  # not via add_tool: a subclass may override it with more arguments
+            self._register(tool, tool_schema(tool))
         # Long tool outputs blow up the context of small models; the model sees a truncated copy.
         self.max_tool_output_chars = max_tool_output_chars
+        self.error_formatter = error_formatter or (lambda exc: f"Error: {type(exc).__name__}: {exc}")
+        self.stop_errors: tuple[type[Exception], ...] = tuple(stop_errors or ())
+
+    def add_tool(self, tool: Callable[..., Any]) -> None:
+        self._register(tool, tool_schema(tool))
+
+    def remove_tool(self, tool: Callable[..., Any]) -> None:
+        self.tools.remove(tool)
+        self.tool_map.pop(tool.__name__, None)
+        self._schemas.pop(tool.__name__, None)
+
+    def _register(self, tool: Callable[..., Any], schema: dict[str, Any]) -> None:
+        name = tool.__name__
+        if name in self.tool_map:
+            raise ValueError(f"two tools are named '{name}'")
+        self.tools.append(tool)
+        self.tool_map[name] = tool
+        self._schemas[name] = schema
 
     @property
     def oai_tools(self) -> list[dict[str, Any]] | None:
-        return self._schemas or None
+        return list(self._schemas.values()) or None
 
-    def setup_state(self, state: State) -> None:
+    async def setup_state(self, state: State, **kwargs: Any) -> State:
         state["tool_calls"] = 0
         state["tool_errors"] = 0
+        return state
 
     async def is_completed(self, messages: Messages, state: State) -> bool:
         return not messages[-1].get("tool_calls")
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        if name not in self.tools:
-            raise KeyError(f"unknown tool '{name}' (available: {', '.join(self.tools)})")
-        func = self.tools[name]
+    async def call_tool(self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str = "",
+                        **kwargs: Any) -> str:
+        """Run one tool; its result as text. (verifiers' signature; `tool_call_id` is unused here.)"""
+        if tool_name not in self.tool_map:
+            raise KeyError(f"unknown tool '{tool_name}' (available: {', '.join(self.tool_map)})")
+        func = self.tool_map[tool_name]
         if inspect.iscoroutinefunction(func):
-            result = await func(**arguments)
+            result = await func(**tool_args)
         else:  # sync tools may block (files, subprocesses): keep them off the event loop
-            result = await asyncio.to_thread(func, **arguments)
+            result = await asyncio.to_thread(func, **tool_args)
         return str(result)
 
-    async def env_response(self, messages: Messages, state: State) -> Messages:
+    def prepare_tool_args(self, tool_name: str, tool_args: dict[str, Any], messages: Messages,
+                          state: State) -> dict[str, Any]:
+        """Hook between parsing a call and running it (StatefulToolEnv injects arguments here).
+        An exception here is an environment error: it ends the rollout."""
+        return tool_args
+
+    async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> Messages:
         replies: Messages = []
         for call in messages[-1].get("tool_calls") or []:
             function = call.get("function", {})
-            state["tool_calls"] += 1
+            name = function.get("name", "")
+            state["tool_calls"] = state.get("tool_calls", 0) + 1
             try:
                 raw_args = function.get("arguments") or "{}"
                 arguments = json.loads(raw_args) if isinstance(raw_args, str) else dict(raw_args)
                 if not isinstance(arguments, dict):
                     raise TypeError("tool arguments must be a JSON object")
-                content = await self.call_tool(function.get("name", ""), arguments)
+            except Exception as exc:  # the model wrote a bad call: tell it, keep going
+                replies.append(self._tool_error(exc, call, state))
+                continue
+            arguments = self.prepare_tool_args(name, arguments, messages, state)
+            try:
+                result = await self.call_tool(name, arguments, call.get("id", ""))
+                content = _tool_content(result)
             except Exception as exc:  # the model made a bad call: tell it, keep going
-                state["tool_errors"] += 1
-                content = f"Error: {type(exc).__name__}: {exc}"
+                replies.append(self._tool_error(exc, call, state))
+                continue
             if len(content) > self.max_tool_output_chars:
                 content = content[: self.max_tool_output_chars] + "\n[output truncated]"
-            replies.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
+            replies.append(ToolMessage(tool_call_id=call.get("id", ""), content=content))
         return replies
+
+    def _tool_error(self, exc: Exception, call: dict[str, Any], state: State) -> ToolMessage:
+        if isinstance(exc, self.stop_errors):
+            raise exc
+        state["tool_errors"] = state.get("tool_errors", 0) + 1
+        return ToolMessage(tool_call_id=call.get("id", ""), content=self.error_formatter(exc))
+
+
+def _tool_content(result: Any) -> str:
+    """A tool result as text: `call_tool` overrides written for verifiers return a tool message."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, dict) or hasattr(result, "content"):
+        content = result.get("content") if isinstance(result, dict) else result.content
+        return content if isinstance(content, str) else json.dumps(content)
+    return str(result)

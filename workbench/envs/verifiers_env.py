@@ -12,6 +12,8 @@ When a package's `load_environment()` returns a `verifiers.Environment`, the loa
 - errors: a model call the server failed is an inference error (infrastructure when the server
   answered 429/5xx or not at all); anything else the env raised is an env error on that rollout.
 
+A `verifiers.v1` object (Taskset / Env) goes to its own adapter, `verifiers_v1.py`.
+
 Simplifications: a row's extra dataset columns are not forwarded to reward functions (only
 prompt, answer, info, example_id); verifiers' env server (`start_server`) is never used.
 """
@@ -29,6 +31,7 @@ from typing import Any
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.multiturn import assemble_tokens
 from workbench.envs.rubric import RolloutScore
+from workbench.envs.verifiers_rewards import collecting, record_reward_errors
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.types import Completion, Example, Messages, RolloutError, SamplingParams, TokenData
@@ -44,14 +47,15 @@ def is_verifiers_object(obj: object) -> bool:
     return any(cls.__module__.split(".")[0] == "verifiers" for cls in type(obj).__mro__)
 
 
-def wrap(env_id: str, obj: object) -> VerifiersEnv:
+def wrap(env_id: str, obj: object) -> Environment:
     """`obj` as a Workbench environment, or a one-line UserError saying why it cannot be."""
     import verifiers
 
+    from workbench.envs.verifiers_v1 import is_v1_object, wrap_v1
+
     version = getattr(verifiers, "__version__", "0")
-    if any(cls.__module__.startswith("verifiers.v1") for cls in type(obj).__mro__):
-        raise UserError(f"environment '{env_id}' is a verifiers v1 object ({type(obj).__name__}); "
-                        f"Workbench runs verifiers' classic environments ({SUPPORTED}) so far")
+    if is_v1_object(obj):  # verifiers.v1 (Taskset / Env): its own adapter
+        return wrap_v1(env_id, obj)
     if not _supported(version) or not isinstance(obj, verifiers.Environment):
         raise UserError(f"environment '{env_id}' needs verifiers {version}, but Workbench's adapter supports "
                         f"verifiers {SUPPORTED} ({INSTALL} installs a supported one)")
@@ -102,6 +106,7 @@ class VerifiersEnv(Environment):
         self.env_id = env_id
         self.vf_env = vf_env
         self._loopback = _Loopback()
+        record_reward_errors(vf_env.rubric)
 
     # ----- data: the env's own formatting ------------------------------------------------
     def _vf_rows(self, split: str) -> list[dict[str, Any]]:
@@ -120,7 +125,15 @@ class VerifiersEnv(Environment):
         prompt = row["prompt"]
         if isinstance(prompt, str):
             return [{"role": "user", "content": prompt}]
-        return [dict(message) for message in prompt]
+        messages = [dict(message) for message in prompt]
+        # GEPA formats one env's rows with another env's system prompt: this env's prompt wins
+        if self.system_prompt is not None:
+            system = {"role": "system", "content": self.system_prompt}
+            if messages and messages[0].get("role") == "system":
+                messages[0] = system
+            else:
+                messages.insert(0, system)
+        return messages
 
     def _vf_prompt(self, prompt: Messages) -> Messages | str:
         if getattr(self.vf_env, "message_type", "chat") == "completion":
@@ -153,17 +166,20 @@ class VerifiersEnv(Environment):
     async def score_group(self, example: Example, outputs: Sequence[RolloutOutput]) -> list[RolloutScore]:
         states = [o.state for o in outputs if o.state.get("trajectory") is not None]
         rubric = self.vf_env.rubric
-        if states:
-            await (rubric.score_group(states) if self.vf_env.score_rollouts else rubric.dummy_score_group(states))
-            for state in states:
-                await rubric.cleanup(state)
+        with collecting() as errors:
+            if states:
+                await (rubric.score_group(states) if self.vf_env.score_rollouts else rubric.dummy_score_group(states))
+                for state in states:
+                    await rubric.cleanup(state)
         weights = _weights(rubric)
         scores = []
         for output in outputs:
             values = {k: float(v) for k, v in (output.state.get("metrics") or {}).items() if _is_number(v)}
             rewards = {k: v for k, v in values.items() if weights.get(k, 0.0) != 0.0}
             metrics = {k: v for k, v in values.items() if k not in rewards}
-            scores.append(RolloutScore(float(output.state.get("reward") or 0.0), rewards, metrics))
+            error = errors.get(id(output.state))  # a reward function raised: 0, as for native envs
+            reward = 0.0 if error else float(output.state.get("reward") or 0.0)
+            scores.append(RolloutScore(reward, rewards, metrics, error=error))
         return scores
 
 
