@@ -51,6 +51,13 @@ class WorkbenchScreen(Screen[object]):
         """Open the screen registered as `name` (see `WorkbenchApp.SCREEN_FACTORIES`)."""
         return self.wb.open_screen(name, *args, callback=callback, **kwargs)
 
+    @property
+    def closing(self) -> bool:
+        """True once the screen is being removed (popped, or the app quitting). Its widgets may
+        already be gone then, so a worker that awaited checks this before it touches them.
+        (Textual's `display` is false for a node that is closing, closed or being pruned.)"""
+        return not self.display
+
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1 and self is not self.app.screen_stack[0]:
             self.dismiss(None)

@@ -128,6 +128,8 @@ class CheckpointsScreen(WorkbenchScreen):
             checkpoints, evals = await asyncio.to_thread(self._read)
         finally:
             self._scanning = False
+        if self.closing:
+            return
         if [c.step for c in checkpoints] != [c.step for c in self.checkpoints]:
             self.checkpoints = checkpoints
             table = self.query_one("#ckpt-table", DataTable)

@@ -57,7 +57,8 @@ class CompareScreen(WorkbenchScreen):
             return compare_groups(*sides)
 
         self.comparison = await asyncio.to_thread(read)
-        self._render_rows()
+        if not self.closing:
+            self._render_rows()
 
     def _render_rows(self) -> None:
         comparison = self.comparison

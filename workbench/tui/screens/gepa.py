@@ -71,6 +71,8 @@ class GepaScreen(WorkbenchScreen):
     @work(group="gepa")
     async def load(self) -> None:
         self.gepa = gepa = await asyncio.to_thread(load_gepa_run, self.run.path)
+        if self.closing:
+            return
         best = gepa.best_index
         self.query_one("#gepa-title", Static).update(
             f"[b]GEPA[/b] · {self.run.env} · {self.run.model} · {gepa.status}\n"

@@ -90,6 +90,8 @@ class TrainMonitorScreen(WorkbenchScreen):
             run, metrics_changed, latest_changed = await asyncio.to_thread(self._read)
         finally:
             self._polling = False
+        if self.closing:
+            return
         if run is not None:
             self.run = run
         if metrics_changed:

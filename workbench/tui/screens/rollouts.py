@@ -118,6 +118,8 @@ class RolloutsScreen(WorkbenchScreen):
             self.notify("no groups match these filters (a clears them)", severity="warning")
 
     def _show_groups(self, groups: list[Group], select: int | None) -> None:
+        if self.closing:
+            return
         table = self.query_one(GroupsTable)
         self._shown = len(groups)
         table.show(groups, select)

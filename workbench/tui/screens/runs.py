@@ -76,7 +76,7 @@ class RunsScreen(WorkbenchScreen):
         finally:
             self._scanning = False
         self.all_runs = runs
-        if not self.is_current:  # another screen came on top (or the app quit) while the scan ran
+        if not self.is_current or self.closing:  # covered, popped or quitting while the scan ran
             return
         self._render_runs()
 

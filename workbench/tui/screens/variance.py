@@ -55,6 +55,8 @@ class VarianceScreen(WorkbenchScreen):
         await asyncio.to_thread(self.index.refresh)
         report = await asyncio.to_thread(variance_report, self.index.groups())
         self.report = report
+        if self.closing:
+            return
         self.query_one("#std-histogram", BarChart).show(report.histogram, "within-group reward std")
         self.query_one("#variance-shares", Static).update(self._shares(report))
         rows = []
