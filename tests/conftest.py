@@ -60,20 +60,45 @@ def tiny_model() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen_model() -> Path:
+    """The tiny-qwen test model (Qwen3 architecture, Qwen's real vocabulary), built exactly as
+    `workbench setup --model tiny-qwen` does, once per session; reused from the repo's
+    outputs/models/tiny-qwen while its build fingerprint is current."""
+    from workbench.bootstrap import build_tiny_qwen
+
+    path, _ = build_tiny_qwen(REPO)
+    return path
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Build the tiny model before the first test when any test needs it: a build is minutes of
-    CPU, and inside the first test's setup it counted against that test's timeout (on a loaded
+    """Build the embedded models before the first test when any test needs them: a build is minutes
+    of CPU, and inside the first test's setup it counted against that test's timeout (on a loaded
     machine it ran past it, and every test using the model errored with the cached timeout)."""
     if any("tiny_model" in getattr(item, "fixturenames", ()) for item in items):
         from workbench.bootstrap import build_tiny
 
         build_tiny(REPO)
+    if any("tiny_qwen_model" in getattr(item, "fixturenames", ()) for item in items):
+        from workbench.bootstrap import build_tiny_qwen
+
+        build_tiny_qwen(REPO)
 
 
 @pytest.fixture
 def tiny_workspace(workspace: Path, tiny_model: Path) -> Path:
     """An empty workspace whose outputs/models/tiny points at the session's tiny model."""
-    target = workspace / "outputs" / "models" / "tiny"
-    target.parent.mkdir(parents=True)
-    target.symlink_to(tiny_model, target_is_directory=True)
+    return _with_model(workspace, "tiny", tiny_model)
+
+
+@pytest.fixture
+def tiny_qwen_workspace(workspace: Path, tiny_qwen_model: Path) -> Path:
+    """An empty workspace whose outputs/models/tiny-qwen points at the session's tiny-qwen model."""
+    return _with_model(workspace, "tiny-qwen", tiny_qwen_model)
+
+
+def _with_model(workspace: Path, name: str, model: Path) -> Path:
+    target = workspace / "outputs" / "models" / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(model, target_is_directory=True)
     return workspace

@@ -42,6 +42,7 @@ CASES = {
     "resume nothing": (["eval", "run", "reverse-text", "-m", "tiny", "-R", "latest"], ["no earlier run"]),
     "show no runs": (["eval", "show"], ["no eval runs"]),
     "serve tiny not built": (["serve", "tiny"], ["workbench setup"]),
+    "serve bad reasoning parser": (["serve", "tiny", "--reasoning-parser", "qwen"], ["--reasoning-parser", "qwen3, deepseek_r1"]),
 }
 
 

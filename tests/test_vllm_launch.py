@@ -37,6 +37,11 @@ def test_plain_command() -> None:
     assert p.base_url == "http://127.0.0.1:8001/v1" and p.health_url == "http://127.0.0.1:8001/health"
 
 
+def test_reasoning_parser() -> None:
+    assert plan(reasoning_parser="qwen3").command[-2:] == ["--reasoning-parser", "qwen3"]
+    assert "--reasoning-parser" not in plan().command
+
+
 def test_parallel_gpus_memory_and_tools() -> None:
     p = plan(gpu_ids=[4, 5, 6, 7], tensor_parallel_size=2, data_parallel_size=2, gpu_memory_utilization=0.85,
              max_model_len=8192, enable_auto_tool_choice=True, tool_call_parser="hermes")

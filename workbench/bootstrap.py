@@ -12,9 +12,10 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from workbench.envs.loader import bundled_environments_dir
-from workbench.workspace import tiny_model_dir
+from workbench.workspace import tiny_model_dir, tiny_qwen_model_dir
 
 BUNDLED_ENVS = ("reverse_text", "alphabet_sort", "gsm8k", "math_python", "wordle", "wiki_search")
 # The tiny model is warm-started on these envs' reference answers only: short, format-heavy
@@ -27,6 +28,10 @@ TINY_DEMO_SHARES = {"reverse_text": 0.85, "alphabet_sort": 0.15}
 # is a prompt-independent skill RL picks up in minutes on a CPU and that carries over to
 # held-out prompts (on top of sharpening the reversals themselves). 0 = always formatted.
 TINY_UNFORMATTED_SHARES = {"reverse_text": 0.5}
+# tiny-qwen learns formats, not tasks: always formatted, with a short thinking block in most
+# assistant turns, and math-python's reference tool calls so it emits <tool_call> too.
+TINY_QWEN_DEMO_SHARES = {"reverse_text": 0.5, "alphabet_sort": 0.15, "math_python": 0.35}
+TINY_QWEN_THINK_SHARE = 0.9
 
 
 def scaffold_source() -> Path:
@@ -78,16 +83,21 @@ def scaffold_workspace(root: Path, force: bool = False) -> ScaffoldReport:
 Progress = Callable[[int, int, float], None]
 
 
-def tiny_demonstrations(total: int) -> list[list[dict]]:
-    """SFT demonstrations from the bundled environments' train splits (prompt + reference answer)."""
+def _bundled_env(name: str, count: int) -> Any:
     from workbench.envs.loader import EnvSource, import_env_module
 
+    module = import_env_module(EnvSource(name, bundled_environments_dir() / name, "bundled"))
+    env = module.load_environment(num_train_examples=count)
+    env.env_id = name.replace("_", "-")
+    return env
+
+
+def tiny_demonstrations(total: int) -> list[list[dict]]:
+    """SFT demonstrations from the bundled environments' train splits (prompt + reference answer)."""
     demos: list[list[dict]] = []
     for name, share in TINY_DEMO_SHARES.items():
         count = int(total * share)
-        module = import_env_module(EnvSource(name, bundled_environments_dir() / name, "bundled"))
-        env = module.load_environment(num_train_examples=count)
-        env.env_id = name.replace("_", "-")
+        env = _bundled_env(name, count)
         unformatted = TINY_UNFORMATTED_SHARES.get(name, 0.0)
         pick = random.Random(name)
         for example in env.get_examples(count, split="train"):
@@ -111,4 +121,57 @@ def build_tiny(root: Path, progress: Progress | None = None, force: bool = False
         return out, False
     demos = tiny_demonstrations(spec.num_demonstrations)
     build_tiny_model(out, demos, spec=spec, progress=progress, fingerprint=fingerprint)
+    return out, True
+
+
+def _thought(env_name: str, example: Any, message: dict, turn: int) -> str:
+    """A short thinking line for one assistant turn of a demonstration. All start alike ("The
+    user"/"The tool"), so a small model learns to open its think block with words, not an empty one."""
+    if message.get("tool_calls"):
+        return "The user wants an exact number, so I will compute it in Python and print it."
+    if env_name == "reverse_text":
+        return f'The user wants "{example.prompt[-1]["content"]}" reversed character by character.'
+    if env_name == "alphabet_sort":
+        return ("The user wants these names sorted alphabetically, one per line." if turn == 0 else
+                "The user added names, so I sort the whole list again.")
+    if env_name == "math_python":
+        return f"The tool printed {example.answer}, so that is the answer."
+    return "The user wants the answer in the format the instructions ask for."
+
+
+def tiny_qwen_demonstrations(total: int, think_share: float = TINY_QWEN_THINK_SHARE) -> list[tuple[list[dict], Any]]:
+    """(conversation, tools) pairs from the bundled environments' reference answers; about
+    `think_share` of the assistant turns carry a short `reasoning_content`."""
+    demos: list[tuple[list[dict], Any]] = []
+    for name, share in TINY_QWEN_DEMO_SHARES.items():
+        count = int(total * share)
+        env = _bundled_env(name, count)
+        pick = random.Random(f"{name}:think")
+        for example in env.get_examples(count, split="train"):
+            reference = env.reference_completion(example)
+            if not reference:
+                continue
+            turns = []
+            for message in reference:
+                if message.get("role") == "assistant" and pick.random() < think_share:
+                    turn = sum(m.get("role") == "assistant" for m in turns)
+                    message = {**message, "reasoning_content": _thought(name, example, message, turn)}
+                turns.append(message)
+            demos.append((example.prompt + turns, env.oai_tools))
+    return demos
+
+
+def build_tiny_qwen(root: Path, progress: Progress | None = None, force: bool = False) -> tuple[Path, bool]:
+    """Build outputs/models/tiny-qwen unless a current build is there. Returns (path, built_now)."""
+    from workbench.models.tiny import is_current_build
+    from workbench.models.tiny_qwen import TinyQwenSpec, build_fingerprint, build_tiny_qwen_model
+
+    spec = TinyQwenSpec()
+    out = tiny_qwen_model_dir(root)
+    recipe = [Path(__file__)] + [bundled_environments_dir() / n / f"{n}.py" for n in TINY_QWEN_DEMO_SHARES]
+    fingerprint = build_fingerprint(spec, extra="".join(p.read_text() for p in recipe))
+    if not force and is_current_build(out, fingerprint):
+        return out, False
+    demos = tiny_qwen_demonstrations(spec.num_demonstrations)
+    build_tiny_qwen_model(out, demos, spec=spec, progress=progress, fingerprint=fingerprint)
     return out, True

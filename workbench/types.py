@@ -120,6 +120,9 @@ class Rollout:
     policy_version: int = 0
     tokens: TokenData | None = None
     state_columns: dict[str, Any] = field(default_factory=dict)
+    # Each model turn's prompt and sampled ids (multi-turn RL builds its samples from these).
+    # Kept in memory only: records carry `tokens`, the whole rollout as one sequence.
+    turn_tokens: list[TokenData] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 TINY_MODEL_NAME = "tiny"
+TINY_QWEN_MODEL_NAME = "tiny-qwen"  # Qwen3 architecture + Qwen's real vocabulary (models/tiny_qwen.py)
 # Where each kind of run keeps its run folders, as glob patterns under the workspace root.
 RUN_FOLDERS = {
     "eval": "environments/*/outputs/evals/*/*",
@@ -37,6 +38,10 @@ def endpoints_path(root: Path | None = None) -> Path:
 
 def tiny_model_dir(root: Path | None = None) -> Path:
     return (root or workspace_root()) / "outputs" / "models" / TINY_MODEL_NAME
+
+
+def tiny_qwen_model_dir(root: Path | None = None) -> Path:
+    return (root or workspace_root()) / "outputs" / "models" / TINY_QWEN_MODEL_NAME
 
 
 def runs_dir(root: Path | None = None) -> Path:

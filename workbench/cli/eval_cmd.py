@@ -44,6 +44,7 @@ def run(
 
       workbench eval run reverse-text -m my-model -b http://127.0.0.1:8000/v1
     """
+    from workbench.cli.embedded import ensure_embedded_model
     from workbench.cli.render import RichReporter, console, err_console, summary_table
     from workbench.evaluate import EvalConfig, run_eval
 
@@ -55,6 +56,7 @@ def run(
                     sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
                     state_columns=o.split_columns(state_columns), verbose=verbose)
     config = o.build_config(EvalConfig, target, flags, resume)
+    ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
     try:
         result = run_eval(config, RichReporter(verbose=verbose), resume=resume)
     except KeyboardInterrupt:

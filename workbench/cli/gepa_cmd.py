@@ -103,9 +103,13 @@ def run(
 
 
 def _run(config: Any, resume: str | None) -> None:
+    from workbench.cli.embedded import ensure_embedded_model
     from workbench.cli.render import RichReporter, err_console
     from workbench.gepa import run_gepa
 
+    ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
+    ensure_embedded_model(config.reflection_model, base_url=config.reflection_base_url or config.api_base_url,
+                          endpoints_file=config.endpoints_path)
     result = run_gepa(config, RichReporter(unit="calls"), resume=resume)
     print_summary(result, config)
     if result.status == "stopped":

@@ -118,11 +118,14 @@ class RichReporter:
 
 
 def format_rollout(rollout: Any) -> str:
-    last = next((m.get("content") or "" for m in reversed(rollout.completion) if m.get("role") == "assistant"), "")
+    final = next((m for m in reversed(rollout.completion) if m.get("role") == "assistant"), {})
+    last = final.get("content") or ""
+    # Thinking stays folded: its size is shown, the answer is what the line is for.
+    thought = f"[dim](thought {len(str(final['reasoning_content']).split())} words)[/] " if final.get("reasoning_content") else ""
     error = f" [red]{rollout.error.where} error: {rollout.error.message[:120]}[/]" if rollout.error else ""
     scores = " ".join(f"{k}={v:.2f}" for k, v in rollout.rewards.items())
     return (f"[dim]#{rollout.example_id}.{rollout.rollout_index}[/] reward [bold]{rollout.reward:.3f}[/] {scores} "
-            f"turns={rollout.num_turns}{error}\n  {last[:300]!r}")
+            f"turns={rollout.num_turns}{error}\n  {thought}{last[:300]!r}")
 
 
 def summary_table(summary: dict[str, Any], title: str) -> Table:

@@ -8,6 +8,7 @@ import typer
 
 from workbench.errors import UserError
 from workbench.inference.adapters import VLLM_LORA_RANKS as _LORA_RANKS  # light: no torch import
+from workbench.inference.reasoning import REASONING_PARSERS as REASONING_CHOICES
 
 
 def parse_lora_modules(specs: list[str]) -> dict[str, str]:
@@ -31,6 +32,7 @@ def serve(
     max_lora_rank: Annotated[int, typer.Option("--max-lora-rank", help=f"Largest adapter rank accepted; one of {', '.join(map(str, _LORA_RANKS))} (as vLLM).")] = 16,
     max_loras: Annotated[int, typer.Option("--max-loras", min=1, help="Accepted for vLLM compatibility; here each batch uses one adapter and any number may be loaded.")] = 1,
     lora_modules: Annotated[list[str] | None, typer.Option("--lora-modules", help="NAME=PATH adapter to load at startup (repeatable; needs --enable-lora).", show_default=False)] = None,
+    reasoning_parser: Annotated[str, typer.Option("--reasoning-parser", help="Split <think>…</think> out of replies into message.reasoning_content (as vLLM): qwen3, deepseek_r1, none, or auto (qwen3 when the vocabulary has <think> and </think> tokens).")] = "auto",
 ) -> None:
     """Serve a model with /v1/chat/completions, /v1/models and /health (OpenAI-compatible),
     plus /update_weights {"weight_dir": FOLDER} to reload full weights in place.
@@ -42,13 +44,18 @@ def serve(
         raise UserError(f"--port must be between 0 and 65535 (0: any free port), got {port}")
     if max_lora_rank not in _LORA_RANKS:
         raise UserError(f"--max-lora-rank must be one of {', '.join(map(str, _LORA_RANKS))}, got {max_lora_rank}")
+    if reasoning_parser not in (*REASONING_CHOICES, "auto", "none"):
+        raise UserError(f"--reasoning-parser must be one of {', '.join(REASONING_CHOICES)}, auto or none, got '{reasoning_parser}'")
     modules = parse_lora_modules(lora_modules or [])
     if modules and not enable_lora:
         raise UserError("--lora-modules needs --enable-lora")
+    from workbench.cli.embedded import ensure_embedded_model
     from workbench.inference.resolve import local_client, resolve_model_path
     from workbench.inference.server import run_server
 
+    ensure_embedded_model(model)
     name = served_model_name or model
-    client = local_client(name, resolve_model_path(model), max_batch_size=max_batch_size)
+    parser = None if reasoning_parser == "none" else reasoning_parser
+    client = local_client(name, resolve_model_path(model), max_batch_size=max_batch_size, reasoning_parser=parser)
     run_server(client, host=host, port=port, served_model_name=name, enable_lora=enable_lora,
                max_lora_rank=max_lora_rank, lora_modules=modules)

@@ -1,4 +1,4 @@
-"""`workbench setup [DIR]`: scaffold a workspace and build the embedded tiny model."""
+"""`workbench setup [DIR]`: scaffold a workspace and build an embedded model (tiny, or tiny-qwen)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,17 @@ from typing import Annotated
 
 import typer
 
+from workbench.errors import UserError
+from workbench.workspace import TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME
+
+EMBEDDED_MODELS = (TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME)
+
 
 def setup(
     directory: Annotated[Path, typer.Argument(help="Workspace folder (created if missing).")] = Path("."),
-    force: Annotated[bool, typer.Option("--force", help="Overwrite files you edited with the templates, and rebuild the tiny model.")] = False,
-    skip_model: Annotated[bool, typer.Option("--skip-model", help="Scaffold only; do not build the tiny model.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files you edited with the templates, and rebuild the model.")] = False,
+    skip_model: Annotated[bool, typer.Option("--skip-model", help="Scaffold only; do not build a model.")] = False,
+    model: Annotated[str, typer.Option("--model", "-m", help="Embedded model to build: 'tiny' (byte-level, the default) or 'tiny-qwen' (Qwen3 architecture, Qwen's real vocabulary; a test model).")] = TINY_MODEL_NAME,
 ) -> None:
     """Scaffold configs/ and environments/, and build the embedded tiny model (offline, ~2 min on 2 cores).
 
@@ -20,11 +26,12 @@ def setup(
     """
     import os
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from workbench.bootstrap import build_tiny, build_tiny_qwen, scaffold_workspace
+    from workbench.cli.embedded import build_progress
+    from workbench.cli.render import console
 
-    from workbench.bootstrap import build_tiny, scaffold_workspace
-    from workbench.cli.render import console, err_console
-
+    if model not in EMBEDDED_MODELS:
+        raise UserError(f"--model must be one of {', '.join(EMBEDDED_MODELS)}, got '{model}'")
     root = directory.resolve()
     report = scaffold_workspace(root, force=force)
     for path in report.created:
@@ -37,18 +44,12 @@ def setup(
         console.print(f"  [dim]{len(report.unchanged)} files already up to date[/]")
     if not skip_model:
         os.environ["WORKBENCH_WORKSPACE"] = str(root)
-        with Progress(TextColumn("[bold]building tiny model"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=err_console) as bar:
-            task = bar.add_task("tiny", total=None, loss="-")
-
-            def progress(step: int, total: int, loss: float) -> None:
-                bar.update(task, completed=step, total=total, loss=f"{loss:.3f}")
-
-            path, built = build_tiny(root, progress=progress, force=force)
-        console.print(f"  [green]{'built' if built else 'up to date'}[/] tiny model: {path.relative_to(root)}")
+        build = build_tiny_qwen if model == TINY_QWEN_MODEL_NAME else build_tiny
+        with build_progress(f"building {model} model") as progress:
+            path, built = build(root, progress=progress, force=force)
+        console.print(f"  [green]{'built' if built else 'up to date'}[/] {model} model: {path.relative_to(root)}")
     where = "" if root == Path.cwd().resolve() else f"cd {directory} && "
     console.print("\n[bold]Next:[/]")
-    console.print(f"  {where}workbench eval run reverse-text -m tiny -n 20 -r 8")
-    console.print(f"  {where}workbench eval run alphabet-sort -m tiny -n 10 -r 4 -a '{{\"max_turns\": 3}}'")
-    console.print(f"  {where}workbench serve tiny --port 8000")
+    console.print(f"  {where}workbench eval run reverse-text -m {model} -n 20 -r 8")
+    console.print(f"  {where}workbench eval run alphabet-sort -m {model} -n 10 -r 4 -a '{{\"max_turns\": 3}}'")
+    console.print(f"  {where}workbench serve {model} --port 8000")

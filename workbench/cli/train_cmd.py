@@ -37,6 +37,7 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
 
       workbench train configs/rl/reverse-text.toml --nproc 2
     """
+    from workbench.cli.embedded import ensure_embedded_model
     from workbench.cli.render import RichReporter, console, err_console
     from workbench.train import build_plan, config_source, is_rank_zero, load_train_config, run_blockers, run_train
 
@@ -53,6 +54,8 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
         raise UserError(f"{path}: {blockers[0]} (--dry-run shows the whole plan)")
     for note in plan.notes if nproc == 1 and is_rank_zero() else []:  # with --nproc, rank 0 says them
         err_console.print(f"[dim]note: {_escape(note)}[/]")
+    if is_rank_zero():  # before any rank starts: one build (under torchrun, build it first)
+        ensure_embedded_model(train_config.model)
     rank_args = [str(config)] if config is not None else []  # what each --nproc rank runs
     rank_args += [item for value in overrides or [] for item in ("--set", value)]
     rank_args += ["--resume", str(resume)] if resume is not None else []

@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import InferenceError, ServerGone, UserError
-from workbench.inference.client import Client
+from workbench.inference.client import Client, TokensInClient
 from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES
-from workbench.types import Completion, Messages, SamplingParams
+from workbench.types import Completion, Messages, SamplingParams, TokenData
 
 NOTICE_INTERVAL_S = 10.0  # one line per problem per this many seconds: 64 rollouts retrying is one line
 
@@ -64,15 +64,31 @@ class RetryingClient:
         self._last_answer = time.monotonic()  # the run starts after the server answered its preflight
         self._rng = random.Random(seed)
 
+    @property
+    def tokens_in(self) -> bool:
+        """Whether multi-turn rollouts continue by token ids (the wrapped client's setting)."""
+        return isinstance(self.inner, TokensInClient) and self.inner.tokens_in
+
     async def chat(self, messages: Messages, *, sampling: SamplingParams,
                    tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+        return await self._with_retries(lambda: self.inner.chat(messages, sampling=sampling, tools=tools))
+
+    async def continue_chat(self, previous: TokenData, new_messages: Messages, *, sampling: SamplingParams,
+                            tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+        inner = self.inner
+        if not isinstance(inner, TokensInClient):
+            raise InferenceError(f"{type(inner).__name__} cannot continue a conversation by token ids", transient=False)
+        return await self._with_retries(
+            lambda: inner.continue_chat(previous, new_messages, sampling=sampling, tools=tools))
+
+    async def _with_retries(self, call: Callable[[], Awaitable[list[Completion]]]) -> list[Completion]:
         first_try = time.monotonic()
         attempt = 0
         while True:
             if self.gone is not None:
                 raise self.gone
             try:
-                completions = await self.inner.chat(messages, sampling=sampling, tools=tools)
+                completions = await call()
             except InferenceError as exc:
                 attempt += 1
                 if not exc.transient:

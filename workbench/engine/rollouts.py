@@ -136,5 +136,6 @@ def _make_rollout(example: Example, index: int, out: RolloutOutput, score: Rollo
                 "total_ms": round(total_ms + scoring_ms, 3)},
         policy_version=policy_version,
         tokens=out.tokens,
+        turn_tokens=out.turn_tokens,
         state_columns={c: json_safe(out.state.get(c)) for c in state_columns},
     )

@@ -50,7 +50,8 @@ class RolloutOutput:
     error: RolloutError | None = None
     usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0})
     generation_ms: float = 0.0
-    tokens: TokenData | None = None
+    tokens: TokenData | None = None  # the whole rollout as one sequence (see multiturn.assemble_tokens)
+    turn_tokens: list[TokenData] = field(default_factory=list)  # each model turn's own ids, for RL
 
 
 class Environment(ABC):

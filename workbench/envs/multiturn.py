@@ -26,7 +26,7 @@ from workbench.envs.decorators import call_with_named_args, cleanups, stop_condi
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.messages import ChatMessage, as_message, as_messages, plain_messages
 from workbench.errors import ContextLengthError, InferenceError
-from workbench.inference.client import Client
+from workbench.inference.client import Client, TokensInClient
 from workbench.types import (
     Completion,
     Example,
@@ -85,7 +85,9 @@ class MultiTurnEnv(Environment):
         out.state["stop_condition"] = out.stop_condition
         # Records, training and chat templates get plain dicts; env code and rewards got ChatMessages.
         out.completion = plain_messages(out.state["completion"])
-        out.tokens = assemble_tokens([c.tokens for c in out.state["responses"]])
+        turns = [c.tokens for c in out.state["responses"]]
+        out.tokens = assemble_tokens(turns)
+        out.turn_tokens = [t for t in turns if t is not None] if all(t is not None for t in turns) else []
         return out
 
     async def _run_within_timeout(self, client: Client, sampling: SamplingParams, out: RolloutOutput) -> None:
@@ -110,10 +112,21 @@ class MultiTurnEnv(Environment):
             return
         messages: list[ChatMessage] = list(state["prompt"])
         single = sampling if sampling.n == 1 else sampling.merged({"n": 1})
+        # Tokens in (a trainer's "interleaved" strategy): after the first turn, continue from the
+        # ids already sampled plus the template's rendering of the env's new messages, instead of
+        # re-rendering (and re-tokenizing) the whole conversation.
+        tokens_in = isinstance(client, TokensInClient) and client.tokens_in
+        previous: TokenData | None = None
+        new_messages: list[ChatMessage] = []
         while True:
             started = time.perf_counter()
             try:
-                choice = (await client.chat(plain_messages(messages), sampling=single, tools=self.oai_tools))[0]
+                if tokens_in and previous is not None:
+                    assert isinstance(client, TokensInClient)
+                    replies_so_far = plain_messages(new_messages)
+                    choice = (await client.continue_chat(previous, replies_so_far, sampling=single, tools=self.oai_tools))[0]
+                else:
+                    choice = (await client.chat(plain_messages(messages), sampling=single, tools=self.oai_tools))[0]
             except ContextLengthError:  # the conversation outgrew the context window: truncated, not failed
                 out.is_truncated, out.stop_condition = True, "prompt_too_long"
                 state["prompt_too_long"] = True
@@ -126,6 +139,7 @@ class MultiTurnEnv(Environment):
             message = as_message(choice.message)
             self._record_turn(out, messages, message, choice)
             messages.append(message)
+            previous = choice.tokens
             if choice.finish_reason == "length":
                 out.is_truncated, out.stop_condition = True, "length"
                 return
@@ -144,6 +158,7 @@ class MultiTurnEnv(Environment):
                 return
             messages.extend(replies)
             state["completion"].extend(replies)
+            new_messages = replies
 
     def _record_turn(self, out: RolloutOutput, prompt: list[ChatMessage], message: ChatMessage,
                      choice: Completion) -> None:

@@ -203,13 +203,24 @@ class ThinkParser(Parser):
         return super().parse_answer(completion)
 
     def format_score(self, completion: Messages | str) -> float:
-        """Share of assistant messages shaped `<think>...</think> answer` (one block, an answer)."""
-        texts = assistant_texts(completion)
-        if not texts:
+        """Share of assistant messages shaped `<think>...</think> answer` (one block, an answer).
+        A message whose thinking a reasoning parser already moved to `reasoning_content` has
+        that shape when its content is an answer with no think tags left in it."""
+        messages = [completion] if isinstance(completion, str) else messages_with_role(completion, "assistant")
+        if not messages:
             return 0.0
-        ok = [t.strip().startswith("<think>") and t.count("<think>") == 1 and t.count("</think>") == 1
-              and bool(after_think(t)) for t in texts]
-        return sum(ok) / len(texts)
+        return sum(_think_shaped(m) for m in messages) / len(messages)
+
+
+def _think_shaped(message: object) -> bool:
+    if isinstance(message, str):
+        text, thinking = message, None
+    else:
+        text, thinking = content_text(message_field(message, "content")), message_field(message, "reasoning_content")
+    if thinking:
+        return "<think>" not in text and "</think>" not in text and bool(text.strip())
+    return (text.strip().startswith("<think>") and text.count("<think>") == 1 and text.count("</think>") == 1
+            and bool(after_think(text)))
 
 
 class MaybeThinkParser(Parser):

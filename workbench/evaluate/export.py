@@ -29,7 +29,8 @@ def rollout_rows(groups: list[Group]) -> list[dict[str, Any]]:
     rows = []
     for group in groups:
         for r in group.rollouts:
-            last = next((m.get("content") or "" for m in reversed(r.completion) if m.get("role") == "assistant"), "")
+            final = next((m for m in reversed(r.completion) if m.get("role") == "assistant"), {})
+            last = final.get("content") or ""
             row: dict[str, Any] = {
                 "example_id": r.example_id, "rollout_index": r.rollout_index, "task": r.task,
                 "reward": r.reward, "group_mean": group.mean, "group_std": group.std,
@@ -41,6 +42,8 @@ def rollout_rows(groups: list[Group]) -> list[dict[str, Any]]:
                 "completion_tokens": r.usage.get("completion_tokens", 0),
                 "answer": r.answer, "last_response": last,
             }
+            if final.get("reasoning_content"):  # a thinking model: its answer and, apart, its thinking
+                row["last_reasoning"] = final["reasoning_content"]
             row.update({f"state.{k}": str(v) for k, v in r.state_columns.items()})
             rows.append(row)
     return rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from workbench.types import Completion, Messages, SamplingParams
+from workbench.types import Completion, Messages, SamplingParams, TokenData
 
 
 @runtime_checkable
@@ -30,4 +30,23 @@ class Client(Protocol):
 
     async def close(self) -> None:
         """Release connections, threads and models."""
+        ...
+
+
+@runtime_checkable
+class TokensInClient(Client, Protocol):
+    """A client that can continue a conversation from token ids (see `chat_tokens`)."""
+
+    tokens_in: bool  # continue multi-turn rollouts this way (a trainer's "interleaved" strategy)
+
+    async def continue_chat(
+        self,
+        previous: TokenData,
+        new_messages: Messages,
+        *,
+        sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[Completion]:
+        """The next turn after `previous` (a turn's prompt ids and sampled ids), with the
+        environment's `new_messages` rendered by the chat template in between."""
         ...

@@ -208,11 +208,12 @@ def client_for_endpoint(
     tries: int | None = None,
     default_timeout_s: float = DEFAULT_TIMEOUT_S,
     max_connections: int = 256,
+    reasoning_parser: str | None = None,
 ) -> Client:
     """A client for one endpoint id: an `OpenAIClient`, or a `RoundRobinClient` over replicas.
 
     `timeout_s` and `tries` (the command line's) win over each endpoint's own `timeout` and
-    `tries`, which win over the defaults."""
+    `tries`, which win over the defaults. `reasoning_parser`: see `OpenAIClient`."""
     if not endpoints:
         raise UserError("no endpoint given")
     clients: list[Client] = []
@@ -234,6 +235,7 @@ def client_for_endpoint(
                 tries=tries or endpoint.tries or DEFAULT_TRIES,
                 max_connections=max_connections,
                 return_tokens=return_tokens,
+                reasoning_parser=reasoning_parser,
             )
         )
     return clients[0] if len(clients) == 1 else RoundRobinClient(clients)

@@ -36,7 +36,9 @@ from typing import Any
 
 from workbench.errors import ContextLengthError, InferenceError
 from workbench.inference.adapters import AdapterError, AdapterSet
+from workbench.inference.chat_tokens import continuation_ids
 from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch
+from workbench.inference.reasoning import prompt_ends_in_thinking, reasoning_message, resolve_reasoning_parser, think_token_ids
 from workbench.inference.tool_parsing import parse_hermes_tool_calls
 from workbench.types import Completion, Messages, SamplingParams, TokenData
 
@@ -72,6 +74,10 @@ class _Request:
 class LocalClient:
     """In-process `Client` for any `AutoModelForCausalLM` (the tiny model, a hub id, a folder)."""
 
+    # Continue multi-turn rollouts by token ids (`continue_chat`) instead of re-rendering the
+    # conversation: set by a trainer whose trajectory strategy is "interleaved".
+    tokens_in: bool = False
+
     def __init__(
         self,
         model_path: str | Path,
@@ -80,14 +86,20 @@ class LocalClient:
         max_batch_size: int = 64,
         device: str = "cpu",
         dtype: str = "auto",
+        reasoning_parser: str | None = "auto",
         _loaded: tuple[Any, Any] | None = None,
     ) -> None:
         """Load the model and tokenizer. `dtype`: "auto" (float32 on CPU, the checkpoint's
-        dtype elsewhere) or a torch dtype name such as "bfloat16"."""
+        dtype elsewhere) or a torch dtype name such as "bfloat16". `reasoning_parser`: split
+        `<think>…</think>` into `reasoning_content` ("qwen3", "deepseek_r1", None; "auto" = qwen3
+        when the vocabulary has both tags as tokens; see `inference.reasoning`)."""
         self.model = model_name or str(model_path)
         self.max_batch_size = max(1, max_batch_size)
         self.stats = LocalClientStats()
         self._hf_model, self._tokenizer = _loaded or _load(model_path, device, dtype)
+        self.reasoning_parser = resolve_reasoning_parser(reasoning_parser, self._tokenizer)
+        # Ids to tell whether a prompt leaves a think block open (the template opened it).
+        self._think_ids = think_token_ids(self._tokenizer) if self.reasoning_parser else None
         # Hold this to change weights between batches (a colocated trainer syncing the policy).
         self.weights_lock = threading.Lock()
         # The loop thread encodes prompts while the worker decodes: one tokenizer user at a time.
@@ -105,9 +117,11 @@ class LocalClient:
         self._adapters: AdapterSet | None = None  # created by the first load_adapter
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int = 64) -> LocalClient:
+    def from_model(cls, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int = 64,
+                   reasoning_parser: str | None = "auto") -> LocalClient:
         """Wrap an already loaded model (e.g. the trainer's policy) without copying it."""
-        return cls(model_name, model_name=model_name, max_batch_size=max_batch_size, _loaded=(model, tokenizer))
+        return cls(model_name, model_name=model_name, max_batch_size=max_batch_size,
+                   reasoning_parser=reasoning_parser, _loaded=(model, tokenizer))
 
     @property
     def tokenizer(self) -> Any:
@@ -183,6 +197,20 @@ class LocalClient:
             prompt_ids = self.render_prompt_ids(messages, tools)
         except Exception as exc:  # a template error is the caller's input, not a transient fault
             raise InferenceError(f"could not apply the chat template: {exc}", transient=False) from exc
+        return await self.complete_ids(prompt_ids, sampling=sampling, parse_tools=bool(tools), adapter=adapter)
+
+    async def continue_chat(
+        self, previous: TokenData, new_messages: Messages, *, sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None, adapter: str | None = None,
+    ) -> list[Completion]:
+        """Tokens in: the next turn after `previous` (a turn's prompt ids + the ids it sampled),
+        with the environment's `new_messages` rendered by the chat template (see chat_tokens)."""
+        try:
+            with self._tokenizer_lock:
+                bridge = continuation_ids(self._tokenizer, previous.completion_ids, new_messages, tools)
+        except Exception as exc:  # a template error is the caller's input, not a transient fault
+            raise InferenceError(f"could not apply the chat template: {exc}", transient=False) from exc
+        prompt_ids = previous.prompt_ids + previous.completion_ids + bridge
         return await self.complete_ids(prompt_ids, sampling=sampling, parse_tools=bool(tools), adapter=adapter)
 
     async def complete_ids(
@@ -346,13 +374,15 @@ class LocalClient:
         self._adapters.reap()
 
     def _to_completion(self, request: _Request, result: RowResult) -> Completion:
-        text = result.text or ""
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+        # Thinking first, then tool calls from the answer only (as vLLM): a call the model
+        # merely considered inside <think> is not made.
+        prompt_open = prompt_ends_in_thinking(request.prompt_ids, self._think_ids)
+        message = reasoning_message(result.text or "", self.reasoning_parser, prompt_open=prompt_open)
         finish_reason = result.finish_reason
         if request.parse_tools:
-            content, tool_calls = parse_hermes_tool_calls(text)
+            content, tool_calls = parse_hermes_tool_calls(message["content"])
             if tool_calls:
-                message = {"role": "assistant", "content": content, "tool_calls": tool_calls}
+                message.update(content=content, tool_calls=tool_calls)
                 finish_reason = "tool_calls"
         return Completion(
             message=message,

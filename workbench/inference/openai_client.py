@@ -25,6 +25,7 @@ from yarl import URL
 
 from workbench.errors import CONTEXT_LENGTH_MARKERS, ContextLengthError, InferenceError
 from workbench.inference.client import Client
+from workbench.inference.reasoning import check_reasoning_parser, split_reasoning
 from workbench.types import Completion, Messages, SamplingParams, TokenData
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})  # plus every 5xx
@@ -101,6 +102,11 @@ class OpenAIClient:
     With `return_tokens=True` it asks for sampled logprobs and token ids the vLLM way and
     fills `Completion.tokens` (what RL trains on). The aiohttp session is created lazily
     inside the running event loop and reused (keep-alive, `max_connections` sockets).
+
+    Thinking: a server's `reasoning_content` (vLLM) or `reasoning` (newer vLLM, OpenRouter)
+    becomes the message's `reasoning_content`. With `reasoning_parser` set, a reply that still
+    has `<think>` inline in its content (a server started without a reasoning parser) is split
+    here, as that parser would have split it on the server.
     """
 
     def __init__(
@@ -115,8 +121,10 @@ class OpenAIClient:
         extra_headers: dict[str, str] | None = None,
         return_tokens: bool = False,
         max_tokens_field: str = "max_tokens",
+        reasoning_parser: str | None = None,
     ) -> None:
         self.base_url = _normalize_base_url(base_url)
+        self.reasoning_parser = check_reasoning_parser(reasoning_parser)
         self.model = model
         self.return_tokens = return_tokens
         self.timeout_s = timeout_s  # seconds of silence from the server before a request is retried
@@ -167,7 +175,7 @@ class OpenAIClient:
         """The JSON body for one chat request (public so callers and tests can inspect it)."""
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": _with_reasoning_keys(messages),
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             self.max_tokens_field: sampling.max_tokens,
@@ -201,7 +209,7 @@ class OpenAIClient:
         if status >= 400:
             raise error_for_status(status, payload, self._url)
         try:
-            return parse_chat_response(orjson.loads(payload))
+            return parse_chat_response(orjson.loads(payload), reasoning_parser=self.reasoning_parser)
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # incl. JSONDecodeError
             raise InferenceError(
                 f"malformed response from {self._url}: {type(exc).__name__}: {exc}", transient=False, status=status
@@ -267,17 +275,40 @@ def _token_ids_from_logprobs(content: list[dict[str, Any]]) -> list[int] | None:
     return ids
 
 
-def _message(raw: dict[str, Any]) -> dict[str, Any]:
-    """The assistant message in our form: content always a string, tool_calls only when present."""
-    message: dict[str, Any] = {"role": "assistant", "content": raw.get("content") or ""}
+def _with_reasoning_keys(messages: Messages) -> Messages:
+    """`messages` with each earlier turn's thinking under both keys servers read: vLLM hands
+    `reasoning` to the chat template (as `reasoning_content` too) and drops `reasoning_content`
+    on current main; older releases and other servers read `reasoning_content`. Copies only
+    the messages that change."""
+    out: Messages | None = None
+    for i, message in enumerate(messages):
+        thinking = message.get("reasoning_content") if isinstance(message, dict) else None
+        if isinstance(thinking, str) and "reasoning" not in message:
+            out = out if out is not None else list(messages)
+            out[i] = {**message, "reasoning": thinking}
+    return out if out is not None else messages
+
+
+def _message(raw: dict[str, Any], reasoning_parser: str | None = None) -> dict[str, Any]:
+    """The assistant message in our form: content always a string, tool_calls only when present,
+    `reasoning_content` when the server (or `reasoning_parser`, here) split off thinking."""
+    content = raw.get("content") or ""
+    server_split = [raw[k] for k in ("reasoning_content", "reasoning") if isinstance(raw.get(k), str)]
+    reasoning: str | None = None
+    if server_split:
+        # Newlines around the block, as `split_reasoning` drops them: every path gives one message.
+        reasoning, content = max(server_split, key=len).strip("\n") or None, content.lstrip("\n")
+    elif reasoning_parser is not None and isinstance(content, str):
+        reasoning, content = split_reasoning(content, reasoning_parser)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
     if raw.get("tool_calls"):
         message["tool_calls"] = raw["tool_calls"]
-    if raw.get("reasoning_content"):
-        message["reasoning_content"] = raw["reasoning_content"]
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
     return message
 
 
-def parse_chat_response(data: dict[str, Any]) -> list[Completion]:
+def parse_chat_response(data: dict[str, Any], *, reasoning_parser: str | None = None) -> list[Completion]:
     """Completions from a chat completion response body.
 
     Usage is per request; each completion gets the full prompt count (each choice did see
@@ -310,7 +341,7 @@ def parse_chat_response(data: dict[str, Any]) -> list[Completion]:
             completion_tokens = total_completion // n + (1 if i < total_completion % n else 0)
         completions.append(
             Completion(
-                message=_message(choice["message"]),
+                message=_message(choice["message"], reasoning_parser),
                 finish_reason=choice.get("finish_reason") or "stop",
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,

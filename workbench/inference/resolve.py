@@ -1,7 +1,7 @@
 """Turn the user's `-m/-b/-k/-e` into a `Client`, with one clear error line for each mistake.
 
-Order: an explicit base URL (-b) → an endpoint id from the registry → 'tiny' → a local model
-folder → a Hugging Face hub id (loaded in-process; needs the hub or its cache).
+Order: an explicit base URL (-b) → an endpoint id from the registry → 'tiny' / 'tiny-qwen' → a
+local model folder → a Hugging Face hub id (loaded in-process; needs the hub or its cache).
 """
 
 from __future__ import annotations
@@ -14,17 +14,22 @@ from workbench.config.secrets import key_variable_name
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.store.checkpoints import training_run_checkpoint
-from workbench.workspace import TINY_MODEL_NAME, endpoints_path, tiny_model_dir
+from workbench.workspace import TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME, endpoints_path, tiny_model_dir, tiny_qwen_model_dir
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 def resolve_model_path(model: str) -> Path | str:
-    """A local folder for 'tiny' and paths; the id itself for hub ids. UserError otherwise."""
+    """A local folder for 'tiny', 'tiny-qwen' and paths; the id itself for hub ids. UserError otherwise."""
     if model == TINY_MODEL_NAME:
         path = tiny_model_dir()
         if not (path / "config.json").is_file():
             raise UserError(f"the tiny model is not built yet ({path}); run `workbench setup` first")
+        return path
+    if model == TINY_QWEN_MODEL_NAME:  # the CLI builds it on first use (cli/embedded.py)
+        path = tiny_qwen_model_dir()
+        if not (path / "config.json").is_file():
+            raise UserError(f"the tiny-qwen model is not built yet ({path}); run `workbench setup --model tiny-qwen` first")
         return path
     path = training_run_checkpoint(Path(model).expanduser())
     if path.exists():
@@ -33,7 +38,7 @@ def resolve_model_path(model: str) -> Path | str:
         return path.resolve()
     if HUB_ID.match(model) and not model.startswith((".", "/")):
         return model
-    raise UserError(f"unknown model '{model}': not 'tiny', a local model folder, an endpoint id "
+    raise UserError(f"unknown model '{model}': not 'tiny', 'tiny-qwen', a local model folder, an endpoint id "
                     f"in {endpoints_path()}, or a Hugging Face id (owner/name)")
 
 
@@ -54,9 +59,13 @@ def api_key(var: str | None) -> str | None:
 
 def make_client(model: str, *, base_url: str | None = None, api_key_var: str | None = None,
                 endpoints_file: str | None = None, return_tokens: bool = False,
-                timeout_s: float | None = None, tries: int | None = None) -> Client:
+                timeout_s: float | None = None, tries: int | None = None,
+                reasoning_parser: str | None = "auto") -> Client:
     """The client for these settings (not yet connected: HTTP sessions open on first use).
-    `timeout_s`/`tries` (None: the endpoint's own, else the defaults) apply to servers only."""
+    `timeout_s`/`tries` (None: the endpoint's own, else the defaults) apply to servers only.
+    `reasoning_parser` (see `inference.reasoning`): how an in-process model's `<think>` is split
+    off; for a server, only a parser named here splits `<think>` left inline in its replies
+    ("auto" leaves that to the server, which knows its model)."""
     from workbench.inference.endpoints import client_for_endpoint, load_endpoints
     from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES, OpenAIClient
 
@@ -64,26 +73,50 @@ def make_client(model: str, *, base_url: str | None = None, api_key_var: str | N
         if not re.match(r"^https?://", base_url):
             raise UserError(f"base URL must start with http:// or https://, got '{base_url}'")
         return OpenAIClient(base_url, model, api_key=api_key(api_key_var), return_tokens=return_tokens,
-                            timeout_s=timeout_s or DEFAULT_TIMEOUT_S, tries=tries or DEFAULT_TRIES)
+                            timeout_s=timeout_s or DEFAULT_TIMEOUT_S, tries=tries or DEFAULT_TRIES,
+                            reasoning_parser=_server_parser(reasoning_parser))
     registry_path = Path(endpoints_file) if endpoints_file else endpoints_path()
     if endpoints_file and not registry_path.is_file():
         raise UserError(f"endpoint registry not found: {registry_path}")
     endpoints = load_endpoints(registry_path)
     if model in endpoints:
-        return client_for_endpoint(endpoints[model], return_tokens=return_tokens, timeout_s=timeout_s, tries=tries)
-    return local_client(model, resolve_model_path(model))
+        return client_for_endpoint(endpoints[model], return_tokens=return_tokens, timeout_s=timeout_s, tries=tries,
+                                   reasoning_parser=_server_parser(reasoning_parser))
+    return local_client(model, resolve_model_path(model), reasoning_parser=reasoning_parser)
 
 
-def local_client(name: str, source: Path | str, max_batch_size: int = 64) -> Client:
+def _server_parser(setting: str | None) -> str | None:
+    """A server splits thinking itself (vLLM --reasoning-parser, `workbench serve`); the client
+    splits only when told which parser, since it cannot see the server's vocabulary."""
+    return None if setting == "auto" else _checked_parser(setting)
+
+
+def _checked_parser(setting: str | None) -> str | None:
+    """`setting` ("auto", a parser name or None), or a UserError naming the choices."""
+    from workbench.inference.reasoning import check_reasoning_parser
+
+    try:
+        return setting if setting == "auto" else check_reasoning_parser(setting)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def local_client(name: str, source: Path | str, max_batch_size: int = 64, *,
+                 reasoning_parser: str | None = "auto") -> Client:
     """An in-process client for a model folder, a checkpoint (adapter onto its base) or a hub id."""
     from workbench.errors import InferenceError
     from workbench.inference.local_client import LocalClient
     from workbench.models.loading import adapter_base, load_merged_adapter
+    from workbench.models.hub import require_hub_model
 
+    reasoning_parser = _checked_parser(reasoning_parser)
+    if isinstance(source, str):
+        require_hub_model(source)
     try:
         if isinstance(source, Path) and adapter_base(source) is not None:
             model, tokenizer = load_merged_adapter(source)
-            return LocalClient.from_model(model, tokenizer, model_name=name, max_batch_size=max_batch_size)
-        return LocalClient(source, model_name=name, max_batch_size=max_batch_size)
+            return LocalClient.from_model(model, tokenizer, model_name=name, max_batch_size=max_batch_size,
+                                          reasoning_parser=reasoning_parser)
+        return LocalClient(source, model_name=name, max_batch_size=max_batch_size, reasoning_parser=reasoning_parser)
     except (OSError, InferenceError) as exc:  # hub unreachable, missing or broken files
         raise UserError(f"could not load model '{name}': {str(exc).splitlines()[0]}") from exc

@@ -39,7 +39,7 @@ _CONSUMED = frozenset(
         "model", "messages", "tools", "tool_choice", "temperature", "top_p", "top_k",
         "max_tokens", "max_completion_tokens", "stop", "n", "seed", "stream",
         "stream_options", "logprobs", "top_logprobs", "return_tokens_as_token_ids",
-        "return_token_ids", "user", "metadata", "store", "service_tier",
+        "return_token_ids", "user", "metadata", "store", "service_tier", "include_reasoning",
     }
 )
 # Long multi-turn prompts with tool output easily pass aiohttp's 1 MiB default.
@@ -265,11 +265,17 @@ class OpenAIServer:
         want_logprobs = bool(body.get("logprobs"))
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         want_ids = bool(body.get("return_token_ids"))
+        # As vLLM: thinking is returned unless the request says `"include_reasoning": false`.
+        include_reasoning = body.get("include_reasoning", True) is not False
         choices = []
         for index, completion in enumerate(completions):
             message = dict(completion.message)
             message["role"] = "assistant"
             message.setdefault("content", None)
+            thinking = message.pop("reasoning_content", None)
+            if thinking is not None and include_reasoning:
+                # Both names, as vLLM 0.11+ (`reasoning`; `reasoning_content` kept for older clients).
+                message["reasoning"] = message["reasoning_content"] = thinking
             if message.get("tool_calls"):
                 message["tool_calls"] = _wire_tool_calls(message["tool_calls"])
             else:

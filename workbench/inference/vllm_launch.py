@@ -7,7 +7,7 @@ and environment:
     vllm serve MODEL --host H --port P --served-model-name NAME
         --tensor-parallel-size TP --data-parallel-size DP
         [--gpu-memory-utilization F] [--max-model-len N] [--tokenizer T]
-        [--enable-auto-tool-choice] [--tool-call-parser PARSER]
+        [--enable-auto-tool-choice] [--tool-call-parser PARSER] [--reasoning-parser qwen3|deepseek_r1]
         [--enable-lora --max-lora-rank R --max-loras K]       # when lora.enabled
     env: CUDA_VISIBLE_DEVICES=<inference.gpu_ids>, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (LoRA)
 
@@ -60,6 +60,7 @@ class ServeSettings(Protocol):
     max_model_len: int | None
     enable_auto_tool_choice: bool
     tool_call_parser: str | None
+    reasoning_parser: str | None  # thinking models: vLLM splits <think> into reasoning_content
 
 
 class LoraSettings(Protocol):
@@ -161,6 +162,8 @@ def vllm_plan(
         command.append("--enable-auto-tool-choice")
     if inference.tool_call_parser:
         command += ["--tool-call-parser", inference.tool_call_parser]
+    if inference.reasoning_parser:
+        command += ["--reasoning-parser", inference.reasoning_parser]
     env: dict[str, str] = {}
     if inference.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in inference.gpu_ids)

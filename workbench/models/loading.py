@@ -27,8 +27,12 @@ def load_merged_adapter(path: Path) -> tuple[Any, Any]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from workbench.models.hub import require_hub_model
+
     base = adapter_base(path)
     assert base is not None
+    if not Path(base).is_dir():
+        require_hub_model(base)
     try:
         model = AutoModelForCausalLM.from_pretrained(base)
     except OSError as exc:

@@ -6,8 +6,14 @@ so the model learns both what to say and when to stop. The `<|im_start|>assistan
 and everything the user/environment wrote are context only.
 
 Spans are found by rendering the chat template incrementally (prefix with generation prompt,
-then prefix + the assistant turn): no string searching, and it works for any template whose
-tokenization is prefix-stable (true for the byte tokenizer: one token per byte).
+then prefix + the assistant turn): no string searching. The rendered text is then tokenized
+in one piece and each token labelled by where it starts, so a BPE merge across a span
+boundary cannot shift ids against what the model sees at inference.
+
+Some templates rewrite history: Qwen3's drops the thinking of assistant turns before the
+latest user query, so the context of turn k is not a prefix of turn k's own rendering as
+the last turn. `encode_conversation` then starts a new sequence, so that every turn is
+trained in exactly the context it is generated in.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 from workbench.types import Messages
 
 IGNORE_INDEX = -100  # the label value torch's cross-entropy skips
+Tools = list[dict[str, Any]] | None
 
 
 @dataclass
@@ -33,30 +40,37 @@ class EncodedDemo:
         return sum(1 for label in self.labels if label != IGNORE_INDEX)
 
 
-def encode_demonstration(tokenizer: Any, messages: Messages, max_len: int) -> EncodedDemo:
-    """Tokenize a conversation; labels cover assistant turns up to and including `<|im_end|>`."""
-    ids: list[int] = []
-    labels: list[int] = []
-    rendered_upto = ""
+def encode_conversation(tokenizer: Any, messages: Messages, max_len: int, tools: Tools = None) -> list[EncodedDemo]:
+    """Tokenize a conversation into one sequence, or several when the template rewrites earlier
+    turns; each assistant turn is trained (up to and including `<|im_end|>`) in exactly one."""
+    segments: list[tuple[str, list[tuple[int, int]]]] = []
+    text, spans = "", []
     for index, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        prefix = _render(tokenizer, messages[:index], add_generation_prompt=True)
-        full = _render(tokenizer, messages[: index + 1], add_generation_prompt=False)
-        if not prefix.startswith(rendered_upto) or not full.startswith(prefix):
-            raise ValueError("chat template is not prefix-stable; cannot mask assistant turns")
-        context_ids = _encode(tokenizer, prefix[len(rendered_upto) :])
-        turn_text = full[len(prefix) :]
+        prefix = _render(tokenizer, messages[:index], tools, add_generation_prompt=True)
+        full = _render(tokenizer, messages[: index + 1], tools, add_generation_prompt=False)
+        if not full.startswith(prefix):
+            raise ValueError("the chat template does not render an assistant turn after its generation prompt")
+        if not prefix.startswith(text):  # earlier turns rendered differently now: a new sequence
+            segments.append((text, spans))
+            spans = []
+        turn = full[len(prefix) :]
         # The template closes a turn with "<|im_end|>\n": train through <|im_end|>, not the newline.
-        end = turn_text.rfind(tokenizer.eos_token) + len(tokenizer.eos_token)
-        turn_ids = _encode(tokenizer, turn_text[:end])
-        trailer_ids = _encode(tokenizer, turn_text[end:])
-        ids += context_ids + turn_ids + trailer_ids
-        labels += [IGNORE_INDEX] * len(context_ids) + turn_ids + [IGNORE_INDEX] * len(trailer_ids)
-        rendered_upto = full
-    if not ids:
+        end = turn.rfind(tokenizer.eos_token)
+        spans.append((len(prefix), len(prefix) + (end + len(tokenizer.eos_token) if end >= 0 else len(turn))))
+        text = full
+    segments.append((text, spans))
+    encoded = [_encode_spans(tokenizer, text, spans, max_len) for text, spans in segments if spans]
+    if not encoded:
         raise ValueError("a demonstration needs at least one assistant message")
-    return EncodedDemo(input_ids=ids[:max_len], labels=labels[:max_len])
+    return encoded
+
+
+def encode_demonstration(tokenizer: Any, messages: Messages, max_len: int, tools: Tools = None) -> EncodedDemo:
+    """One sequence for a conversation. For a template that rewrites earlier turns this is the
+    last of `encode_conversation`'s sequences (the final turns, in their full context)."""
+    return encode_conversation(tokenizer, messages, max_len, tools)[-1]
 
 
 def collate(batch: Sequence[EncodedDemo], pad_id: int) -> dict[str, Any]:
@@ -75,10 +89,31 @@ def collate(batch: Sequence[EncodedDemo], pad_id: int) -> dict[str, Any]:
     return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask}
 
 
-def _render(tokenizer: Any, messages: Messages, *, add_generation_prompt: bool) -> str:
+def _encode_spans(tokenizer: Any, text: str, spans: list[tuple[int, int]], max_len: int) -> EncodedDemo:
+    """Ids of `text`; a token is trained when it starts inside one of the character `spans`."""
+    if getattr(tokenizer, "is_fast", False):
+        encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = list(encoding["input_ids"])
+        inside = [any(a <= start < b for a, b in spans) for start, _ in encoding["offset_mapping"]]
+        labels = [token if trained else IGNORE_INDEX for token, trained in zip(ids, inside)]
+    else:  # no offsets from a slow tokenizer: tokenize piece by piece (exact when pieces meet at specials)
+        ids, labels, at = [], [], 0
+        for a, b in spans:
+            context, turn = _encode(tokenizer, text[at:a]), _encode(tokenizer, text[a:b])
+            ids += context + turn
+            labels += [IGNORE_INDEX] * len(context) + turn
+            at = b
+        tail = _encode(tokenizer, text[at:])
+        ids += tail
+        labels += [IGNORE_INDEX] * len(tail)
+    return EncodedDemo(input_ids=ids[:max_len], labels=labels[:max_len])
+
+
+def _render(tokenizer: Any, messages: Messages, tools: Tools, *, add_generation_prompt: bool) -> str:
     if not messages:
         return ""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:

@@ -63,15 +63,16 @@ class TinyModelSpec:
     seed: int = 0
 
 
-def build_fingerprint(spec: TinyModelSpec, extra: str = "") -> str:
+def build_fingerprint(spec: TinyModelSpec, extra: str = "", sources: Sequence[Path] | None = None) -> str:
     """Hash of the builder's source, the spec (seed included) and `extra`.
 
     Computable *before* building (no demonstrations needed), so a caller can skip a build
     cheaply. `extra` binds anything else the caller wants to invalidate builds on, e.g. a
-    hash of the environment code that generates the demonstrations.
+    hash of the environment code that generates the demonstrations. `sources`: the builder's
+    files (default: this tiny model's; another builder reusing this module names its own).
     """
     digest = hashlib.sha256()
-    for module_file in _builder_sources():
+    for module_file in sources or _builder_sources():
         digest.update(module_file.read_bytes())
     digest.update(json.dumps(dataclasses.asdict(spec), sort_keys=True).encode())
     digest.update(extra.encode())
@@ -139,7 +140,7 @@ def build_tiny_model(
         if not encoded:
             raise ValueError("no demonstration has an assistant token within max_seq_len")
         model = _new_model(spec)
-        final_loss = _train(model, encoded, spec, progress)
+        final_loss = train_sft(model, encoded, spec, progress, pad_id=byte_tokenizer.ENDOFTEXT_ID)
         build_seconds = time.monotonic() - started
         info = {
             "fingerprint": fingerprint,
@@ -150,7 +151,9 @@ def build_tiny_model(
             "build_seconds": round(build_seconds, 2),
             "num_parameters": sum(p.numel() for p in model.parameters()),
         }
-        _save_atomically(model, out_dir, info)
+        save_model_atomically(model, out_dir, info, save_tokenizer=byte_tokenizer.save_tokenizer,
+                              eos_ids=[byte_tokenizer.IM_END_ID, byte_tokenizer.ENDOFTEXT_ID],
+                              pad_id=byte_tokenizer.ENDOFTEXT_ID)
     finally:
         torch.set_num_threads(previous_threads)
     return out_dir
@@ -177,8 +180,10 @@ def _new_model(spec: TinyModelSpec) -> Any:
     return LlamaForCausalLM(config)
 
 
-def _train(model: Any, encoded: list[sft_data.EncodedDemo], spec: TinyModelSpec, progress: ProgressFn | None) -> float:
-    """Plain AdamW SFT with warmup + cosine decay; deterministic data order from the seed."""
+def train_sft(model: Any, encoded: list[sft_data.EncodedDemo], spec: TinyModelSpec, progress: ProgressFn | None, *,
+              pad_id: int, loss_fn: Callable[[Any, dict[str, Any]], Any] | None = None) -> float:
+    """Plain AdamW SFT with warmup + cosine decay; deterministic data order from the seed.
+    `loss_fn(model, batch)`: the step's loss (default: the model's own LM loss)."""
     import torch
 
     generator = torch.Generator().manual_seed(spec.seed)
@@ -193,8 +198,8 @@ def _train(model: Any, encoded: list[sft_data.EncodedDemo], spec: TinyModelSpec,
     batches = _length_bucketed_batches([len(demo.input_ids) for demo in encoded], spec.batch_size, generator)
     loss_value = float("nan")
     for step in range(1, spec.steps + 1):
-        batch = sft_data.collate([encoded[i] for i in next(batches)], byte_tokenizer.ENDOFTEXT_ID)
-        loss = model(**batch).loss
+        batch = sft_data.collate([encoded[i] for i in next(batches)], pad_id)
+        loss = model(**batch).loss if loss_fn is None else loss_fn(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
@@ -236,7 +241,8 @@ def _lr_factor(step: int, spec: TinyModelSpec) -> float:
     return spec.min_lr_ratio + (1.0 - spec.min_lr_ratio) * cosine
 
 
-def _save_atomically(model: Any, out_dir: Path, info: dict[str, Any]) -> None:
+def save_model_atomically(model: Any, out_dir: Path, info: dict[str, Any], *, save_tokenizer: Callable[[Path], None],
+                          eos_ids: list[int], pad_id: int) -> None:
     """Write into a sibling temp folder, then swap it in: readers never see a half-built model."""
     from transformers import GenerationConfig
 
@@ -244,14 +250,14 @@ def _save_atomically(model: Any, out_dir: Path, info: dict[str, Any]) -> None:
     tmp_dir = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     model.generation_config = GenerationConfig(
-        eos_token_id=[byte_tokenizer.IM_END_ID, byte_tokenizer.ENDOFTEXT_ID],
-        pad_token_id=byte_tokenizer.ENDOFTEXT_ID,
+        eos_token_id=eos_ids,
+        pad_token_id=pad_id,
         do_sample=True,
         temperature=1.0,
         max_new_tokens=256,
     )
     model.save_pretrained(str(tmp_dir))
-    byte_tokenizer.save_tokenizer(tmp_dir)
+    save_tokenizer(tmp_dir)
     (tmp_dir / BUILD_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     old_dir = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
     if out_dir.exists():

@@ -198,8 +198,9 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
         _write_rollouts(ctx.run_dir, step, all_groups)
     samples = groups_to_samples(batch.groups, config)
     rollouts = [r for g in batch.groups for r in g.rollouts]
-    trained, sample_tokens, dropped, server_failed = ctx.dist.sum([
-        len(samples) if rollouts else 0, sum(len(s.input_ids) for s in samples), batch.dropped, batch.server_failed])
+    trained, sample_tokens, dropped, server_failed, sampled_rollouts = ctx.dist.sum([
+        len(samples) if rollouts else 0, sum(len(s.input_ids) for s in samples), batch.dropped, batch.server_failed,
+        len(rollouts)])
     lag = (step - 1) - batch.policy_version
     metrics: dict[str, Any] = {"filter/dropped_groups": int(dropped), "rollout/server_failed_groups": int(server_failed),
                                "rollout/generation_time": batch.generation_s,
@@ -237,6 +238,8 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
         "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
         "rollout/errors": sum(r.error is not None for r in all_rollouts),
         "rollout/trained_samples": int(trained),
+        # > 1 for multi-turn rollouts under trajectory_strategy = "branching" (one sample per turn)
+        "rollout/samples_per_rollout": trained / max(sampled_rollouts, 1),
         "perf/tokens_per_s": (completion_tokens + sample_tokens) / step_s,
         "time/wait_rollouts": wait_s,
         "time/step": step_s,

@@ -60,6 +60,12 @@ def wandb_mode(config: TrainConfig) -> str:
     return "online (WANDB_API_KEY is set)" if os.environ.get("WANDB_API_KEY") else "offline (online when WANDB_API_KEY is set, e.g. by an env_file)"
 
 
+TRAJECTORY_STRATEGY_TEXT = {
+    "interleaved": "interleaved: one sample per rollout; later turns continue the sampled token ids (tokens in)",
+    "branching": "branching: one sample per model turn, each with the prompt the chat template rendered",
+}
+
+
 def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gpu_count: int | None = None) -> Plan:
     """Sections of the resolved config, in the order a reader checks them."""
     c = config
@@ -86,6 +92,8 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     else:
         steps.add("per step", f"{c.batch_size} demonstrations")
         steps.add("data", c.sft.data_path or "the environments' reference answers")
+    if c.mode == "rl":
+        steps.add("trajectory strategy", TRAJECTORY_STRATEGY_TEXT[c.trajectory_strategy])
     steps.add("micro-batches", f"{c.gradient_accumulation_steps} x {c.micro_batch_size} samples (gradient accumulation)")
     steps.add("seq_len", c.seq_len or "model maximum")
     s = c.sampling
@@ -132,7 +140,8 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
             infra.add("vLLM command", _vllm_command(c))
     vllm = {"model": i.model, "gpu_ids": i.gpu_ids or None, "tensor_parallel_size": i.tensor_parallel_size if i.tensor_parallel_size > 1 else None,
             "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len,
-            "tool_call_parser": i.tool_call_parser, "enable_auto_tool_choice": i.enable_auto_tool_choice or None}
+            "tool_call_parser": i.tool_call_parser, "enable_auto_tool_choice": i.enable_auto_tool_choice or None,
+            "reasoning_parser": i.reasoning_parser}
     shown = ", ".join(f"{k} {_fmt(v)}" for k, v in vllm.items() if v is not None)
     if shown:
         infra.add("inference settings", shown)

@@ -42,6 +42,7 @@ def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundR
     from workbench.workspace import endpoints_path
 
     name = served_model_name(config)
+    parser = config.inference.reasoning_parser  # split <think> a server left inline in the content
     api_key = None
     if config.inference.api_key_var:
         api_key = os.environ.get(config.inference.api_key_var)
@@ -51,13 +52,15 @@ def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundR
     registry: dict[str, Any] | None = None
     for ref in [*config.inference.base_urls, *extra_urls]:
         if ref.startswith(("http://", "https://")):
-            clients.append(OpenAIClient(ref, name, api_key=api_key, return_tokens=True, timeout_s=TRAIN_REQUEST_TIMEOUT_S))
+            clients.append(OpenAIClient(ref, name, api_key=api_key, return_tokens=True, timeout_s=TRAIN_REQUEST_TIMEOUT_S,
+                                        reasoning_parser=parser))
             continue
         registry = load_endpoints(endpoints_path()) if registry is None else registry
         if ref not in registry:
             raise UserError(f"inference.base_urls: '{ref}' is neither a URL nor an endpoint id in {endpoints_path()}")
         # Its replicas, with their keys (and their own timeout, if the registry gives one).
-        client = client_for_endpoint(registry[ref], return_tokens=True, default_timeout_s=TRAIN_REQUEST_TIMEOUT_S)
+        client = client_for_endpoint(registry[ref], return_tokens=True, default_timeout_s=TRAIN_REQUEST_TIMEOUT_S,
+                                     reasoning_parser=parser)
         clients.extend(client.clients if isinstance(client, RoundRobinClient) else [client])
     if not clients:
         raise UserError("inference.mode = 'server' needs inference.base_urls")

@@ -133,6 +133,7 @@ class InferenceConfig(Section):
     max_model_len: int | None = Field(None, ge=1, description="vLLM max context length (default: the model's).")
     enable_auto_tool_choice: bool = Field(False, description="vLLM: let the model call tools.")
     tool_call_parser: str | None = Field(None, description="vLLM tool call parser, e.g. 'hermes'.")
+    reasoning_parser: Literal["qwen3", "deepseek_r1"] | None = Field(None, description="Thinking models: split `<think>...</think>` out of each reply into `reasoning_content`, so parsers and rubrics score the answer, not the thinking (vLLM's --reasoning-parser; the in-process model splits on its own when its vocabulary has <think>).")
     model: str | None = Field(None, description="Model name served for inference when it differs from `model`.")
 
     _key_name = field_validator("api_key_var")(classmethod(lambda cls, value: key_variable_name(value)))
@@ -167,6 +168,7 @@ class TrainConfig(Section):
     scale_advantages_by_std: bool = Field(False, description="Divide advantages by the group's reward std. Off by default: scaling over-weights near-uniform groups (Dr. GRPO).")
     max_async_level: int = Field(1, ge=0, description="Rollouts for a step may come from a policy at most this many steps old (0: fully on-policy).")
     max_off_policy_steps: int = Field(8, ge=0, description="Drop samples whose generating policy is more than this many steps old.")
+    trajectory_strategy: Literal["interleaved", "branching"] = Field("interleaved", description="How a multi-turn rollout becomes training samples. 'interleaved': one sample per rollout; each turn continues the previous turns' exact token ids (tokens in, tokens out), so the sample is exactly what the sampler saw. 'branching': one sample per model turn, each with the prompt the chat template really rendered; use it for thinking models (Qwen3), whose templates strip earlier turns' thinking.")
     seq_len: int | None = Field(None, ge=1, description="Max tokens per training sample (prompt + completion); longer samples are truncated. Default: no limit beyond the model's.")
     mask_truncated_completions: bool = Field(False, description="Leave completions cut by max_tokens out of the loss.")
     zero_truncated_completions: bool = Field(False, description="Give completions cut by max_tokens zero reward.")

@@ -75,12 +75,15 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
 
     from workbench.inference.local_client import LocalClient
     from workbench.inference.resolve import resolve_model_path
+    from workbench.models.hub import require_hub_model
     from workbench.train.config import config_for_saving, save_resolved_config
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)  # LoRA init and anything else drawn from torch's global RNG
     env = load_envs(config) if config.env else None  # a bad env or model fails before the run folder exists
     source = resolve_model_path(config.model)
+    if isinstance(source, str):  # a hub id: cached, or the hub answers; one line otherwise
+        require_hub_model(source)
     if dist.is_main:  # rank 0 alone writes the run folder
         create_run_dir(run_dir / CHECKPOINTS)
         if checkpoint is None:
@@ -98,7 +101,10 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
         publisher = WeightPublisher(policy, run_dir, config, client, clock, log=log.write)
     else:
         client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
-                                        max_batch_size=max(64, config.batch_size))
+                                        max_batch_size=max(64, config.batch_size),
+                                        reasoning_parser=config.inference.reasoning_parser or "auto")
+        # Interleaved: later turns continue the exact ids sampled so far (see inference/chat_tokens).
+        client.tokens_in = config.trajectory_strategy == "interleaved"
         publisher = None
     log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
     metadata = TrainRun(run_id=run_dir.name, model=config.model, mode=config.mode, env_ids=[e.id for e in config.env],

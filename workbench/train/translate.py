@@ -165,7 +165,7 @@ RULES: list[tuple[str, Handler, str]] = [
     *_lora_rules("trainer.model.experimental.lora", NESTED),
     *[(f"orchestrator.{k}", _to(k), NESTED) for k in (
         "batch_size", "micro_batch_size", "rollouts_per_example", "seq_len", "max_steps", "seed", "max_async_level",
-        "max_off_policy_steps", "mask_truncated_completions", "zero_truncated_completions")],
+        "max_off_policy_steps", "mask_truncated_completions", "zero_truncated_completions", "trajectory_strategy")],
     ("orchestrator.oversampling_factor", _to("difficulty_filter.oversampling_factor"), NESTED),
     ("orchestrator.sampling", _to("sampling"), NESTED),
     ("orchestrator.buffer.online_difficulty_filtering", _to("difficulty_filter.enabled"), NESTED),
@@ -177,7 +177,7 @@ RULES: list[tuple[str, Handler, str]] = [
     ("ckpt.interval", _to("checkpointing.save_every_n_steps"), NESTED),
     ("ckpt.keep_last", _to("checkpointing.keep_n_checkpoints"), NESTED),
     ("inference.model.name", _to("inference.model"), NESTED),
-    *[(f"inference.model.{k}", _to(f"inference.{k}"), NESTED) for k in ("enable_auto_tool_choice", "tool_call_parser", "max_model_len")],
+    *[(f"inference.model.{k}", _to(f"inference.{k}"), NESTED) for k in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "max_model_len")],
     ("inference.parallel.tp", _to("inference.tensor_parallel_size"), NESTED),
     ("inference.parallel.dp", _to("inference.data_parallel_size"), NESTED),
     ("inference_gpu_ids", _to("inference.gpu_ids"), NESTED),

@@ -1,5 +1,10 @@
 """A rollout's full conversation — system, user, assistant, tool calls and tool results — and its
-reward breakdown (total, each reward function, logged metrics, flags, usage)."""
+reward breakdown (total, each reward function, logged metrics, flags, usage).
+
+A thinking model's turn shows its thinking (`reasoning_content`) folded: one dim line,
+"▸ thinking (N words)", that opens on click or Enter (`h` opens or folds them all), since the
+answer is what a reader compares across rollouts and the thinking can be pages long.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ from typing import Any
 from rich.console import Group as RichGroup
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
 from textual.reactive import reactive
-from textual.widgets import Static
+from textual.widgets import Collapsible, Static
 
 from workbench.tui.widgets.format import reward_color
 from workbench.types import Rollout
@@ -74,20 +80,56 @@ def tool_call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
     return names
 
 
+def _classes(message: dict[str, Any], in_prompt: bool) -> str:
+    role = str(message.get("role", "other"))
+    role_class = role if role in ("system", "user", "assistant", "tool") else "other"
+    return f"message -{role_class}" + (" -prompt" if in_prompt else "")
+
+
 class MessageBlock(Static):
     """One chat message in a bordered block titled with its role."""
 
     def __init__(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
-        role = str(message.get("role", "other"))
-        role_class = role if role in ("system", "user", "assistant", "tool") else "other"
-        super().__init__(message_body(message), classes=f"message -{role_class}" + (" -prompt" if in_prompt else ""))
+        super().__init__(message_body(message), classes=_classes(message, in_prompt))
         self.border_title = message_title(message, tool_names)
         if in_prompt:
             self.border_subtitle = "prompt"
 
 
+class ThinkingFold(Collapsible):
+    """A turn's thinking, folded to one line until opened."""
+
+    def __init__(self, thinking: str) -> None:
+        words = len(thinking.split())
+        super().__init__(Static(thinking, classes="thinking-text"), title=f"thinking ({words} word{'s' * (words != 1)})",
+                         collapsed=True, collapsed_symbol="▸", expanded_symbol="▾", classes="thinking")
+
+
+class ThinkingTurn(Vertical):
+    """An assistant turn that thought: the folded thinking above the answer, in one block."""
+
+    def __init__(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
+        super().__init__(classes=_classes(message, in_prompt))
+        self.message = message
+        self.border_title = message_title(message, tool_names)
+        if in_prompt:
+            self.border_subtitle = "prompt"
+
+    def compose(self) -> ComposeResult:
+        yield ThinkingFold(str(self.message["reasoning_content"]))
+        yield Static(message_body(self.message), classes="answer")
+
+
+def message_block(message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str]) -> Static | ThinkingTurn:
+    if message.get("reasoning_content"):
+        return ThinkingTurn(message, in_prompt=in_prompt, tool_names=tool_names)
+    return MessageBlock(message, in_prompt=in_prompt, tool_names=tool_names)
+
+
 class ConversationView(VerticalScroll, can_focus=True):
     """Set `rollout` to show its conversation (prompt, then completion)."""
+
+    BINDINGS = [Binding("h", "toggle_thinking", "Thinking")]
 
     rollout: reactive[Rollout | None] = reactive(None, recompose=True)
 
@@ -98,14 +140,27 @@ class ConversationView(VerticalScroll, can_focus=True):
             return
         names = tool_call_names([*rollout.prompt, *rollout.completion])
         for message in rollout.prompt:
-            yield MessageBlock(message, in_prompt=True, tool_names=names)
+            yield message_block(message, in_prompt=True, tool_names=names)
         for message in rollout.completion:
-            yield MessageBlock(message, in_prompt=False, tool_names=names)
+            yield message_block(message, in_prompt=False, tool_names=names)
         if not rollout.completion:
             yield Static("(no completion)", classes="empty")
 
     def watch_rollout(self) -> None:
         self.scroll_home(animate=False)
+
+    def action_toggle_thinking(self) -> None:
+        """Open every fold when any is closed, else close them all."""
+        folds = list(self.query(ThinkingFold))
+        opened = any(fold.collapsed for fold in folds)
+        for fold in folds:
+            fold.collapsed = not opened
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The key (and its footer hint) only where there is thinking to show.
+        if action == "toggle_thinking":
+            return bool(self.query(ThinkingFold))
+        return True
 
 
 def breakdown(rollout: Rollout, of: int) -> RichGroup:
