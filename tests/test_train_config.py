@@ -30,6 +30,7 @@ SEED_PLANS = {
     "prime-rl-nested-full.toml": ("Qwen/Qwen2.5-7B-Instruct", ["my-env"]),
     "prime-rl-nested.toml": ("Qwen/Qwen3-4B-Instruct-2507", ["primeintellect/wiki-search"]),
     "prime-rl-options.toml": ("tiny", ["reverse-text"]),
+    "prime-rl-seed004.toml": ("Qwen/Qwen3-4B", ["alphabet-sort"]),
     "vf-rl.toml": ("Qwen/Qwen3-4B-Instruct-2507", ["primeintellect/wiki-search"]),
 }
 
@@ -61,23 +62,14 @@ BLOCKED_SEEDS = {"hosted-basic.toml": "unknown environment 'my-environment'",
                  "hosted-reference.toml": "secrets.env' does not exist",
                  "prime-rl-nested-full.toml": "unknown environment 'my-env'"}
 
-# Seed configs whose keys are not accepted yet (issue 15): their dry run fails with one line
-# naming the file, line and key. Move a file to SEED_PLANS once its keys are honoured.
-PENDING_SEEDS = {"prime-rl-seed004.toml": "unknown key"}
-
-
 def test_every_seed_config_is_covered():
-    assert sorted(p.name for p in SEEDS.glob("*.toml")) == sorted([*SEED_PLANS, *PENDING_SEEDS, "gepa.toml"])
-
-
-@pytest.mark.parametrize("name", sorted(PENDING_SEEDS))
-def test_pending_seed_configs_fail_with_one_line(name: str, tmp_path: Path):
-    one_line_error(workbench("train", str(SEEDS / name), "--dry-run", cwd=tmp_path), name, PENDING_SEEDS[name])
+    assert sorted(p.name for p in SEEDS.glob("*.toml")) == sorted([*SEED_PLANS, "gepa.toml"])
 
 
 @pytest.mark.parametrize("name", list(SEED_PLANS))
 def test_seed_config_dry_run_prints_the_plan(name: str, tmp_path: Path):
     result = workbench("train", str(SEEDS / name), "--dry-run", cwd=tmp_path)
+    assert "unknown key" not in result.stderr
     if name in BLOCKED_SEEDS:
         one_line_error(result, name, "a real run cannot start", BLOCKED_SEEDS[name])
     else:
@@ -158,6 +150,103 @@ def test_vf_rl_translates():
     assert config.env[0].id == "primeintellect/wiki-search" and config.env[0].args == {"max_turns": 10}
     assert config.inference.gpu_ids == [0] and config.trainer_gpu_ids == [1] and config.num_gpus == 2
     assert config.inference.tool_call_parser == "hermes"
+
+
+def test_prime_rl_seed004_translates_every_key():
+    config, notes = load_train_config(SEEDS / "prime-rl-seed004.toml")
+    assert (config.optimization_dtype, config.reduce_dtype) == ("bfloat16", "bfloat16")
+    assert config.inference.dtype == "float16" and config.inference.reasoning_parser == "qwen3"
+    ck = config.checkpointing
+    assert (ck.save_every_n_steps, ck.keep_n_checkpoints, ck.keep_every_n_steps) == (10, 3, 50)
+    e = config.eval
+    assert (e.interval, e.rollouts_per_example, e.num_examples) == (100, 1, 100)
+    assert [(env.id, env.args) for env in e.env] == [("alphabet-sort", {"num_eval_examples": 100})]
+    assert [env.id for env in config.env] == ["alphabet-sort"] and config.trajectory_strategy == "branching"
+    assert config.activation_checkpointing and (config.lora.r, config.lora.dropout) == (32, 0.05)
+    assert run_blockers(config) == []
+    plan = build_plan(config, notes, [], gpu_count=0)
+    rows = {label: value for section in plan.sections for label, value in section.rows}
+    assert "multiple of 50, permanently" in rows["checkpoints"] and "keep newest 3" in rows["checkpoints"]
+    assert "alphabet-sort (num_eval_examples=100)" in rows["eval"] and "every 100 steps" in rows["eval"]
+    assert "dtype float16" in rows["inference settings"] and "optimization bfloat16" in rows["dtype"]
+    cpu = "\n".join(plan.notes)
+    for key in ("optimization_dtype = 'bfloat16'", "reduce_dtype = 'bfloat16'", "inference.dtype = 'float16'"):
+        assert f"{key} has no effect on this machine" in cpu
+
+
+def test_dtype_notes_on_a_gpu_machine():
+    colocated = TrainConfig(env=[{"id": "reverse-text"}], optimization_dtype="bfloat16", reduce_dtype="bfloat16",
+                            inference={"dtype": "bfloat16"})
+    notes = "\n".join(machine_notes(colocated, gpu_count=2))
+    assert "optimization_dtype = 'bfloat16': trainer processes on a CUDA GPU" in notes
+    assert "reduce_dtype = 'bfloat16' is not applied on its own" in notes
+    assert "inference.dtype configure" in notes and "inference.mode = 'colocated'" in notes
+    remote = TrainConfig(env=[{"id": "reverse-text"}], inference={"dtype": "float16", "mode": "server", "base_urls": ["http://h:8000/v1"]})
+    assert any("inference.dtype = 'float16' configures a launched vLLM" in n for n in machine_notes(remote, gpu_count=1))
+    assert machine_notes(TrainConfig(env=[{"id": "reverse-text"}]), gpu_count=0) == []  # the defaults say nothing
+
+
+@pytest.mark.parametrize("prefix", ["trainer.ckpt", "ckpt"])
+def test_checkpoint_and_eval_keys_translate(prefix: str):
+    raw = {"model": {"name": "tiny"}, "orchestrator": {"env": [{"id": "reverse-text"}],
+                                                       "eval": {"interval": 5, "num_examples": 8, "env": {"id": "alphabet-sort"}}}}
+    *parents, leaf = prefix.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = {"interval": 4, "keep_last": 2, "keep_interval": 20}
+    data = translate(raw).data
+    assert data["checkpointing"] == {"save_every_n_steps": 4, "keep_n_checkpoints": 2, "keep_every_n_steps": 20}
+    assert data["eval"] == {"interval": 5, "num_examples": 8, "env": [{"id": "alphabet-sort"}]}  # one table: a list of one
+    config = TrainConfig.model_validate(data)
+    assert config.eval.env[0].id == "alphabet-sort" and config.checkpointing.keep_every_n_steps == 20
+    hosted = translate({"env": [{"id": "reverse-text"}], "eval": {"interval": 5, "env": {"id": "gsm8k"}}}).data  # [eval.env]
+    assert hosted["eval"]["env"] == [{"id": "gsm8k"}]
+
+
+def test_new_keys_point_at_the_file_line_when_wrong(tmp_path: Path):
+    base = '[model]\nname = "tiny"\n\n[[orchestrator.env]]\nid = "reverse-text"\n\n'
+    typo = write(tmp_path / "t.toml", base + '[trainer.ckpt]\ninterval = 5\nkeep_intervall = 50\n')
+    with pytest.raises(UserError, match=r"t.toml:9: unknown key 'trainer.ckpt.keep_intervall' \(did you mean 'trainer.ckpt.keep_interval'\?\)"):
+        load_train_config(typo)
+    dtype = write(tmp_path / "d.toml", base + '[trainer.model]\noptimization_dtype = "float16"\n')
+    with pytest.raises(UserError, match=r"d.toml:8: key 'trainer.model.optimization_dtype': Input should be 'bfloat16' or 'float32'"):
+        load_train_config(dtype)
+    twice = write(tmp_path / "c.toml", base + '[ckpt]\ninterval = 5\n[trainer.ckpt]\ninterval = 10\n')
+    with pytest.raises(UserError, match="already sets"):
+        load_train_config(twice)
+
+
+def test_unknown_eval_env_blocks_a_real_run(tmp_path: Path):
+    config = TrainConfig(env=[{"id": "reverse-text"}], eval={"interval": 2, "env": [{"id": "reverse-text"}, {"id": "no-such-env"}]})
+    assert [p.split(" (")[0] for p in run_blockers(config)] == ["eval.env: unknown environment 'no-such-env'"]
+    toml = write(tmp_path / "e.toml", '[[env]]\nid = "reverse-text"\n[eval]\ninterval = 2\n[[eval.env]]\nid = "no-such-env"\n')
+    result = workbench("train", str(toml), "--dry-run", cwd=tmp_path)
+    one_line_error(result, "a real run cannot start", "eval.env: unknown environment 'no-such-env'")
+    assert "envs no-such-env (no args)" in result.stdout
+
+
+def test_pruning_keeps_every_multiple_of_keep_every(tmp_path: Path):
+    from workbench.store.checkpoints import CHECKPOINTS, STATE_JSON, list_checkpoints, step_dir_name
+    from workbench.train.checkpoint import prune_checkpoints
+
+    def save(step: int) -> None:
+        folder = tmp_path / CHECKPOINTS / step_dir_name(step)
+        folder.mkdir(parents=True)
+        (folder / STATE_JSON).write_text("{}")
+
+    steps = lambda: [int(p.name.split("_")[1]) for p in list_checkpoints(tmp_path)]
+    for step in range(10, 130, 10):  # save every 10 steps, keep the newest 3 and every 50th step
+        save(step)
+        prune_checkpoints(tmp_path, keep=3, keep_every=50)
+    assert steps() == [50, 100, 110, 120]
+    save(125)  # a final step off the interval
+    prune_checkpoints(tmp_path, keep=3, keep_every=50)
+    assert steps() == [50, 100, 110, 120, 125]  # 100 left the newest 3 but is kept for good
+    prune_checkpoints(tmp_path, keep=2, keep_every=None)
+    assert steps() == [120, 125]
+    prune_checkpoints(tmp_path, keep=0, keep_every=7)  # 0 keeps all
+    assert steps() == [120, 125]
 
 
 def test_docs_style_and_hosted_reference():

@@ -42,6 +42,24 @@ def test_reasoning_parser() -> None:
     assert "--reasoning-parser" not in plan().command
 
 
+def test_dtype() -> None:
+    p = plan(dtype="float16", max_model_len=4096)
+    assert p.command[-4:] == ["--max-model-len", "4096", "--dtype", "float16"]
+    assert "--dtype" not in plan().command and "--dtype" not in plan(dtype="auto").command  # vLLM's default
+
+
+def test_prime_rl_inference_dtype_reaches_the_launch_command(tmp_path: Path) -> None:
+    from workbench.train.config import load_train_config
+    from workbench.train.plan import build_plan
+
+    config = tmp_path / "p.toml"
+    config.write_text('[model]\nname = "Qwen/Qwen3-4B"\n[[orchestrator.env]]\nid = "reverse-text"\n'
+                      '[inference]\nmode = "server"\nlaunch = true\n[inference.model]\ndtype = "bfloat16"\n')
+    loaded, _ = load_train_config(config)
+    rows = {label: value for section in build_plan(loaded, [], [], gpu_count=1).sections for label, value in section.rows}
+    assert "--dtype bfloat16" in rows["vLLM command"] and "dtype bfloat16" in rows["inference settings"]
+
+
 def test_parallel_gpus_memory_and_tools() -> None:
     p = plan(gpu_ids=[4, 5, 6, 7], tensor_parallel_size=2, data_parallel_size=2, gpu_memory_utilization=0.85,
              max_model_len=8192, enable_auto_tool_choice=True, tool_call_parser="hermes")

@@ -6,7 +6,7 @@ and environment:
 
     vllm serve MODEL --host H --port P --served-model-name NAME
         --tensor-parallel-size TP --data-parallel-size DP
-        [--gpu-memory-utilization F] [--max-model-len N] [--tokenizer T]
+        [--gpu-memory-utilization F] [--max-model-len N] [--dtype D] [--tokenizer T]
         [--enable-auto-tool-choice] [--tool-call-parser PARSER] [--reasoning-parser qwen3|deepseek_r1]
         [--enable-lora --max-lora-rank R --max-loras K]       # when lora.enabled
     env: CUDA_VISIBLE_DEVICES=<inference.gpu_ids>, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (LoRA)
@@ -61,6 +61,7 @@ class ServeSettings(Protocol):
     enable_auto_tool_choice: bool
     tool_call_parser: str | None
     reasoning_parser: str | None  # thinking models: vLLM splits <think> into reasoning_content
+    dtype: str  # vLLM's --dtype: "auto" (its default), "float16", "bfloat16", "float32"
 
 
 class LoraSettings(Protocol):
@@ -156,6 +157,8 @@ def vllm_plan(
         command += ["--gpu-memory-utilization", str(inference.gpu_memory_utilization)]
     if inference.max_model_len is not None:
         command += ["--max-model-len", str(inference.max_model_len)]
+    if inference.dtype != "auto":  # vLLM's own default
+        command += ["--dtype", inference.dtype]
     if tokenizer:
         command += ["--tokenizer", tokenizer]
     if inference.enable_auto_tool_choice:

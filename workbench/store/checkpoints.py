@@ -26,13 +26,18 @@ def step_dir_name(step: int) -> str:
     return f"{STEP_PREFIX}{step:06d}"
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step of a checkpoint folder, from its name (step_000050 -> 50)."""
+    return int(checkpoint.name[len(STEP_PREFIX):])
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoints, oldest first (a complete one has trainer_state.json, written last)."""
     root = run_dir / CHECKPOINTS
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / STATE_JSON).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX):]))
+    return sorted(found, key=checkpoint_step)
 
 
 def read_step_info(checkpoint: Path) -> dict[str, Any]:

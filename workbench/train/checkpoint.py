@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from workbench.store.checkpoints import CHECKPOINTS, STATE_JSON, STATE_PT, list_checkpoints, step_dir_name
+from workbench.store.checkpoints import CHECKPOINTS, STATE_JSON, STATE_PT, checkpoint_step, list_checkpoints, step_dir_name
 
 
 def rng_state() -> dict[str, Any]:
@@ -35,8 +35,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, scheduler: Any,
-                    info: dict[str, Any], keep: int, states: tuple[dict[str, Any] | None, dict[str, Any]] | None = None) -> Path:
-    """Write step `step` atomically; then delete all but the newest `keep`. OSError leaves the
+                    info: dict[str, Any], keep: int, states: tuple[dict[str, Any] | None, dict[str, Any]] | None = None,
+                    keep_every: int | None = None) -> Path:
+    """Write step `step` atomically; then prune (`prune_checkpoints`). OSError leaves the
     previous checkpoints untouched (the temporary folder is removed). `states`: (model state dict,
     optimizer state) gathered beforehand when the live ones are sharded (FSDP); None: use them."""
     import torch
@@ -61,9 +62,20 @@ def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, sched
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+    prune_checkpoints(run_dir, keep, keep_every)
     return final
+
+
+def prune_checkpoints(run_dir: Path, keep: int, keep_every: int | None = None) -> list[Path]:
+    """Delete all complete checkpoints but the newest `keep` (0 keeps all) and those whose step
+    is a multiple of `keep_every` (kept permanently). Returns the deleted folders."""
+    if keep <= 0:
+        return []
+    deleted = [old for old in list_checkpoints(run_dir)[:-keep]
+               if not (keep_every and checkpoint_step(old) % keep_every == 0)]
+    for old in deleted:
+        shutil.rmtree(old, ignore_errors=True)
+    return deleted
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:

@@ -228,11 +228,14 @@ def config_source(config: Path | None, resume: Path | None) -> Path:
 
 
 def run_blockers(config: TrainConfig) -> list[str]:
-    """Problems that stop a real run but not a dry run: environments and files the config names
-    that are not here."""
+    """Problems that stop a real run but not a dry run: environments (training and eval.env) and
+    files the config names that are not here."""
     from workbench.envs.loader import unknown_environment
 
     problems = [problem for env in config.env if (problem := unknown_environment(env.id)) is not None]
+    train_ids = {env.id for env in config.env}
+    eval_ids = dict.fromkeys(env.id for env in config.eval.env if env.id not in train_ids)
+    problems += [f"eval.env: {problem}" for env_id in eval_ids if (problem := unknown_environment(env_id)) is not None]
     problems += [f"env_file '{p}' does not exist" for p in config.env_file if not Path(p).is_file()]
     if config.mode == "sft" and config.sft.data_path and not Path(config.sft.data_path).is_file():
         problems.append(f"sft.data_path '{config.sft.data_path}' does not exist")

@@ -264,17 +264,26 @@ async def _sft_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sche
 
 
 async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, float]:
-    """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)."""
+    """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)
+    of the training environments, or of each `eval.env` (then also logged per environment as
+    eval/<name>/reward_mean); eval/reward_mean pools every rollout."""
     ctx.policy.model.eval()
-    examples = ctx.dist.shard(ctx.env.get_examples(config.eval.num_examples, split="eval"))  # this rank's slice
-    groups: list[Any] = []
-    with generation_weights(ctx.policy):
-        await run_rollouts(ctx.env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
-                           sampling=_sampling(ctx, config, 10_000_019), max_concurrent=config.eval_concurrency(),
-                           on_group=groups.append)
-    rewards = [r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts]  # server failures: no result
-    total, count = ctx.dist.sum([sum(rewards), len(rewards)])
-    return {"eval/reward_mean": total / count if count else 0.0}
+    targets = [(e.name, e.env, e.sampling) for e in ctx.eval_envs] or [(None, ctx.env, ctx.sampling)]
+    metrics: dict[str, float] = {}
+    total = count = 0.0
+    for name, env, sampling in targets:
+        examples = ctx.dist.shard(env.get_examples(config.eval.num_examples, split="eval"))  # this rank's slice
+        groups: list[Any] = []
+        with generation_weights(ctx.policy):
+            await run_rollouts(env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
+                               sampling=dataclasses.replace(sampling, seed=_seed(config, 10_000_019)),
+                               max_concurrent=config.eval_concurrency(), on_group=groups.append)
+        rewards = [r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts]  # server failures: no result
+        env_total, env_count = ctx.dist.sum([sum(rewards), len(rewards)])
+        if name is not None:
+            metrics[f"eval/{name}/reward_mean"] = env_total / env_count if env_count else 0.0
+        total, count = total + env_total, count + env_count
+    return {"eval/reward_mean": total / count if count else 0.0, **metrics}
 
 
 def _checkpoint(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]) -> None:
@@ -285,7 +294,8 @@ def _checkpoint(ctx: TrainContext, config: TrainConfig, optimizer: Any, schedule
         path = save_checkpoint(ctx.run_dir, step, ctx.policy, optimizer, scheduler,
                                {"reward_mean": metrics.get("reward/mean"), "eval_reward_mean": metrics.get("eval/reward_mean"),
                                 "kl_beta": ctx.kl_beta},
-                               keep=config.checkpointing.keep_n_checkpoints, states=states)
+                               keep=config.checkpointing.keep_n_checkpoints, states=states,
+                               keep_every=config.checkpointing.keep_every_n_steps)
     except OSError as exc:
         last = list_checkpoints(ctx.run_dir)
         kept = f"; previous checkpoint intact: {last[-1]}" if last else ""
@@ -300,7 +310,11 @@ def _write_metadata(ctx: TrainContext, metadata: TrainRun) -> None:
 
 def _sampling(ctx: TrainContext, config: TrainConfig, step: int) -> SamplingParams:
     """The run's sampling (environment < config) with a seed of its own for every step."""
-    return dataclasses.replace(ctx.sampling, seed=config.seed * 100_003 + step)
+    return dataclasses.replace(ctx.sampling, seed=_seed(config, step))
+
+
+def _seed(config: TrainConfig, step: int) -> int:
+    return config.seed * 100_003 + step
 
 
 def _write_rollouts(run_dir: Path, step: int, groups: list[Any]) -> None:

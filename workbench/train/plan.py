@@ -1,6 +1,6 @@
 """The resolved plan of a training run, as data: what `workbench train CONFIG --dry-run` prints
 (and what a real run shows before it starts). Also the notes about keys that cannot apply on
-this machine (GPU ids, parallelism, vLLM memory) — found without importing torch.
+this machine (GPU ids, parallelism, vLLM memory, dtypes) — found without importing torch.
 """
 
 from __future__ import annotations
@@ -33,13 +33,30 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
         "pipeline_parallel_size": config.pipeline_parallel_size if config.pipeline_parallel_size > 1 else None,
     }
     set_keys = {k: v for k, v in gpu_keys.items() if v is not None}
+    dtypes = {k: v for k, v in (("optimization_dtype", config.optimization_dtype), ("reduce_dtype", config.reduce_dtype))
+              if v != "float32"}
     if count == 0:
         notes = [f"{k} = {_fmt(v)} is ignored: no CUDA GPU on this machine (everything runs on the CPU)"
                  for k, v in set_keys.items()]
+        notes += [f"{k} = '{v}' has no effect on this machine: no CUDA GPU, the CPU trains in float32" for k, v in dtypes.items()]
+        if inf.dtype != "auto":
+            notes.append(f"inference.dtype = '{inf.dtype}' has no effect on this machine: no CUDA GPU, so no vLLM is "
+                         "launched here (colocated generation uses the trainer's float32 model)")
         if config.model != "tiny" and set_keys:
             notes.append(f"'{config.model}' on a CPU is slow; try this config with --set model=tiny")
         return notes
     notes = []
+    if "optimization_dtype" in dtypes:
+        notes.append("optimization_dtype = 'bfloat16': trainer processes on a CUDA GPU (--nproc N, torchrun) load the "
+                     "policy in bfloat16; a trainer process on the CPU keeps float32")
+    if "reduce_dtype" in dtypes:
+        notes.append("reduce_dtype = 'bfloat16' is not applied on its own: gradients are all-reduced in the policy's dtype "
+                     "(bfloat16 with optimization_dtype = 'bfloat16')")
+    if inf.dtype != "auto":
+        set_keys["inference.dtype"] = inf.dtype
+        if inf.mode == "server" and not inf.launch:
+            notes.append(f"inference.dtype = '{inf.dtype}' configures a launched vLLM (inference.launch = true); "
+                         "the servers at inference.base_urls keep their own")
     if count is not None:
         for key in ("trainer_gpu_ids", "inference.gpu_ids"):
             bad = [i for i in set_keys.get(key, []) if i >= count]
@@ -117,14 +134,23 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     optim.add("difficulty filter", f"drop variance < {f.min_reward_variance:g} (and zero), mean outside [{f.min_reward:g}, {f.max_reward:g}]; oversample up to {f.oversampling_factor:g}x" if f.enabled else "off")
     optim.add("async", f"rollouts at most {c.max_async_level} step(s) behind the policy · drop samples > {c.max_off_policy_steps} steps old")
     optim.add("activation checkpointing", "on" if c.activation_checkpointing else "off")
+    optim.add("dtype", f"optimization {c.optimization_dtype} · gradient reduction {c.reduce_dtype}")
 
     out = PlanSection("Outputs")
-    keep = "all" if c.checkpointing.keep_n_checkpoints == 0 else f"newest {c.checkpointing.keep_n_checkpoints}"
-    out.add("checkpoints", f"every {c.checkpointing.save_every_n_steps} steps and at the end · keep {keep}")
+    ck = c.checkpointing
+    keep = "all" if ck.keep_n_checkpoints == 0 else f"newest {ck.keep_n_checkpoints}"
+    if ck.keep_every_n_steps and ck.keep_n_checkpoints:
+        keep += f" + every step that is a multiple of {ck.keep_every_n_steps}, permanently"
+    out.add("checkpoints", f"every {ck.save_every_n_steps} steps and at the end · keep {keep}")
     w = c.wandb
     out.add("W&B", f"{wandb_mode(c)} · project {w.project or 'workbench'} · name {w.name or '<run folder>'}" + (f" · entity {w.entity}" if w.entity else ""))
     e = c.eval
-    out.add("eval", f"every {e.interval} steps on {e.num_examples} held-out examples x {e.rollouts_per_example}" if e.interval else "off")
+    if e.interval:
+        on = "; ".join(f"{env.id} ({', '.join(f'{k}={v!r}' for k, v in env.args.items()) or 'no args'})" for env in e.env)
+        out.add("eval", f"every {e.interval} steps on {e.num_examples} held-out examples x {e.rollouts_per_example}"
+                        f" · {'envs ' + on + ', each logged as eval/<env>/reward_mean' if e.env else 'the training envs'}")
+    else:
+        out.add("eval", "off" + (f" (eval.interval = 0; eval.env {', '.join(env.id for env in e.env)} unused)" if e.env else ""))
     out.add("env_file", ", ".join(f"{p} ({'found' if Path(p).is_file() else 'MISSING'})" for p in c.env_file) or "none")
 
     infra = PlanSection("Inference & hardware")
@@ -141,7 +167,7 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     vllm = {"model": i.model, "gpu_ids": i.gpu_ids or None, "tensor_parallel_size": i.tensor_parallel_size if i.tensor_parallel_size > 1 else None,
             "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len,
             "tool_call_parser": i.tool_call_parser, "enable_auto_tool_choice": i.enable_auto_tool_choice or None,
-            "reasoning_parser": i.reasoning_parser}
+            "reasoning_parser": i.reasoning_parser, "dtype": i.dtype if i.dtype != "auto" else None}
     shown = ", ".join(f"{k} {_fmt(v)}" for k, v in vllm.items() if v is not None)
     if shown:
         infra.add("inference settings", shown)

@@ -44,10 +44,12 @@ class Policy:
             yield self.reference
 
 
-def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference: bool, adapter_dir: Path | None = None) -> Policy:
+def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference: bool, adapter_dir: Path | None = None,
+                on_gpu: bool = False) -> Policy:
     """Load `model_source`; wrap it with LoRA (`config.lora`) unless disabled.
 
     `adapter_dir` resumes a LoRA adapter (or, for full fine-tuning, is the model folder itself).
+    `on_gpu`: the policy will train on a CUDA device, where `optimization_dtype` applies (CPU kernels want float32).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -55,7 +57,8 @@ def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference
     source = str(adapter_dir if (adapter_dir is not None and not config.lora.enabled) else model_source)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(config.tokenizer or model_source))
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        dtype = torch.bfloat16 if on_gpu and config.optimization_dtype == "bfloat16" else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except OSError as exc:
         raise UserError(f"could not load model '{model_source}': {str(exc).splitlines()[0]}") from exc
     if tokenizer.pad_token_id is None:

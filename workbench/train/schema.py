@@ -100,6 +100,7 @@ class DifficultyFilterConfig(Section):
 class CheckpointConfig(Section):
     save_every_n_steps: int = Field(10, ge=1, description="Write a checkpoint every N steps (and always at the last step and on Ctrl-C).")
     keep_n_checkpoints: int = Field(3, ge=0, description="Keep the newest N checkpoints; 0 keeps all.")
+    keep_every_n_steps: int | None = Field(None, ge=1, description="Also keep every checkpoint whose step is a multiple of N, permanently (besides the newest keep_n_checkpoints). Only saved steps can be kept: make it a multiple of save_every_n_steps.")
 
 
 class WandbConfig(Section):
@@ -113,6 +114,7 @@ class EvalDuringTrainConfig(Section):
     interval: int = Field(0, ge=0, description="Evaluate on held-out examples every N steps (and before the first and after the last); 0 turns it off.")
     num_examples: int = Field(32, ge=1, description="Held-out examples per evaluation.")
     rollouts_per_example: int = Field(1, ge=1, description="Rollouts per held-out example.")
+    env: list[EnvConfig] = Field(default_factory=list, description="Environments for online evaluation ([[eval.env]] tables, loaded like [[env]]; weight is not used); default: the training environments. Each is evaluated on num_examples examples of its eval split and logged as eval/<env>/reward_mean, besides the overall eval/reward_mean.")
 
 
 class SFTConfig(Section):
@@ -133,6 +135,7 @@ class InferenceConfig(Section):
     max_model_len: int | None = Field(None, ge=1, description="vLLM max context length (default: the model's).")
     enable_auto_tool_choice: bool = Field(False, description="vLLM: let the model call tools.")
     tool_call_parser: str | None = Field(None, description="vLLM tool call parser, e.g. 'hermes'.")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field("auto", description="vLLM's --dtype for the weights of a launched server: 'auto' is FP16 for FP32/FP16 models and BF16 for BF16 models. Colocated generation uses the trainer's model as it is.")
     reasoning_parser: Literal["qwen3", "deepseek_r1"] | None = Field(None, description="Thinking models: split `<think>...</think>` out of each reply into `reasoning_content`, so parsers and rubrics score the answer, not the thinking (vLLM's --reasoning-parser; the in-process model splits on its own when its vocabulary has <think>).")
     model: str | None = Field(None, description="Model name served for inference when it differs from `model`.")
 
@@ -186,6 +189,8 @@ class TrainConfig(Section):
     eval: EvalDuringTrainConfig = Field(default_factory=EvalDuringTrainConfig, description="Held-out evaluation during training.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning data (mode = 'sft').")
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="Where rollouts are generated.")
+    optimization_dtype: Literal["bfloat16", "float32"] = Field("float32", description="Precision of the policy's weights for the forward and backward passes. 'bfloat16' halves the memory; it takes effect for trainer processes on a CUDA GPU (--nproc N, torchrun), while the CPU always trains in float32.")
+    reduce_dtype: Literal["bfloat16", "float32"] = Field("float32", description="Precision of the gradient all-reduce across trainer processes. Accepted for prime-rl configs; gradients are reduced in the weights' dtype (see optimization_dtype).")
     activation_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: less memory, ~30% more compute.")
     num_gpus: int | None = Field(None, ge=1, description="GPUs to use in all; on a machine without CUDA everything runs on the CPU.")
     trainer_gpu_ids: list[int] = Field(default_factory=list, description="GPUs for the trainer (the rest of num_gpus serve inference).")

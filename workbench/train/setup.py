@@ -21,7 +21,7 @@ from workbench.train.policy import Policy, load_policy
 from workbench.train.publish import WeightPublisher, server_client
 from workbench.train.rollout_source import PolicyClock, RolloutSource
 from workbench.train.samples import Sample
-from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, TrainConfig
+from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, EnvConfig, TrainConfig
 from workbench.types import SamplingParams
 from workbench.workspace import model_label, new_run_id, runs_dir
 
@@ -42,6 +42,16 @@ class TrainContext:
     publisher: WeightPublisher | None = None  # server mode: pushes new weights to the servers
     dist: DistInfo = SINGLE  # this process's rank in a multi-process run (--nproc / torchrun)
     sampling: SamplingParams = field(default_factory=SamplingParams)  # environment < config (engine.sampling)
+    eval_envs: list[EvalEnv] = field(default_factory=list)  # eval.env; empty: held-out eval on `env`
+
+
+@dataclass
+class EvalEnv:
+    """One `[[eval.env]]`: evaluated on its own, logged as eval/<name>/reward_mean."""
+
+    name: str
+    env: Environment
+    sampling: SamplingParams  # the environment's own sampling_args < [sampling]
 
 
 def new_run_dir(config: TrainConfig) -> Path:
@@ -59,14 +69,30 @@ def training_sampling(config: TrainConfig, env: Environment | None) -> SamplingP
     return resolve_sampling(TRAIN_SAMPLING_DEFAULTS, env_defaults, config.sampling.layer(), seed=config.seed)
 
 
+def env_names(envs: Sequence[EnvConfig]) -> list[str]:
+    """A short, unique name per environment: the id without its owner ('-<index>' where ids repeat)."""
+    names = [e.id.split("/")[-1] for e in envs]
+    if len(set(names)) != len(names):
+        names = [f"{n}-{i}" for i, n in enumerate(names)]
+    return names
+
+
 def load_envs(config: TrainConfig) -> Environment:
     envs = [load_environment(e.id, **e.args) for e in config.env]
     if len(envs) == 1:
         return envs[0]
-    names = [e.id.split("/")[-1] for e in config.env]
-    if len(set(names)) != len(names):
-        names = [f"{n}-{i}" for i, n in enumerate(names)]
-    return EnvGroup(envs, env_names=names, weights=[e.weight for e in config.env])
+    return EnvGroup(envs, env_names=env_names(config.env), weights=[e.weight for e in config.env])
+
+
+def load_eval_envs(config: TrainConfig) -> list[EvalEnv]:
+    """`eval.env`, loaded like the training environments; [] when held-out eval uses those (or is off)."""
+    if config.mode != "rl" or config.eval.interval == 0:
+        return []
+    loaded = []
+    for name, e in zip(env_names(config.eval.env), config.eval.env, strict=True):
+        env = load_environment(e.id, **e.args)
+        loaded.append(EvalEnv(name, env, training_sampling(config, env)))
+    return loaded
 
 
 def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, dist: DistInfo = SINGLE, *,
@@ -81,6 +107,7 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     random.seed(config.seed)
     torch.manual_seed(config.seed)  # LoRA init and anything else drawn from torch's global RNG
     env = load_envs(config) if config.env else None  # a bad env or model fails before the run folder exists
+    eval_envs = load_eval_envs(config)
     source = resolve_model_path(config.model)
     if isinstance(source, str):  # a hub id: cached, or the hub answers; one line otherwise
         require_hub_model(source)
@@ -89,7 +116,7 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
         if checkpoint is None:
             save_resolved_config(config, run_dir)
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
-    policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint)
+    policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint, on_gpu=dist.device != "cpu")
     wrap_model(policy, config.data_parallel, dist)  # multi-process only: device, DDP/FSDP wrapper
     log = RunLog(run_dir / RUN_LOG) if dist.is_main else QuietLog(run_dir / RUN_LOG)
     clock = PolicyClock()
@@ -116,7 +143,8 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     if config.mode == "rl" and env is None:
         raise UserError("RL training needs at least one [[env]]")
     return TrainContext(run_dir, env, policy, client, log, metadata, metadata.config, sft_data,
-                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env))
+                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env),
+                        eval_envs=eval_envs)
 
 
 class SFTData:

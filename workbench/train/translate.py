@@ -5,6 +5,7 @@ Accepted styles, detected from the keys present (a file may mix them):
 - hosted (canonical): `model`, `batch_size`, `[sampling]`, `[[env]]`, `[lora]`, ... — unchanged.
 - prime-rl nested: `[model] name`, `[trainer.optim] lr`, `[trainer.model.lora] rank`,
   `[orchestrator] batch_size`, `[orchestrator.buffer]`, `[[orchestrator.env]]`,
+  `[orchestrator.eval]` + `[[orchestrator.eval.env]]`, `[trainer.ckpt]`, `[trainer.model] optimization_dtype`,
   `[inference.model]`, `inference_gpu_ids`, ...
 - prime-rl flat: `model_name`, `use_lora`, `lora_rank`, `use_difficulty_filtering`,
   `difficulty_threshold`, `tensor_parallel_size`, ... and a single `[env]` table.
@@ -161,6 +162,8 @@ RULES: list[tuple[str, Handler, str]] = [
     ("trainer.optim.betas2", _beta(1), NESTED),
     ("trainer.scheduler.warmup_steps", _to("warmup_steps"), NESTED),
     ("trainer.model.ac.freq", _ac_freq, NESTED),
+    ("trainer.model.optimization_dtype", _to("optimization_dtype"), NESTED),
+    ("trainer.model.reduce_dtype", _to("reduce_dtype"), NESTED),
     *_lora_rules("trainer.model.lora", NESTED),
     *_lora_rules("trainer.model.experimental.lora", NESTED),
     *[(f"orchestrator.{k}", _to(k), NESTED) for k in (
@@ -174,10 +177,11 @@ RULES: list[tuple[str, Handler, str]] = [
     ("orchestrator.buffer.easy_threshold", _to("difficulty_filter.max_reward"), NESTED),
     ("orchestrator.buffer.hard_threshold", _to("difficulty_filter.min_reward"), NESTED),
     ("orchestrator.env", _to("env"), NESTED),
-    ("ckpt.interval", _to("checkpointing.save_every_n_steps"), NESTED),
-    ("ckpt.keep_last", _to("checkpointing.keep_n_checkpoints"), NESTED),
+    *[(f"orchestrator.eval.{k}", _to(f"eval.{k}"), NESTED) for k in ("interval", "num_examples", "rollouts_per_example", "env")],
+    *[(f"{prefix}.{k}", _to(f"checkpointing.{v}"), NESTED) for prefix in ("trainer.ckpt", "ckpt") for k, v in (
+        ("interval", "save_every_n_steps"), ("keep_last", "keep_n_checkpoints"), ("keep_interval", "keep_every_n_steps"))],
     ("inference.model.name", _to("inference.model"), NESTED),
-    *[(f"inference.model.{k}", _to(f"inference.{k}"), NESTED) for k in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "max_model_len")],
+    *[(f"inference.model.{k}", _to(f"inference.{k}"), NESTED) for k in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "max_model_len", "dtype")],
     ("inference.parallel.tp", _to("inference.tensor_parallel_size"), NESTED),
     ("inference.parallel.dp", _to("inference.data_parallel_size"), NESTED),
     ("inference_gpu_ids", _to("inference.gpu_ids"), NESTED),
@@ -244,6 +248,9 @@ def translate(raw: dict[str, Any]) -> Translation:
         b.moves.append(("env", "env.0"))
     if isinstance(b.out.get("env"), dict):  # a single [orchestrator.env] table
         b.out["env"] = [b.out["env"]]
+    for table in (raw.get("eval"), b.out.get("eval")):  # a single [eval.env] / [orchestrator.eval.env] table
+        if isinstance(table, dict) and isinstance(table.get("env"), dict):
+            table["env"] = [table["env"]]
     _place_gpus(b)
     unknown = _leftovers(raw)
     styles = list(dict.fromkeys(b.styles))
