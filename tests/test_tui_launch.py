@@ -70,7 +70,7 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
                                    "-b", f"{url}/v1", "-c", "1"]
             # it appears in Runs at once, before the child has written anything (the child's
             # preflight gives up after 10 s: the row must come well before)
-            await wait_for(pilot, lambda: any(r.pid == launch.pid for r in runs_of(app)), timeout=8)
+            await wait_for(pilot, lambda: any(r.pid == launch.pid for r in runs_of(app)))
             first = next(r for r in runs_of(app) if r.pid == launch.pid)
             assert first.status in ("starting", "running") and first.env == "reverse-text"
             assert first.is_launch and not list(workspace.glob("environments/*/outputs/evals/*/*"))

@@ -70,7 +70,7 @@ async def test_train_from_the_tui_then_evaluate_a_checkpoint(tiny_workspace: Pat
         await pilot.press("k")
         checkpoints = app.screen
         assert isinstance(checkpoints, CheckpointsScreen)
-        await wait_for(pilot, lambda: [c.step for c in checkpoints.checkpoints] == [1, 2, 3], timeout=10)
+        await wait_for(pilot, lambda: [c.step for c in checkpoints.checkpoints] == [1, 2, 3])
         await pilot.press("down", "down", "e")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "EvalCheckpointScreen")
         app.screen.query_one("#ck-n").value = "2"

@@ -301,8 +301,10 @@ def build_workspace(root: Path) -> dict[str, Path]:
     return {"varied": varied, "base": base, "tools": tools, "train": train, "gepa": gepa}
 
 
-async def wait_for(pilot: Any, predicate: Any, timeout: float = 5.0, step: float = 0.05) -> float:
-    """Pause the app until `predicate()` is true; returns the seconds it took (fails on timeout)."""
+async def wait_for(pilot: Any, predicate: Any, timeout: float = 120.0, step: float = 0.05) -> float:
+    """Pause the app until `predicate()` is true; returns the seconds it took. The timeout only
+    guards against a hang: on a busy machine a screen may take many seconds, and how fast it is
+    belongs to benchmarks/, not to a test."""
     import time
 
     started = time.monotonic()
