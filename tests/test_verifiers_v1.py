@@ -7,15 +7,14 @@ model, and come back as ordinary Workbench rollouts."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("verifiers.v1", reason="the verifiers extra (with verifiers.v1) is not installed")
+
+from tests.test_verifiers_envs import workbench  # noqa: E402 - the same CLI runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verifiers_envs" / "v1"
 
@@ -31,12 +30,6 @@ def workspace_with(tmp_path: Path, tiny_model: Path, name: str | None = None) ->
     (tmp_path / "outputs" / "models").mkdir(parents=True)
     (tmp_path / "outputs" / "models" / "tiny").symlink_to(tiny_model)
     return tmp_path
-
-
-def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
 
 
 def records(workspace: Path, name: str) -> list[dict]:
