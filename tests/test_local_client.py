@@ -127,6 +127,38 @@ async def test_top_k_one_and_tiny_top_p_are_greedy(client: LocalClient) -> None:
     assert top_k.tokens.completion_ids == greedy.tokens.completion_ids == top_p.tokens.completion_ids
 
 
+async def test_min_p_one_is_greedy_and_a_neutral_penalty_changes_nothing(client: LocalClient) -> None:
+    [greedy] = await client.chat(prompt("music paper"), sampling=GREEDY)
+    only_top = SamplingParams(temperature=1.5, max_tokens=40, extra={"min_p": 1.0})  # keeps the top token alone
+    [min_p] = await client.chat(prompt("music paper"), sampling=only_top)
+    [neutral] = await client.chat(prompt("music paper"), sampling=SamplingParams(temperature=0.0, max_tokens=40,
+                                                                                  extra={"repetition_penalty": 1.0}))
+    assert min_p.tokens.completion_ids == greedy.tokens.completion_ids == neutral.tokens.completion_ids
+
+
+def test_repetition_penalty_and_min_p_shape_sampling_but_not_logprobs() -> None:
+    import torch
+
+    from workbench.inference.generation import GenerationRow, _RowParams, sample_next
+
+    logits = torch.tensor([[2.0, 1.9, -1.0, -3.0]])
+    row = GenerationRow([0, 3], SamplingParams(temperature=0.0, extra={"repetition_penalty": 2.0}), 4)
+    params = _RowParams.build([row], "cpu", vocab=4)
+    penalized = params.penalized(logits)  # token 0 (seen, positive) halved, token 3 (seen, negative) doubled
+    assert penalized.tolist() == [pytest.approx([1.0, 1.9, -1.0, -6.0])]
+    token, logprob = sample_next(logits, params.temperature, params.top_p, params.top_k, torch.tensor([0.5]),
+                                 min_p=params.min_p, sampling_logits=penalized)
+    assert token.tolist() == [1]  # greedy on the penalized logits
+    assert logprob.item() == pytest.approx(torch.log_softmax(logits, -1)[0, 1].item())  # the model's own logprob
+    params.mark_seen(token)
+    assert params.penalized(logits)[0, 1].item() == pytest.approx(0.95)  # sampled tokens count as seen
+    # min_p = 0.5 at T=1: tokens below half the top probability are never drawn, whatever the uniform
+    sampled = _RowParams.build([GenerationRow([0], SamplingParams(temperature=1.0, extra={"min_p": 0.5}), 4)], "cpu", vocab=4)
+    draws = {sample_next(logits, sampled.temperature, sampled.top_p, sampled.top_k, torch.tensor([u]),
+                         min_p=sampled.min_p)[0].item() for u in (0.0, 0.3, 0.6, 0.9, 0.999)}
+    assert draws == {0, 1}
+
+
 async def test_tokens_in_matches_chat(client: LocalClient) -> None:
     ids = client.render_prompt_ids(prompt("garden"))
     [via_ids] = await client.complete_ids(ids, sampling=GREEDY)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.held_env import Drain, held_env_toml
 from tests.servers import wait_until
+from workbench.errors import UserError
 from workbench.train.config import load_train_config
 
 pytestmark = pytest.mark.slow
@@ -62,6 +63,9 @@ def adapter_tensors(checkpoint: Path) -> dict:
     return load_file(str(checkpoint / "adapter_model.safetensors"))
 
 
+COSINE = 'lr_scheduler = "cosine"\nwarmup_steps = 1\nmin_lr = 1e-4'  # the schedule resumes mid-decay too
+
+
 def test_resume_matches_uninterrupted_run(tiny_workspace: Path):
     straight = train(write_config(tiny_workspace, "a", 4), "output_dir='runs/straight'")
     first = train(write_config(tiny_workspace, "b", 2), "output_dir='runs/split'")
@@ -80,6 +84,29 @@ def test_resume_matches_uninterrupted_run(tiny_workspace: Path):
         assert torch.allclose(wa[name], wb[name], atol=1e-5), name
     lines = [json.loads(l) for l in (resumed.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2, 3, 4]  # one line per step, none duplicated by the resume
+
+
+def test_resume_from_a_chosen_step_redoes_the_later_steps_exactly(tiny_workspace: Path):
+    import torch
+
+    run = train(write_config(tiny_workspace, "c", 4, COSINE), "output_dir='runs/cosine'")
+    lines = [json.loads(l) for l in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rates = [m["train/learning_rate"] for m in lines]
+    assert rates[0] == pytest.approx(3e-3) and rates[1] > rates[2] > rates[3] > 1e-4  # warmup 1, then cosine decay
+    assert all(m["train/reward"] == m["reward/mean"] for m in lines)  # the docs' metric name, beside ours
+    before = adapter_tensors(run.run_dir / "checkpoints" / "step_000004")
+
+    # back to step 2 (--resume-step): steps 3-4 are redone exactly, the old ones set aside
+    again = train(write_config(tiny_workspace, "c", 4, COSINE), "output_dir='runs/cosine'",
+                  "checkpointing.resume_step=2", resume=run.run_dir)
+    assert again.status == "finished" and again.metrics[0]["step"] == 3
+    [aside] = (run.run_dir / "checkpoints").glob("set-aside-*")
+    assert sorted(p.name for p in aside.iterdir()) == ["step_000003", "step_000004"]
+    redone = adapter_tensors(run.run_dir / "checkpoints" / "step_000004")
+    for name in before:
+        assert torch.allclose(before[name], redone[name], atol=1e-5), name
+    with pytest.raises(UserError, match=r"no complete checkpoint of step 9 \(checkpoints: 1, 2, 3, 4\)"):
+        train(write_config(tiny_workspace, "c", 4, COSINE), "checkpointing.resume_step=9", resume=run.run_dir)
 
 
 def test_metrics_rollouts_checkpoints_and_wandb_offline(tiny_workspace: Path):

@@ -36,8 +36,9 @@ SEED_PLANS = {
 
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY", "OPENAI_API_KEY")}
     env["COLUMNS"] = "200"  # rich wraps at 80 columns without a terminal
+    env["HF_HUB_OFFLINE"] = "1"  # the same answers with or without a network: hub ids unchecked, gsm8k not cached
     return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -58,9 +59,13 @@ def write(path: Path, text: str) -> Path:
 
 # Seed configs that name what is not here (a placeholder env, a missing env_file): the dry run
 # prints the whole plan, then one line naming what is missing, and exits 1 (seed-configs/README).
+# Environments are loaded as the run would: gsm8k without data_path needs the hub (offline here),
+# wiki-search with a judge_model on the OpenAI API needs its key.
 BLOCKED_SEEDS = {"hosted-basic.toml": "unknown environment 'my-environment'",
                  "hosted-reference.toml": "secrets.env' does not exist",
-                 "prime-rl-nested-full.toml": "unknown environment 'my-env'"}
+                 "prime-rl-nested-full.toml": "unknown environment 'my-env'",
+                 "multi-env.toml": "could not load openai/gsm8k",
+                 "prime-rl-flat.toml": "judge model 'gpt-4.1-mini' on the OpenAI API needs an API key"}
 
 def test_every_seed_config_is_covered():
     assert sorted(p.name for p in SEEDS.glob("*.toml")) == sorted([*SEED_PLANS, "gepa.toml"])

@@ -21,6 +21,10 @@ def setup(
 ) -> None:
     """Scaffold configs/ and environments/, and build the embedded tiny model (offline, ~2 min on 2 cores).
 
+    configs/ gets an RL config (configs/rl/ENV.toml) and an eval config (configs/eval/ENV.toml)
+    for every bundled environment, and a GEPA config (configs/gepa/reverse-text.toml); the first
+    line of each is the command that runs it.
+
     Safe to run again: existing files are kept (use --force to overwrite your edits) and the
     model is rebuilt only when its recipe changed.
     """
@@ -53,3 +57,5 @@ def setup(
     console.print(f"  {where}workbench eval run reverse-text -m {model} -n 20 -r 8")
     console.print(f"  {where}workbench eval run alphabet-sort -m {model} -n 10 -r 4 -a '{{\"max_turns\": 3}}'")
     console.print(f"  {where}workbench serve {model} --port 8000")
+    console.print(f"  {where}workbench train configs/rl/reverse-text.toml   [dim](configs/rl, configs/eval: one per environment)[/]")
+    console.print(f"  {where}workbench gepa run configs/gepa/reverse-text.toml")

@@ -18,11 +18,12 @@ ConfigArg = Annotated[Path | None, typer.Argument(metavar="CONFIG", help="Traini
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
 SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a config key (repeatable), value as TOML: --set max_steps=20 --set sampling.temperature=0.8 --set 'sampling.stop=[\"</a>\"]'.", show_default=False)]
 ResumeOption = Annotated[Path | None, typer.Option("--resume", help="Continue a run folder from its newest complete checkpoint, with its saved config.toml (CONFIG not needed).", show_default=False)]
+ResumeStepOption = Annotated[int | None, typer.Option("--resume-step", min=1, metavar="STEP", help="With --resume: continue from this step's checkpoint instead of the newest (prime-rl's --trainer.ckpt.resume-step); later checkpoints are set aside in checkpoints/set-aside-<time>/.", show_default=False)]
 NprocOption = Annotated[int, typer.Option("--nproc", min=1, metavar="N", help="Train with N processes on this machine (data parallel: DDP, or FSDP with data_parallel = \"fsdp\"): each takes 1/N of every step's rollouts; gloo on CPU, one GPU per process with CUDA. The same as `torchrun --nproc-per-node N -m workbench train CONFIG`.")]
 
 
 def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOption = None, resume: ResumeOption = None,
-          nproc: NprocOption = 1) -> None:
+          resume_step: ResumeStepOption = None, nproc: NprocOption = 1) -> None:
     """Train a model with RL on environments (or SFT on demonstrations) from one TOML config.
 
     Examples:
@@ -35,16 +36,22 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
 
       workbench train --resume outputs/runs/<run>
 
+      workbench train --resume outputs/runs/<run> --resume-step 50
+
       workbench train configs/rl/reverse-text.toml --nproc 2
     """
     from workbench.cli.embedded import ensure_embedded_model
     from workbench.cli.render import RichReporter, console, err_console
-    from workbench.train import build_plan, config_source, is_rank_zero, load_train_config, run_blockers, run_train
+    from workbench.train import build_plan, config_source, is_rank_zero, load_train_config, model_notes, run_blockers, run_train
 
     path = config_source(config, resume)
+    if resume_step is not None:
+        if resume is None:
+            raise UserError("--resume-step continues a run: give the run folder with --resume RUN")
+        overrides = [*(overrides or []), f"checkpointing.resume_step={resume_step}"]
     train_config, notes = load_train_config(path, overrides or [])
-    blockers = run_blockers(train_config)
-    plan = build_plan(train_config, notes, blockers)
+    blockers = run_blockers(train_config, resuming=resume is not None)
+    plan = build_plan(train_config, [*notes, *model_notes(train_config.model)], blockers)
     if dry_run:
         print_plan(plan)
         if blockers:  # the plan is fine to read, but the exit code says whether a real run could start

@@ -41,6 +41,8 @@ def resolve_sampling(*layers: Mapping[str, Any], seed: int | None) -> SamplingPa
 # What each setting must be, checked before any rollout (a wrong value would fail every request).
 RANGES: dict[str, tuple[float, float]] = {"temperature": (0, float("inf")), "top_p": (0, 1), "max_tokens": (1, float("inf")),
                                           "n": (1, float("inf")), "top_k": (-1, float("inf"))}
+# Server knobs (SamplingParams.extra) that the in-process model honours too, so they are checked alike.
+EXTRA_RANGES: dict[str, tuple[float, float]] = {"min_p": (0, 1), "repetition_penalty": (1e-6, float("inf"))}
 
 
 def validated(params: SamplingParams) -> SamplingParams:
@@ -59,6 +61,12 @@ def validated(params: SamplingParams) -> SamplingParams:
         value = getattr(checked, name)
         if not low <= value <= high:
             raise UserError(f"bad sampling argument '{name}': {value} is out of range ({low:g} to {high:g})")
+    for name, (low, high) in EXTRA_RANGES.items():
+        value = checked.extra.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+            raise UserError(f"bad sampling argument '{name}': {value!r} is not a number from {low:g} to {high:g}")
     return checked
 
 

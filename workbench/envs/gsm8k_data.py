@@ -63,12 +63,20 @@ def load_gsm8k_hub(split: str) -> Rows:
     except ImportError:
         raise ValueError("no data_path given and the `datasets` library is not installed "
                          "(pip install datasets to download openai/gsm8k, or pass data_path=PATH.jsonl)") from None
+    from workbench.models.hub import go_offline, hub_reachable
+
+    reachable = hub_reachable()
+    if not reachable:  # the cache alone: no minute of retries printed to the terminal
+        go_offline()
+        if hasattr(datasets, "config"):
+            datasets.config.HF_HUB_OFFLINE = True  # read at call time, like huggingface_hub's constant
     try:
         data = datasets.load_dataset("openai/gsm8k", "main", split=split)
     except Exception as exc:  # offline, hub down, auth: all mean "use a local file"
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"could not load openai/gsm8k from the Hugging Face hub ({message[:200]}); "
-                         "pass data_path=PATH.jsonl with GSM8K-format data") from None
+        why = (f"from the Hugging Face hub ({message[:200]})" if reachable else
+               "(the Hugging Face hub is unreachable and it is not in the local datasets cache)")
+        raise ValueError(f"could not load openai/gsm8k {why}; pass data_path=PATH.jsonl with GSM8K-format data") from None
     return [gsm8k_row(str(r["question"]), str(r["answer"])) for r in data]
 
 

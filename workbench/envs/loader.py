@@ -164,6 +164,8 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
     try:
         with kept_signal_handlers():  # a verifiers env installs its own on construction
             env = factory(**env_args)
+    except UserError as exc:  # the environment's own one-line explanation
+        raise UserError(f"environment '{env_id}' failed to load: {exc}") from exc
     except Exception as exc:
         raise UserError(f"environment '{env_id}' failed to load: {type(exc).__name__}: {exc}") from exc
     if is_verifiers_object(env):

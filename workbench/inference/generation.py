@@ -1,7 +1,8 @@
 """Batched autoregressive decoding with a KV cache and per-row sampling settings.
 
 This is the engine under `LocalClient`: one call decodes a whole batch of rows, each with
-its own prompt, temperature, top-p, top-k, max_tokens, stop strings and seed. It runs its
+its own prompt, temperature, top-p, top-k, min-p, repetition penalty, max_tokens, stop strings
+and seed (min_p and repetition_penalty come in `SamplingParams.extra`, vLLM's names). It runs its
 own loop (not `model.generate`) so rows with different sampling settings share one forward
 pass per step, and rows that finish are dropped from the batch and the cache.
 
@@ -13,9 +14,10 @@ pass per step, and rows that finish are dropped from the batch and the cache.
   uniforms from its own generator, so a seeded request reproduces whatever it is batched
   with (up to floating-point differences between batch shapes).
 - Logprobs: the log-probability of the sampled token under the temperature-scaled
-  softmax over the *full* vocabulary (`log_softmax(logits / T)`), before top-k/top-p
-  truncation. That is what a trainer recomputes from its own logits (it divides by the same
-  temperature), so importance ratios are exact for the RL default top_p=1, top_k=-1.
+  softmax over the *full* vocabulary (`log_softmax(logits / T)`), before top-k/top-p/min-p
+  truncation and the repetition penalty. That is what a trainer recomputes from its own logits
+  (it divides by the same temperature), so importance ratios are exact for the RL defaults
+  (top_p=1, top_k=-1, no min_p, no penalty).
   Greedy rows (T=0) report `log_softmax(logits)` (T=1), which is more useful than the
   point mass's 0.
 """
@@ -83,11 +85,13 @@ def generate_batch(
         logits, cache, attention_mask = _prefill(model, rows, pad_token_id, device, counters)
         active = torch.arange(len(rows), device=device)  # batch position -> row index
         next_position = attention_mask.sum(-1)
-        params = _RowParams.build(rows, device)
+        params = _RowParams.build(rows, device, logits.shape[-1])
         while True:
             tokens, logprobs = sample_next(
-                logits, params.temperature, params.top_p, params.top_k, params.uniforms(len(active), device)
+                logits, params.temperature, params.top_p, params.top_k, params.uniforms(len(active), device),
+                min_p=params.min_p, sampling_logits=params.penalized(logits),
             )
+            params.mark_seen(tokens)
             finished = _record_step(rows, results, active.tolist(), tokens.tolist(), logprobs.tolist(), stop_token_ids, decoder)
             if finished:
                 keep = [i for i, row in enumerate(active.tolist()) if row not in finished]
@@ -116,10 +120,14 @@ def generate_batch(
     return results
 
 
-def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms: Any) -> tuple[Any, Any]:
+def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms: Any, *,
+                min_p: Any = None, sampling_logits: Any = None) -> tuple[Any, Any]:
     """Sample one token per row; returns (tokens, logprobs under log_softmax(logits / T)).
 
-    `temperature` 0 = greedy; `top_k` <= 0 = off; `uniforms` in [0, 1), one per row.
+    `temperature` 0 = greedy; `top_k` <= 0 = off; `uniforms` in [0, 1), one per row;
+    `min_p` (per row, 0 = off) drops tokens below min_p x the top token's probability;
+    `sampling_logits` (the repetition-penalized logits) is what is sampled from, while the
+    logprobs stay those of `logits`.
     """
     import torch
 
@@ -127,7 +135,13 @@ def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms:
     greedy = temperature <= 0
     safe_temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
     logprobs_all = torch.log_softmax(logits / safe_temperature.unsqueeze(1), dim=-1)
-    probs = logprobs_all.exp()
+    if sampling_logits is None:
+        sampling_logits = logits
+        probs = logprobs_all.exp()
+    else:
+        probs = torch.softmax(sampling_logits / safe_temperature.unsqueeze(1), dim=-1)
+    if min_p is not None:
+        probs = probs * (probs >= min_p.unsqueeze(1) * probs.max(dim=-1, keepdim=True).values)
     top_k = torch.where(top_k <= 0, torch.full_like(top_k, vocab), top_k.clamp(max=vocab))
     needs_truncation = bool(((top_k < vocab) | (top_p < 1.0)).any())
     if needs_truncation:
@@ -142,7 +156,7 @@ def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms:
     targets = (uniforms * cdf[:, -1]).unsqueeze(1)
     picked = torch.searchsorted(cdf, targets, right=True).clamp(max=vocab - 1).squeeze(1)
     tokens = order.gather(1, picked.unsqueeze(1)).squeeze(1) if needs_truncation else picked
-    tokens = torch.where(greedy, logits.argmax(-1), tokens)
+    tokens = torch.where(greedy, sampling_logits.argmax(-1), tokens)
     return tokens, logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
 
@@ -190,9 +204,12 @@ class _RowParams:
     top_p: Any
     top_k: Any
     generators: list[Any]  # a torch.Generator per seeded row, None otherwise
+    min_p: Any = None  # None when no row uses it
+    repetition_penalty: Any = None  # None when no row uses it; then `seen` is None too
+    seen: Any = None  # [rows, vocab] bool: tokens in the prompt or sampled so far
 
     @classmethod
-    def build(cls, rows: Sequence[GenerationRow], device: Any) -> _RowParams:
+    def build(cls, rows: Sequence[GenerationRow], device: Any, vocab: int) -> _RowParams:
         import torch
 
         generators = []
@@ -201,20 +218,48 @@ class _RowParams:
             if row.seed is not None:
                 generator = torch.Generator().manual_seed(row.seed)
             generators.append(generator)
-        return cls(
+        min_p = [float(r.sampling.extra.get("min_p") or 0.0) for r in rows]
+        penalty = [float(r.sampling.extra.get("repetition_penalty") or 1.0) for r in rows]
+        params = cls(
             temperature=torch.tensor([float(r.sampling.temperature) for r in rows], device=device),
             top_p=torch.tensor([float(r.sampling.top_p) for r in rows], device=device),
             top_k=torch.tensor([int(r.sampling.top_k) for r in rows], device=device),
             generators=generators,
+            min_p=torch.tensor(min_p, device=device) if any(min_p) else None,
         )
+        if any(p != 1.0 for p in penalty):
+            params.repetition_penalty = torch.tensor(penalty, device=device)
+            params.seen = torch.zeros((len(rows), vocab), dtype=torch.bool, device=device)
+            for i, row in enumerate(rows):  # vLLM's rule: prompt tokens count as repeated too
+                ids = torch.tensor([t for t in row.prompt_ids if 0 <= t < vocab], dtype=torch.long, device=device)
+                params.seen[i, ids] = True
+        return params
 
     def select(self, keep: list[int]) -> _RowParams:
         import torch
 
         index = torch.tensor(keep, device=self.temperature.device)
+        pick = (lambda t: None if t is None else t[index])
         return _RowParams(
-            self.temperature[index], self.top_p[index], self.top_k[index], [self.generators[i] for i in keep]
+            self.temperature[index], self.top_p[index], self.top_k[index], [self.generators[i] for i in keep],
+            pick(self.min_p), pick(self.repetition_penalty), pick(self.seen),
         )
+
+    def penalized(self, logits: Any) -> Any:
+        """The logits to sample from: a positive logit of a seen token divided by the penalty, a
+        negative one multiplied (transformers' and vLLM's rule); None when no row penalizes."""
+        import torch
+
+        if self.repetition_penalty is None:
+            return None
+        penalty = self.repetition_penalty.unsqueeze(1)
+        return torch.where(self.seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+
+    def mark_seen(self, tokens: Any) -> None:
+        import torch
+
+        if self.seen is not None:
+            self.seen[torch.arange(len(tokens), device=tokens.device), tokens] = True
 
     def uniforms(self, count: int, device: Any) -> Any:
         import torch

@@ -19,8 +19,9 @@ imported when a client is created, never when this module is imported.
 Semantics (as in vLLM/OpenAI where they define them): a stop string ends the generation and
 is cut from the text, but `tokens.completion_ids`/logprobs keep every sampled token (RL trains
 on what was sampled); an EOS / `<|im_end|>` token is kept in the ids and dropped from the
-text. Logprobs: see `generation` (temperature-scaled, before top-k/top-p). `sampling.extra`
-(server-specific knobs such as min_p) is ignored here.
+text. Logprobs: see `generation` (temperature-scaled, before top-k/top-p/min-p and the
+repetition penalty). Of `sampling.extra`, `min_p` and `repetition_penalty` are honoured (vLLM's
+meaning); other server-specific knobs are ignored here.
 """
 
 from __future__ import annotations

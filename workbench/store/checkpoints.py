@@ -62,6 +62,28 @@ def training_run_checkpoint(path: Path) -> Path:
     return path
 
 
+def checkpoint_at(run_dir: Path, step: int) -> Path:
+    """The complete checkpoint of `step`; UserError listing the steps there are otherwise."""
+    for checkpoint in list_checkpoints(run_dir):
+        if checkpoint_step(checkpoint) == step:
+            return checkpoint
+    steps = ", ".join(str(checkpoint_step(c)) for c in list_checkpoints(run_dir)) or "none"
+    raise UserError(f"{run_dir} has no complete checkpoint of step {step} (checkpoints: {steps})")
+
+
+def set_aside_after(run_dir: Path, step: int, stamp: str) -> Path | None:
+    """Move the checkpoints after `step` into `checkpoints/set-aside-<stamp>/` (a run resumed from
+    an earlier step writes those steps again); None when there were none. Nothing is deleted."""
+    later = [c for c in list_checkpoints(run_dir) if checkpoint_step(c) > step]
+    if not later:
+        return None
+    target = run_dir / CHECKPOINTS / f"set-aside-{stamp}"
+    target.mkdir(parents=True, exist_ok=True)
+    for checkpoint in later:
+        checkpoint.rename(target / checkpoint.name)
+    return target
+
+
 @dataclass
 class CheckpointInfo:
     """One complete checkpoint folder."""

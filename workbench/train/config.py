@@ -34,7 +34,7 @@ __all__ = [
     "CheckpointConfig", "ConfigProblem", "DifficultyFilterConfig", "EnvConfig", "EvalDuringTrainConfig",
     "InferenceConfig", "KLConfig", "LoraConfig", "SFTConfig", "SamplingConfig", "TrainConfig", "WandbConfig",
     "apply_overrides", "config_for_saving", "load_env_files", "load_train_config", "parse_override_value",
-    "run_blockers", "save_resolved_config",
+    "model_notes", "run_blockers", "save_resolved_config",
 ]
 
 CONFIG_FILENAME = "config.toml"
@@ -227,15 +227,18 @@ def config_source(config: Path | None, resume: Path | None) -> Path:
     return saved
 
 
-def run_blockers(config: TrainConfig) -> list[str]:
-    """Problems that stop a real run but not a dry run: environments (training and eval.env) and
-    files the config names that are not here."""
+def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
+    """Problems that stop a real run but not a dry run: environments (training and eval.env),
+    files the config names that are not here, a resume step without a run to resume."""
     from workbench.envs.loader import unknown_environment
 
-    problems = [problem for env in config.env if (problem := unknown_environment(env.id)) is not None]
-    train_ids = {env.id for env in config.env}
-    eval_ids = dict.fromkeys(env.id for env in config.eval.env if env.id not in train_ids)
-    problems += [f"eval.env: {problem}" for env_id in eval_ids if (problem := unknown_environment(env_id)) is not None]
+    problems = _env_problems(config.env, "")
+    if config.checkpointing.resume_step is not None and not resuming:
+        problems.append(f"checkpointing.resume_step = {config.checkpointing.resume_step} (prime-rl: trainer.ckpt.resume_step) "
+                        "continues a run: name it with --resume RUN")
+    problems += _env_problems(config.eval.env, "eval.env: ", skip=config.env)
+    if (problem := model_problem(config.model)) is not None:
+        problems.append(problem)
     problems += [f"env_file '{p}' does not exist" for p in config.env_file if not Path(p).is_file()]
     if config.mode == "sft" and config.sft.data_path and not Path(config.sft.data_path).is_file():
         problems.append(f"sft.data_path '{config.sft.data_path}' does not exist")
@@ -246,6 +249,62 @@ def run_blockers(config: TrainConfig) -> list[str]:
         if reason is not None:
             problems.append(f"{INSTALL_HINT} ({reason})")
     return problems
+
+
+def _env_problems(envs: list[EnvConfig], label: str, skip: list[EnvConfig] = ()) -> list[str]:
+    """Each environment is loaded with its args, as the run will (its data files, its imports),
+    so a run that passes these checks can start; environments in `skip` were checked already."""
+    from workbench.envs.loader import load_environment, unknown_environment
+
+    problems, seen = [], {_env_key(env) for env in skip}
+    for env in envs:
+        if _env_key(env) in seen:
+            continue
+        seen.add(_env_key(env))
+        if (problem := unknown_environment(env.id)) is not None:
+            problems.append(label + problem)
+            continue
+        try:
+            load_environment(env.id, **env.args)
+        except UserError as exc:
+            problems.append(f"{label}{exc}")
+    return problems
+
+
+def _env_key(env: EnvConfig) -> str:
+    return env.id + repr(sorted(env.args.items()))
+
+
+def model_problem(model: str) -> str | None:
+    """Why `model` cannot be loaded here, if that is known: a local folder that is missing or
+    is no model. A hub id counts as loadable (see `model_notes` for whether that was checked);
+    the embedded models are built on first use."""
+    from workbench.inference.resolve import resolve_model_path
+    from workbench.workspace import TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME
+
+    if model in (TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME):
+        return None
+    try:
+        resolve_model_path(model)
+    except UserError as exc:
+        return f"model: {exc}"
+    return None
+
+
+def model_notes(model: str) -> list[str]:
+    """For a Hugging Face id: whether it is in the local cache or the hub answers; a dry run
+    lists it as unchecked (not failed) when neither can be told."""
+    from workbench.inference.resolve import HUB_ID
+    from workbench.models.hub import hub_reachable, is_cached
+
+    if not HUB_ID.match(model) or Path(model).expanduser().exists():
+        return []
+    if is_cached(model):
+        return [f"model '{model}' is in the local Hugging Face cache"]
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes") and hub_reachable():
+        return [f"model '{model}' will be downloaded from the Hugging Face hub when the run starts"]
+    return [f"model '{model}' is unchecked: the Hugging Face hub is unreachable and it is not in the local cache "
+            "(a real run here stops; use a local model folder or --set model=tiny)"]
 
 
 def load_env_files(config: TrainConfig, config_path: Path | str | None = None) -> list[str]:
@@ -272,8 +331,9 @@ def load_env_files(config: TrainConfig, config_path: Path | str | None = None) -
 
 def config_for_saving(config: TrainConfig) -> dict[str, Any]:
     """The resolved config as plain TOML-ready data. env_file keeps file names only: secret
-    values live in os.environ and are never part of the config."""
-    return _drop_none(config.model_dump(mode="json"))
+    values live in os.environ and are never part of the config. checkpointing.resume_step is
+    left out: it says where one resume starts, and a later --resume continues from the newest."""
+    return _drop_none(config.model_dump(mode="json", exclude={"checkpointing": {"resume_step"}}))
 
 
 def save_resolved_config(config: TrainConfig, run_dir: Path | str) -> Path:

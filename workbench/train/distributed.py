@@ -174,8 +174,9 @@ def agreed_run_dir(info: DistInfo, propose: Callable[[], Path]) -> Path:
     return Path(info.broadcast(str(propose()) if info.is_main else ""))  # rank 0's choice
 
 
-def wrap_model(policy: Any, strategy: str, info: DistInfo) -> None:
+def wrap_model(policy: Any, strategy: str, info: DistInfo, *, cpu_offload: bool = False) -> None:
     """Move the policy to this rank's device and wrap it for data-parallel training.
+    `cpu_offload` (FSDP on a GPU): the shards rest in CPU memory between uses.
 
     Sets `policy.wrapped`, the module training passes go through. Generation and saving keep
     using `policy.model` (for DDP the plain module; FSDP2 shards `policy.model` in place).
@@ -191,7 +192,7 @@ def wrap_model(policy: Any, strategy: str, info: DistInfo) -> None:
         if policy.reference is not None:
             policy.reference.to(info.device)
     if strategy == "fsdp":
-        policy.wrapped = shard_fsdp(policy.model)
+        policy.wrapped = shard_fsdp(policy.model, cpu_offload=cpu_offload and info.device != "cpu")
         return
     from torch.nn.parallel import DistributedDataParallel
 
@@ -200,10 +201,12 @@ def wrap_model(policy: Any, strategy: str, info: DistInfo) -> None:
     policy.wrapped = DistributedDataParallel(policy.model, device_ids=device_ids, broadcast_buffers=False)
 
 
-def shard_fsdp(model: Any) -> Any:
-    """FSDP2: one unit per decoder layer (the model's `_no_split_modules`), then the root."""
+def shard_fsdp(model: Any, *, cpu_offload: bool = False) -> Any:
+    """FSDP2: one unit per decoder layer (the model's `_no_split_modules`), then the root.
+    `cpu_offload`: parameters, gradients and optimizer state live on the CPU and are copied to
+    the GPU for each unit's compute (FSDP2's CPUOffloadPolicy)."""
     try:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
     except ImportError as exc:  # FSDP2 became public API in torch 2.6
         from workbench.errors import UserError
 
@@ -211,9 +214,10 @@ def shard_fsdp(model: Any) -> Any:
 
     names = set(getattr(_base_model(model), "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in names]
+    policy = CPUOffloadPolicy() if cpu_offload else OffloadPolicy()
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, offload_policy=policy)
+    fully_shard(model, offload_policy=policy)
     return model
 
 

@@ -44,7 +44,7 @@ from workbench.engine import run_rollouts
 from workbench.errors import ServerGone, UserError
 from workbench.events import NullReporter, Reporter
 from workbench.inference.weight_sync import WeightSyncError
-from workbench.store.checkpoints import list_checkpoints, read_step_info
+from workbench.store.checkpoints import checkpoint_at, list_checkpoints, read_step_info, set_aside_after
 from workbench.store.runs import TrainRun, now_iso, write_run_metadata
 from workbench.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
 from workbench.train.distributed import (
@@ -77,12 +77,26 @@ async def _train(config: TrainConfig, reporter: Reporter, resume: Path | None, d
     if resume is None and list_checkpoints(run_dir):
         raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
                         "or choose another run_name/output_dir")
-    checkpoint = list_checkpoints(run_dir)[-1] if resume and list_checkpoints(run_dir) else None
+    checkpoint = _resume_point(run_dir, config, dist) if resume else None
     async with contextlib.AsyncExitStack() as servers:
         launched = []
         if config.inference.mode == "server" and config.inference.launch:
             launched.append(await _launch_inference(config, run_dir, servers, reporter))
         return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
+
+
+def _resume_point(run_dir: Path, config: TrainConfig, dist: DistInfo) -> Path | None:
+    """The checkpoint a resumed run continues from: checkpointing.resume_step's, else the newest.
+    Resuming from an earlier step sets the later checkpoints aside (they would be written again)."""
+    step = config.checkpointing.resume_step
+    if step is None:
+        found = list_checkpoints(run_dir)
+        return found[-1] if found else None
+    checkpoint = checkpoint_at(run_dir, step)
+    dist.barrier()  # every rank has found it before rank 0 moves the later ones
+    if dist.is_main:
+        set_aside_after(run_dir, step, time.strftime("%Y%m%d-%H%M%S"))
+    return checkpoint
 
 
 async def _launch_inference(config: TrainConfig, run_dir: Path, servers: contextlib.AsyncExitStack, reporter: Reporter) -> str:
@@ -184,6 +198,7 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
 
 async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
     started = time.perf_counter()
+    learning_rate = scheduler.get_last_lr()[0]  # this step's (the scheduler moves on when it trains)
     if ctx.publisher is None:
         ctx.policy.model.eval()  # colocated: the trainer's own model generates
     with generation_weights(ctx.policy):
@@ -233,7 +248,7 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
         "reward/mean": sum(rewards) / len(rewards),
         "reward/std": statistics.pstdev(rewards),
         **{f"reward/{name}": value for name, value in _func_means(all_rollouts).items()},
-        "train/learning_rate": scheduler.get_last_lr()[0],
+        "train/learning_rate": learning_rate,
         "rollout/mean_length": completion_tokens / max(len(all_rollouts), 1),
         "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
         "rollout/errors": sum(r.error is not None for r in all_rollouts),
@@ -255,11 +270,12 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
 
 async def _sft_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
     started = time.perf_counter()
+    learning_rate = scheduler.get_last_lr()[0]  # this step's (the scheduler moves on when it trains)
     samples = ctx.dist.shard(ctx.sft_data.batch(step, config.batch_size))  # this rank's slice
     stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, sft=True, dist=ctx.dist)
     step_s = time.perf_counter() - started
     return {"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
-            "train/learning_rate": scheduler.get_last_lr()[0], "perf/tokens_per_s": stats.tokens / step_s,
+            "train/learning_rate": learning_rate, "perf/tokens_per_s": stats.tokens / step_s,
             "time/forward_backward": stats.forward_backward_s, "time/optimizer": stats.optimizer_s, "time/step": step_s}
 
 

@@ -13,6 +13,16 @@ from workbench.store.runs import METRICS
 from workbench.train.schema import WandbConfig
 
 
+# The names prime-rl's docs list for its W&B charts -> ours: a dashboard written for those docs
+# finds its curves. Both names are logged, with the same value.
+METRIC_ALIASES = {"train/reward": "reward/mean", "train/kl_divergence": "policy/kl"}
+
+
+def with_aliases(metrics: dict[str, Any]) -> dict[str, Any]:
+    """`metrics` plus every alias whose source metric is present."""
+    return {**metrics, **{alias: metrics[name] for alias, name in METRIC_ALIASES.items() if name in metrics}}
+
+
 class MetricsLogger:
     def __init__(self, run_dir: Path, wandb_config: WandbConfig, run_name: str, config_dict: dict[str, Any],
                  resume: bool) -> None:
@@ -30,6 +40,7 @@ class MetricsLogger:
             )
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
+        metrics = with_aliases(metrics)
         with self.path.open("ab") as f:
             f.write(orjson.dumps({"step": step, **metrics}) + b"\n")
         if self._wandb is not None:

@@ -41,12 +41,26 @@ def make_optimizer(policy: Policy, config: TrainConfig) -> tuple[Any, Any]:
 
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
                                   weight_decay=config.weight_decay, betas=tuple(config.betas))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, config))
+
+
+def lr_factor(step: int, config: TrainConfig) -> float:
+    """The learning rate of optimizer step `step` (0-based) as a fraction of learning_rate:
+    linear warmup over warmup_steps, then constant, or a linear / cosine decay towards min_lr
+    over the last lr_decay_steps steps (default: every step after warmup). As in transformers'
+    schedules, the last step still learns (its rate is one decay step above min_lr)."""
     warmup = config.warmup_steps
-
-    def schedule(step: int) -> float:  # linear warmup, then constant
-        return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    if step < warmup:
+        return (step + 1) / warmup
+    if config.lr_scheduler == "constant":
+        return 1.0
+    decay_start = max(warmup, config.max_steps - (config.lr_decay_steps or config.max_steps))
+    if step < decay_start:
+        return 1.0
+    progress = min(1.0, (step - decay_start) / max(1, config.max_steps - decay_start))
+    shape = 1.0 - progress if config.lr_scheduler == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    floor = config.min_lr / config.learning_rate if config.learning_rate > 0 else 0.0
+    return floor + (1.0 - floor) * shape
 
 
 def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: list[Sample], config: TrainConfig,

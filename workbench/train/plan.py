@@ -39,6 +39,8 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
         notes = [f"{k} = {_fmt(v)} is ignored: no CUDA GPU on this machine (everything runs on the CPU)"
                  for k, v in set_keys.items()]
         notes += [f"{k} = '{v}' has no effect on this machine: no CUDA GPU, the CPU trains in float32" for k, v in dtypes.items()]
+        if config.fsdp_cpu_offload:
+            notes.append("fsdp_cpu_offload = true has no effect on this machine: no CUDA GPU, the weights already live in CPU memory")
         if inf.dtype != "auto":
             notes.append(f"inference.dtype = '{inf.dtype}' has no effect on this machine: no CUDA GPU, so no vLLM is "
                          "launched here (colocated generation uses the trainer's float32 model)")
@@ -46,6 +48,10 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
             notes.append(f"'{config.model}' on a CPU is slow; try this config with --set model=tiny")
         return notes
     notes = []
+    if config.fsdp_cpu_offload and config.data_parallel != "fsdp":
+        notes.append("fsdp_cpu_offload = true has no effect: it offloads FSDP shards, and data_parallel is 'ddp' (set data_parallel = 'fsdp')")
+    elif config.fsdp_cpu_offload:
+        notes.append("fsdp_cpu_offload = true takes effect with several trainer processes (--nproc N, torchrun); one process does not shard")
     if "optimization_dtype" in dtypes:
         notes.append("optimization_dtype = 'bfloat16': trainer processes on a CUDA GPU (--nproc N, torchrun) load the "
                      "policy in bfloat16; a trainer process on the CPU keeps float32")
@@ -91,6 +97,8 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     run.add("mode", "RL" if c.mode == "rl" else "SFT on demonstrations")
     run.add("run folder", c.output_dir or f"outputs/runs/{c.run_name or '<generated at start>'}")
     run.add("seed", c.seed)
+    if c.checkpointing.resume_step is not None:
+        run.add("resume", f"from the checkpoint of step {c.checkpointing.resume_step} (later checkpoints are set aside)")
 
     envs = PlanSection("Environments")
     total = sum(e.weight for e in c.env) or 1.0
@@ -118,12 +126,14 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     given = s.layer()
     shown = [f"{key} {given[key]}" if key in given else f"{key} {default} (or the env's)"
              for key, default in TRAIN_SAMPLING_DEFAULTS.items()]
+    shown += [f"{key} {given[key]:g}" for key in ("min_p", "repetition_penalty") if key in given]
     steps.add("sampling", " · ".join(shown) + stop)
     truncated = [n for n, on in (("masked", c.mask_truncated_completions), ("zero reward", c.zero_truncated_completions)) if on]
     steps.add("truncated completions", " + ".join(truncated) or "kept as is")
 
     optim = PlanSection("Optimization")
-    optim.add("optimizer", f"AdamW lr {c.learning_rate:g} · weight_decay {c.weight_decay:g} · betas {tuple(c.betas)} · warmup {c.warmup_steps} steps · clip grad norm {c.max_grad_norm:g}")
+    optim.add("optimizer", f"AdamW lr {c.learning_rate:g} · weight_decay {c.weight_decay:g} · betas {tuple(c.betas)} · clip grad norm {c.max_grad_norm:g}")
+    optim.add("learning rate", _schedule(c))
     optim.add("loss", _loss(c))
     optim.add("advantages", "reward - group mean" + (", / group std" if c.scale_advantages_by_std else ""))
     lo = c.lora
@@ -134,7 +144,8 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     optim.add("difficulty filter", f"drop variance < {f.min_reward_variance:g} (and zero), mean outside [{f.min_reward:g}, {f.max_reward:g}]; oversample up to {f.oversampling_factor:g}x" if f.enabled else "off")
     optim.add("async", f"rollouts at most {c.max_async_level} step(s) behind the policy · drop samples > {c.max_off_policy_steps} steps old")
     optim.add("activation checkpointing", "on" if c.activation_checkpointing else "off")
-    optim.add("dtype", f"optimization {c.optimization_dtype} · gradient reduction {c.reduce_dtype}")
+    optim.add("dtype", f"optimization {c.optimization_dtype} · gradient reduction {c.reduce_dtype}"
+                       + (" · FSDP CPU offload" if c.fsdp_cpu_offload else ""))
 
     out = PlanSection("Outputs")
     ck = c.checkpointing
@@ -180,6 +191,14 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
         infra.add("requested", shown_hw)
 
     return Plan([run, envs, steps, optim, out, infra], [*notes, *machine_notes(c, count)], warnings)
+
+
+def _schedule(c: TrainConfig) -> str:
+    warmup = f"warmup {c.warmup_steps} steps, then " if c.warmup_steps else ""
+    if c.lr_scheduler == "constant":
+        return f"{warmup}constant {c.learning_rate:g}"
+    window = f"over the last {c.lr_decay_steps} steps" if c.lr_decay_steps else "over the remaining steps"
+    return f"{warmup}{c.lr_scheduler} decay from {c.learning_rate:g} towards {c.min_lr:g} {window}"
 
 
 def _loss(c: TrainConfig) -> str:

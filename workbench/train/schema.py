@@ -60,6 +60,8 @@ class SamplingConfig(Section):
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling; 1.0 keeps the full distribution (the importance ratio assumes the sampler's own distribution). Default: the environment's, else 1.0.")
     top_k: int | None = Field(None, ge=-1, description="Top-k sampling; -1 disables it. Default: the environment's, else -1.")
     stop: list[str] = Field(default_factory=list, description="Strings that end a turn. Default: the environment's, else none.")
+    min_p: float | None = Field(None, ge=0, le=1, description="Drop tokens whose probability is below min_p x the most likely token's (vLLM's min_p); 0 or unset keeps all. Logprobs stay those of the untruncated distribution, which the trainer recomputes.")
+    repetition_penalty: float | None = Field(None, gt=0, description="Penalize tokens already in the prompt or the completion (vLLM's and transformers' rule: a positive logit is divided by it, a negative one multiplied); 1.0 or unset is off. Logprobs stay those of the unpenalized distribution, which the trainer recomputes.")
 
     def layer(self) -> dict[str, Any]:
         """The settings this config gives (unset ones are left to the environment)."""
@@ -101,6 +103,7 @@ class CheckpointConfig(Section):
     save_every_n_steps: int = Field(10, ge=1, description="Write a checkpoint every N steps (and always at the last step and on Ctrl-C).")
     keep_n_checkpoints: int = Field(3, ge=0, description="Keep the newest N checkpoints; 0 keeps all.")
     keep_every_n_steps: int | None = Field(None, ge=1, description="Also keep every checkpoint whose step is a multiple of N, permanently (besides the newest keep_n_checkpoints). Only saved steps can be kept: make it a multiple of save_every_n_steps.")
+    resume_step: int | None = Field(None, ge=0, description="With `workbench train --resume RUN`: continue from this step's checkpoint instead of the newest (prime-rl's --trainer.ckpt.resume-step); the run's later checkpoints and metrics are set aside, not deleted.")
 
 
 class WandbConfig(Section):
@@ -162,6 +165,9 @@ class TrainConfig(Section):
     learning_rate: float = Field(5e-4, ge=0, description="AdamW peak learning rate. The default suits LoRA on small models; full fine-tuning of large models wants ~1e-6..1e-5.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps from 0 to learning_rate.")
+    lr_scheduler: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning rate after warmup: 'constant' stays at learning_rate; 'linear' and 'cosine' decay it to min_lr by the last step (over the last lr_decay_steps steps when set).")
+    min_lr: float = Field(0.0, ge=0, description="Where 'linear' and 'cosine' schedules end.")
+    lr_decay_steps: int | None = Field(None, ge=1, description="Decay over the last N steps only (warmup, stable, decay: prime-rl's decay_steps); default: every step after warmup.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping by global norm.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     loss: Literal["grpo", "dapo", "cispo"] = Field("grpo", description="'grpo': ratio clipped to [1-clip_low, 1+clip_low]. 'dapo': asymmetric clip [1-clip_low, 1+clip_high]. 'cispo': the importance weight is capped at cispo_clip and detached, so every token keeps a gradient.")
@@ -191,6 +197,7 @@ class TrainConfig(Section):
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="Where rollouts are generated.")
     optimization_dtype: Literal["bfloat16", "float32"] = Field("float32", description="Precision of the policy's weights for the forward and backward passes. 'bfloat16' halves the memory; it takes effect for trainer processes on a CUDA GPU (--nproc N, torchrun), while the CPU always trains in float32.")
     reduce_dtype: Literal["bfloat16", "float32"] = Field("float32", description="Precision of the gradient all-reduce across trainer processes. Accepted for prime-rl configs; gradients are reduced in the weights' dtype (see optimization_dtype).")
+    fsdp_cpu_offload: bool = Field(False, description="With data_parallel = 'fsdp' and several processes: keep sharded parameters, gradients and optimizer state in CPU memory between uses (FSDP2 CPUOffloadPolicy), trading speed for GPU memory. Has no effect with one process.")
     activation_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: less memory, ~30% more compute.")
     num_gpus: int | None = Field(None, ge=1, description="GPUs to use in all; on a machine without CUDA everything runs on the CPU.")
     trainer_gpu_ids: list[int] = Field(default_factory=list, description="GPUs for the trainer (the rest of num_gpus serve inference).")

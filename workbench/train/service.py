@@ -63,6 +63,8 @@ def run_train(config: TrainConfig, reporter: Reporter | None = None, *, resume: 
     starts `nproc` ranks of `workbench train *rank_args` and waits for them; a rank that dies
     is a TrainingFailed naming it and the command that resumes the run."""
     reporter = reporter or NullReporter()
+    if config.checkpointing.resume_step is not None and resume is None:
+        raise UserError("checkpointing.resume_step continues a run: name it with --resume RUN")
     if nproc > 1:
         if launched_world_size() > 1:
             raise UserError("--nproc starts the processes itself: leave it out under torchrun")

@@ -117,7 +117,7 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
             save_resolved_config(config, run_dir)
     need_reference = config.mode == "rl" and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint, on_gpu=dist.device != "cpu")
-    wrap_model(policy, config.data_parallel, dist)  # multi-process only: device, DDP/FSDP wrapper
+    wrap_model(policy, config.data_parallel, dist, cpu_offload=config.fsdp_cpu_offload)  # multi-process only: device, DDP/FSDP wrapper
     log = RunLog(run_dir / RUN_LOG) if dist.is_main else QuietLog(run_dir / RUN_LOG)
     clock = PolicyClock()
     if config.inference.mode == "server":

@@ -118,9 +118,19 @@ def _kl_beta(value: Any, src: str, b: _Builder) -> None:
         b.put("kl_penalty.beta", value, src)
 
 
+# Scheduler names of prime-rl ([trainer.scheduler] type) and transformers (lr_scheduler_type) -> ours.
+_SCHEDULERS = {"constant": "constant", "constant_with_warmup": "constant", "linear": "linear", "wsd": "linear",
+               "cosine": "cosine", "cosine_with_min_lr": "cosine"}
+
+
 def _scheduler(value: Any, src: str, b: _Builder) -> None:
-    if value != "constant":
-        b.notes.append(f"{src} = {value!r} is not supported: the learning rate warms up linearly, then stays constant")
+    if value not in _SCHEDULERS:
+        raise TranslationError(src, f"{src} = {value!r} is not supported (use \"constant\", \"linear\" or \"cosine\")")
+    b.put("lr_scheduler", _SCHEDULERS[value], src)
+
+
+def _bf16(value: Any, src: str, b: _Builder) -> None:
+    b.put("optimization_dtype", "bfloat16" if value else "float32", src)
 
 
 def _gpus(role: str) -> Handler:
@@ -145,7 +155,8 @@ _VF_ARGS = {
     "lora_dropout": "lora.dropout", "lora_target_modules": "lora.target_modules",
     "mask_truncated_completions": "mask_truncated_completions", "zero_truncated_completions": "zero_truncated_completions",
     "gradient_checkpointing": "activation_checkpointing", "save_steps": "checkpointing.save_every_n_steps",
-    "num_batches_ahead": "max_async_level", "epsilon": "clip_low",
+    "num_batches_ahead": "max_async_level", "epsilon": "clip_low", "min_p": "sampling.min_p",
+    "repetition_penalty": "sampling.repetition_penalty",
 }
 _VLLM_ARGS = ("enable_auto_tool_choice", "tool_call_parser", "max_model_len", "gpu_memory_utilization",
               "tensor_parallel_size", "data_parallel_size", "model")
@@ -161,6 +172,10 @@ RULES: list[tuple[str, Handler, str]] = [
     ("trainer.optim.betas1", _beta(0), NESTED),
     ("trainer.optim.betas2", _beta(1), NESTED),
     ("trainer.scheduler.warmup_steps", _to("warmup_steps"), NESTED),
+    ("trainer.scheduler.type", _scheduler, NESTED),
+    ("trainer.scheduler.min_lr", _to("min_lr"), NESTED),
+    ("trainer.scheduler.decay_steps", _to("lr_decay_steps"), NESTED),
+    ("trainer.model.fsdp_cpu_offload", _to("fsdp_cpu_offload"), NESTED),
     ("trainer.model.ac.freq", _ac_freq, NESTED),
     ("trainer.model.optimization_dtype", _to("optimization_dtype"), NESTED),
     ("trainer.model.reduce_dtype", _to("reduce_dtype"), NESTED),
@@ -179,7 +194,8 @@ RULES: list[tuple[str, Handler, str]] = [
     ("orchestrator.env", _to("env"), NESTED),
     *[(f"orchestrator.eval.{k}", _to(f"eval.{k}"), NESTED) for k in ("interval", "num_examples", "rollouts_per_example", "env")],
     *[(f"{prefix}.{k}", _to(f"checkpointing.{v}"), NESTED) for prefix in ("trainer.ckpt", "ckpt") for k, v in (
-        ("interval", "save_every_n_steps"), ("keep_last", "keep_n_checkpoints"), ("keep_interval", "keep_every_n_steps"))],
+        ("interval", "save_every_n_steps"), ("keep_last", "keep_n_checkpoints"), ("keep_interval", "keep_every_n_steps"),
+        ("resume_step", "resume_step"))],
     ("inference.model.name", _to("inference.model"), NESTED),
     *[(f"inference.model.{k}", _to(f"inference.{k}"), NESTED) for k in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "max_model_len", "dtype")],
     ("inference.parallel.tp", _to("inference.tensor_parallel_size"), NESTED),
@@ -207,6 +223,7 @@ RULES: list[tuple[str, Handler, str]] = [
     ("trainer.args.beta", _kl_beta, VF),
     ("trainer.args.scale_rewards", _scale_rewards, VF),
     ("trainer.args.lr_scheduler_type", _scheduler, VF),
+    ("trainer.args.bf16", _bf16, VF),
 ]
 
 # top-level keys accepted as aliases (offered as suggestions for top-level typos)
