@@ -230,8 +230,6 @@ def config_source(config: Path | None, resume: Path | None) -> Path:
 def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
     """Problems that stop a real run but not a dry run: environments (training and eval.env),
     files the config names that are not here, a resume step without a run to resume."""
-    from workbench.envs.loader import unknown_environment
-
     problems = _env_problems(config.env, "")
     if config.checkpointing.resume_step is not None and not resuming:
         problems.append(f"checkpointing.resume_step = {config.checkpointing.resume_step} (prime-rl: trainer.ckpt.resume_step) "
