@@ -326,6 +326,30 @@ async def test_checkpoints_evaluate_and_compare(workspace: Path):
         assert compare.comparison.shared == 6 and compare.comparison.mean_a == 0.0
 
 
+async def test_checkpoints_screen_draws_the_sweep_and_launches_one(workspace: Path):
+    from workbench.store.sweeps import BASE, SweepKey, SweepPoint, append_point
+
+    run = make_train_run(workspace, status="finished")
+    key = SweepKey(env_id="reverse-words", num_examples=8, rollouts_per_example=2, seed=0)
+    for step, reward in ((BASE, 0.1), (3, 0.2), (6, 0.35)):  # as `eval run -m RUN --checkpoints all` records them
+        append_point(run, SweepPoint(key=key, step=step, model=f"m{step}", eval_run=str(workspace), reward_mean=reward))
+    launcher = RecordingLauncher(workspace)
+    app = app_for(workspace, launcher=launcher)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_row(pilot, app, lambda r: r.kind == "train")
+        await pilot.press("k")
+        screen = app.screen
+        assert isinstance(screen, CheckpointsScreen)
+        plot = screen.query_one("#sweep-plot")
+        await wait_for(pilot, lambda: plot.lines == [("reward", [0.0, 3.0, 6.0], [0.1, 0.2, 0.35])])
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "EvalCheckpointScreen")
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: launcher.started)
+        assert launcher.started[0].args == ["eval", "run", "reverse-words", "-m", str(run.resolve()), "-n", "20", "-r", "4",
+                                            "--checkpoints", "all"]
+
+
 async def test_compare_two_evals_from_runs(ws):
     app = app_for(ws["root"])
     async with app.run_test(size=SIZE) as pilot:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from workbench.cli import options as o
 from workbench.errors import UserError
+
+if TYPE_CHECKING:
+    from workbench.evaluate import EvalConfig
 
 app = typer.Typer(help="Evaluate a model on an environment and inspect the results.", no_args_is_help=True)
 
@@ -33,6 +36,8 @@ def run(
     state_columns: o.StateColumns = None,
     resume: Annotated[str | None, typer.Option("--resume", "-R", help="Finish an interrupted run: its folder, or 'latest' for this env and model. Finished groups are not redone.", show_default=False)] = None,
     seed: o.Seed = None,
+    checkpoints: Annotated[str | None, typer.Option("--checkpoints", metavar="all|STEPS", help="With -m RUN (a training run folder or outputs/runs/latest): evaluate the base model and these checkpoints ('all', or steps such as 10,50,100) on the same examples and seed, then print reward by step. Points already evaluated with the same settings are skipped.", show_default=False)] = None,
+    no_base: Annotated[bool, typer.Option("--no-base", help="With --checkpoints: leave the base model out.")] = False,
 ) -> None:
     """Run rollouts of an environment with a model, save them, and print the reward summary.
 
@@ -43,6 +48,8 @@ def run(
       workbench eval run alphabet-sort -m tiny -n 10 -r 4 -a '{"max_turns": 3}'
 
       workbench eval run reverse-text -m my-model -b http://127.0.0.1:8000/v1
+
+      workbench eval run reverse-text -m outputs/runs/latest --checkpoints all -n 64 -r 2
     """
     from workbench.cli.embedded import ensure_embedded_model
     from workbench.cli.render import RichReporter, console, err_console, summary_table
@@ -56,6 +63,9 @@ def run(
                     sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
                     state_columns=o.split_columns(state_columns), verbose=verbose)
     config = o.build_config(EvalConfig, target, flags, resume)
+    if checkpoints is not None or no_base:
+        sweep(config, checkpoints, include_base=not no_base, verbose=verbose)
+        return
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
     try:
         result = run_eval(config, RichReporter(verbose=verbose), resume=resume)
@@ -68,6 +78,28 @@ def run(
     if lost := result.summary.get("infrastructure_failures"):
         raise UserError(f"{lost} rollout(s) failed on the model server (connection, timeout, 5xx after retries), so this "
                         f"is not a finished result; once the server is back: workbench eval run -R {result.run_dir}")
+
+
+def sweep(config: EvalConfig, checkpoints: str | None, *, include_base: bool, verbose: bool) -> None:
+    """`--checkpoints`: every chosen checkpoint (and the base model) on the same examples."""
+    from workbench.cli.render import RichReporter, console, err_console
+    from workbench.cli.sweep_view import reward_bars, sweep_table
+    from workbench.evaluate.sweep import run_sweep
+
+    if checkpoints is None:
+        raise UserError("--no-base goes with --checkpoints all|STEPS")
+    try:
+        result = run_sweep(config, checkpoints, include_base=include_base, reporter=RichReporter(verbose=verbose))
+    except KeyboardInterrupt:
+        err_console.print("[yellow]stopped: every finished checkpoint is saved; the same command skips them[/]")
+        raise typer.Exit(130) from None
+    title = (f"{config.env_id} · {result.run_dir.name} · {config.num_examples} examples x "
+             f"{config.rollouts_per_example} · seed {config.seed}")
+    console.print(sweep_table(result.points, title))
+    console.print()
+    for line in reward_bars(result.points):
+        console.print(line, highlight=False)
+    console.print(f"[dim]saved to {result.table}[/]")
 
 
 @app.command("show")

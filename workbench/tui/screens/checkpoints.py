@@ -1,6 +1,7 @@
 """Checkpoints of a training run: step, save time, reward at that step and size; evaluate one
-(launches `workbench eval run ENV -m <checkpoint>`), and compare two evals of the run's
-checkpoints (or of its base model) side by side."""
+(launches `workbench eval run ENV -m <checkpoint>`) or sweep them all (`--checkpoints all`: the
+base model and every checkpoint on the same examples, drawn as reward by step), and compare two
+evals of the run's checkpoints (or of its base model) side by side."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Static
 
 from workbench.store.checkpoints import CheckpointInfo, list_checkpoint_infos
+from workbench.store.sweeps import BASE, SweepPoint, newest_sweep
 from workbench.tui.data.runs import RunCatalog, RunInfo
 from workbench.tui.data.training import format_size
 from workbench.tui.launcher import LaunchSpec, eval_args
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import num, reward_text, status_text, when
+from workbench.tui.widgets.metric_plot import MetricPlot
 
 
 def evals_of_run(runs: list[RunInfo], run: RunInfo, root: Path) -> list[tuple[str, RunInfo]]:
@@ -41,18 +44,21 @@ def evals_of_run(runs: list[RunInfo], run: RunInfo, root: Path) -> list[tuple[st
 
 
 class EvalCheckpointScreen(ModalScreen[LaunchSpec | None]):
-    """Asks env, examples and rollouts for an eval of one checkpoint."""
+    """Asks env, examples and rollouts for an eval of one checkpoint, or (`run_dir` given
+    instead) for a sweep of the base model and every checkpoint of that run."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "go", "Launch", priority=True)]
 
-    def __init__(self, checkpoint: CheckpointInfo, envs: list[str]) -> None:
+    def __init__(self, checkpoint: CheckpointInfo | None, envs: list[str], run_dir: Path | None = None) -> None:
         super().__init__()
         self.checkpoint = checkpoint
         self.envs = envs or ["reverse-text"]
+        self.run_dir = run_dir
 
     def compose(self) -> ComposeResult:
         with Vertical(id="eval-ckpt-box") as box:
-            box.border_title = f"Evaluate checkpoint step {self.checkpoint.step}"
+            box.border_title = (f"Evaluate checkpoint step {self.checkpoint.step}" if self.checkpoint is not None
+                                else "Sweep: the base model and every checkpoint, same examples and seed")
             with Horizontal(classes="field"):
                 yield Label("environment", classes="field-label")
                 yield Select([(e, e) for e in self.envs], value=self.envs[0], allow_blank=False, id="ck-env", compact=True)
@@ -74,6 +80,11 @@ class EvalCheckpointScreen(ModalScreen[LaunchSpec | None]):
             self.notify("examples and rollouts must be numbers", severity="error")
             return
         env = str(self.query_one("#ck-env", Select).value)
+        if self.checkpoint is None and self.run_dir is not None:
+            args = eval_args(env, str(self.run_dir.resolve()), n, r, ["--checkpoints", "all"])
+            self.dismiss(LaunchSpec("eval", args, env, "checkpoint sweep"))
+            return
+        assert self.checkpoint is not None
         model = str(self.checkpoint.path.resolve())
         self.dismiss(LaunchSpec("eval", eval_args(env, model, n, r), env, f"step {self.checkpoint.step}"))
 
@@ -84,6 +95,7 @@ class EvalCheckpointScreen(ModalScreen[LaunchSpec | None]):
 class CheckpointsScreen(WorkbenchScreen):
     BINDINGS = [
         Binding("e", "evaluate", "Evaluate checkpoint"),
+        Binding("s", "sweep", "Sweep all"),
         Binding("space", "mark", "Mark eval"),
         Binding("c", "compare", "Compare marked"),
         Binding("o", "open_eval", "Open eval", show=False),
@@ -94,6 +106,7 @@ class CheckpointsScreen(WorkbenchScreen):
         self.run = run
         self.checkpoints: list[CheckpointInfo] = []
         self.evals: list[tuple[str, RunInfo]] = []
+        self.sweep: list[SweepPoint] = []
         self.marked: set[str] = set()
         self._catalog: RunCatalog | None = None
         self._scanning = False
@@ -101,7 +114,9 @@ class CheckpointsScreen(WorkbenchScreen):
     def compose(self) -> ComposeResult:
         yield Static(f"[b]Checkpoints[/b] · {self.run.env} · {self.run.model} · [dim]{self.run.run_id}[/]",
                      classes="screen-title")
-        yield DataTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="ckpt-top"):
+            yield DataTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
+            yield MetricPlot("sweep reward (base at step 0) · s: sweep", id="sweep-plot")
         yield Static("Evals of these checkpoints and the base model · space: mark · c: compare",
                      id="evals-title", classes="section-title")
         yield DataTable(id="ckpt-evals", cursor_type="row", zebra_stripes=True)
@@ -125,7 +140,7 @@ class CheckpointsScreen(WorkbenchScreen):
             return
         self._scanning = True
         try:
-            checkpoints, evals = await asyncio.to_thread(self._read)
+            checkpoints, evals, sweep = await asyncio.to_thread(self._read)
         finally:
             self._scanning = False
         if self.closing:
@@ -141,10 +156,16 @@ class CheckpointsScreen(WorkbenchScreen):
             table.move_cursor(row=row if row >= 0 else 0, animate=False)
         self.evals = evals
         self._render_evals()
+        self.sweep = sweep
+        steps = [0.0 if p.step == BASE else float(p.step) for p in sweep]
+        plot = self.query_one("#sweep-plot", MetricPlot)
+        plot.display = bool(sweep)
+        plot.show([("reward", steps, [p.reward_mean for p in sweep])])
 
-    def _read(self) -> tuple[list[CheckpointInfo], list[tuple[str, RunInfo]]]:
+    def _read(self) -> tuple[list[CheckpointInfo], list[tuple[str, RunInfo]], list[SweepPoint]]:
         assert self._catalog is not None
-        return list_checkpoint_infos(self.run.path), evals_of_run(self._catalog.scan(), self.run, self.wb.root)
+        return (list_checkpoint_infos(self.run.path), evals_of_run(self._catalog.scan(), self.run, self.wb.root),
+                newest_sweep(self.run.path))
 
     def _render_evals(self) -> None:
         table = self.query_one("#ckpt-evals", DataTable)
@@ -180,6 +201,18 @@ class CheckpointsScreen(WorkbenchScreen):
             self.refresh_data()
 
         self.app.push_screen(EvalCheckpointScreen(checkpoint, [str(e) for e in envs]), launch)
+
+    def action_sweep(self) -> None:
+        if not self.checkpoints:
+            self.notify("no checkpoints yet", severity="warning")
+            return
+        envs = self.run.metadata.get("env_ids") or ([self.run.env] if self.run.env != "-" else [])
+
+        def launch(spec: LaunchSpec | None) -> None:
+            if spec is not None:
+                self.notify(f"started: {self.wb.launcher.start(spec).command}", title="sweeping checkpoints")
+
+        self.app.push_screen(EvalCheckpointScreen(None, [str(e) for e in envs], run_dir=self.run.path), launch)
 
     def action_mark(self) -> None:
         self.query_one("#ckpt-evals", DataTable).focus()
