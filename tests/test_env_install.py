@@ -90,6 +90,7 @@ def test_a_wheel_installs_and_evaluates(wheel: Path, tmp_path: Path, tiny_model:
     installed_then_evaluated(str(wheel), tmp_path, tiny_model)
 
 
+@pytest.mark.extended
 def test_a_hub_id_installs_from_the_hubs_index(wheel: Path, tmp_path: Path, tiny_model: Path):
     index = tmp_path / "hub" / "primeintellect" / "simple" / "reverse-text"
     index.mkdir(parents=True)

@@ -20,6 +20,7 @@ import pytest
 
 import workbench.envs as vf
 from tests.ported_envs import blocked_verifiers, calls, port_fixture, say
+from tests.marks import by_default
 from workbench.envs.messages import as_message, plain_messages
 from workbench.types import Completion, SamplingParams
 
@@ -370,7 +371,7 @@ def test_ported_env_runs_on_workbench(name: str, ported_results: dict[str, dict[
 CLASSIC = [*PORTED, "continuation_quality"]
 
 
-@pytest.mark.parametrize("name", CLASSIC)
+@pytest.mark.parametrize("name", by_default(CLASSIC, ["reverse_text", "alphabet_sort", "tool_test"]))
 def test_ported_env_through_the_cli(name: str, tmp_path: Path, tiny_model: Path):
     """`workbench eval run NAME -m tiny -n 2 -r 2` on each classic fixture ported by its imports,
     verifiers unimportable: Workbench's own engine, environment classes and tiny model."""

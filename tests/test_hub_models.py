@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli_errors import assert_one_line_error
 
 REPO_ID = "wb-test/tiny-chat"
@@ -77,6 +79,7 @@ def workbench(*args: str, cwd: Path, hub: str, hf_home: Path) -> subprocess.Comp
                           text=True, timeout=600)
 
 
+@pytest.mark.extended
 def test_a_hub_id_loads_from_the_hub_then_from_the_cache_without_it(tiny_model: Path, tmp_path: Path) -> None:
     hf_home = tmp_path / "hf"
     with hub_serving(tiny_model) as hub:

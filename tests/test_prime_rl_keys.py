@@ -175,3 +175,22 @@ def test_resume_step_needs_the_run_to_resume(tmp_path: Path):
     one_line_error(workbench("train", str(config), cwd=tmp_path), "resume_step = 5", "--resume RUN")
     one_line_error(workbench("train", str(config), "--dry-run", cwd=tmp_path), "a real run cannot start", "--resume RUN")
     assert "from the checkpoint of step 5" in workbench("train", str(config), "--dry-run", cwd=tmp_path).stdout  # still shows the plan
+
+
+def test_distill_mode_keys_and_mistakes(tmp_path: Path):
+    from tests.test_train_config import one_line_error, workbench
+
+    config = _check_every_key({"mode": "distill", "teacher_model": "tiny", "rollouts_per_example": 1, "batch_size": 8,
+                               "env": [{"id": "reverse-text"}]})
+    assert config.distill.teacher_model == "tiny" and config.on_policy  # pure distillation needs no groups
+    rows = {label: value for section in build_plan(config, [], [], gpu_count=0).sections for label, value in section.rows}
+    assert rows["mode"] == "online distillation" and "reverse KL x 1 (reward not used)" in rows["teacher"]
+    with pytest.raises(ValueError, match="rollouts_per_example must be at least 2"):
+        TrainConfig(mode="distill", distill={"teacher_model": "tiny", "reward_weight": 0.5}, rollouts_per_example=1,
+                    env=[{"id": "reverse-text"}])
+    path = tmp_path / "d.toml"
+    path.write_text('mode = "distill"\n[[env]]\nid = "reverse-text"\n')
+    one_line_error(workbench("train", str(path), "--dry-run", cwd=tmp_path), "d.toml", "distill.teacher_model")
+    path.write_text('mode = "distill"\nteacher_model = "./no-such-teacher"\n[[env]]\nid = "reverse-text"\n')
+    one_line_error(workbench("train", str(path), "--dry-run", cwd=tmp_path), "a real run cannot start",
+                   "distill.teacher_model: unknown model './no-such-teacher'")

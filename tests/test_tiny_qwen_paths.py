@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.servers import start_process
+from tests.marks import by_default
 from workbench.engine.rollouts import run_rollouts
 from workbench.envs.multiturn import MultiTurnEnv
 from workbench.inference.local_client import LocalClient
@@ -38,11 +39,11 @@ def results(workspace: Path, env_folder: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize(("env_id", "folder", "args"), [
+@pytest.mark.parametrize(("env_id", "folder", "args"), by_default([
     ("reverse-text", "reverse_text", []),
     ("alphabet-sort", "alphabet_sort", ["-a", '{"min_turns": 2, "max_turns": 2}']),
     ("math-python", "math_python", ["-a", '{"max_turns": 3}']),
-])
+], ["math-python"], key=0))
 def test_eval_runs_single_multi_turn_and_tool_envs(tiny_qwen_workspace: Path, env_id: str, folder: str, args: list[str]) -> None:
     run = workbench("eval", "run", env_id, "-m", "tiny-qwen", "-n", "2", "-r", "2", "-t", "96", *args, cwd=tiny_qwen_workspace)
     assert run.returncode == 0, run.stderr + run.stdout
@@ -135,7 +136,7 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+@pytest.mark.parametrize("lora", by_default([True, False], [True]), ids=["lora", "full"])
 def test_three_rl_steps_on_a_multi_turn_env(tiny_qwen_workspace: Path, lora: bool) -> None:
     result = train(tiny_qwen_workspace, f"mt-{lora}", 3, "", f"lora.enabled={str(lora).lower()}")
     rows = metrics(result.run_dir)
@@ -181,6 +182,7 @@ async def test_serve_over_http_gives_the_in_process_token_ids(tiny_qwen_model: P
     assert served.message.get("reasoning_content") == expected.message.get("reasoning_content")
 
 
+@pytest.mark.extended
 def test_merged_export_loads_with_plain_transformers(tiny_qwen_workspace: Path) -> None:
     result = train(tiny_qwen_workspace, "export", 1)
     export = workbench("train", "export", str(result.run_dir), "--step", "1", "--merge", cwd=tiny_qwen_workspace)

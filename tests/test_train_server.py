@@ -85,6 +85,7 @@ async def served_models(server: ServerProcess) -> list[str]:
             return [m["id"] for m in (await response.json())["data"]]
 
 
+@pytest.mark.extended  # ~2 min; the server-mode path is also run by the two tests below
 def test_async_server_mode_overlaps_generation_and_bounds_lag(tiny_workspace: Path, slow_servers):
     result = train(write_config(tiny_workspace, "async", slow_servers), "output_dir='runs/async'")
     assert result.status == "finished"
@@ -142,6 +143,7 @@ def test_a_server_that_dies_mid_run_is_dropped_and_training_goes_on(tiny_workspa
     assert f"server {servers[1].base_url}/v1 dropped from the pool" in log
 
 
+@pytest.mark.extended  # ~2 min
 def test_weight_load_failures_are_retried_then_stop_cleanly_and_resume(tiny_workspace: Path, tiny_model: Path):
     from workbench.train.loop import TrainingFailed
 

@@ -237,6 +237,9 @@ def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
     problems += _env_problems(config.eval.env, "eval.env: ", skip=config.env)
     if (problem := model_problem(config.model)) is not None:
         problems.append(problem)
+    if config.mode == "distill" and config.distill.teacher_model:
+        if (problem := model_problem(config.distill.teacher_model)) is not None:
+            problems.append(problem.replace("model: ", "distill.teacher_model: ", 1))
     problems += [f"env_file '{p}' does not exist" for p in config.env_file if not Path(p).is_file()]
     if config.mode == "sft" and config.sft.data_path and not Path(config.sft.data_path).is_file():
         problems.append(f"sft.data_path '{config.sft.data_path}' does not exist")

@@ -58,6 +58,7 @@ from workbench.train.samples import groups_to_samples
 from workbench.train.schema import TrainConfig
 from workbench.train.service import TrainingFailed, TrainResult
 from workbench.train.setup import TrainContext, build_context, new_run_dir
+from workbench.train.teacher import TeacherStats
 from workbench.types import SamplingParams
 
 
@@ -143,14 +144,14 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
     try:
         if ctx.publisher is not None:
             await ctx.publisher.start(start_step)
-        if start_step == 0 and config.eval.interval > 0 and config.mode == "rl":
+        if start_step == 0 and config.eval.interval > 0 and config.on_policy:
             logger.log(0, await _held_out_eval(ctx, config))
         stopping = dist.any(stop.requested)
         while step < config.max_steps and not stopping:
             step += 1
-            metrics = await (_rl_step(ctx, config, optimizer, scheduler, step) if config.mode == "rl"
+            metrics = await (_rl_step(ctx, config, optimizer, scheduler, step) if config.on_policy
                              else _sft_step(ctx, config, optimizer, scheduler, step))
-            if config.eval.interval > 0 and config.mode == "rl" and (step % config.eval.interval == 0 or step == config.max_steps):
+            if config.eval.interval > 0 and config.on_policy and (step % config.eval.interval == 0 or step == config.max_steps):
                 if ctx.publisher is not None:
                     await ctx.publisher.wait()  # evaluate this step's weights
                 metrics.update(await _held_out_eval(ctx, config))
@@ -212,6 +213,10 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
     if ctx.dist.is_main:
         _write_rollouts(ctx.run_dir, step, all_groups)
     samples = groups_to_samples(batch.groups, config)
+    distill: dict[str, float] = {}
+    if ctx.teacher is not None:  # online distillation: the teacher scores every sampled token
+        scored = ctx.teacher.score(samples, ctx.sampling.temperature)
+        distill = TeacherStats(*ctx.dist.sum([scored.reverse_kl_sum, scored.teacher_logprob_sum, scored.tokens])).metrics()
     rollouts = [r for g in batch.groups for r in g.rollouts]
     trained, sample_tokens, dropped, server_failed, sampled_rollouts = ctx.dist.sum([
         len(samples) if rollouts else 0, sum(len(s.input_ids) for s in samples), batch.dropped, batch.server_failed,
@@ -219,8 +224,8 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
     lag = (step - 1) - batch.policy_version
     metrics: dict[str, Any] = {"filter/dropped_groups": int(dropped), "rollout/server_failed_groups": int(server_failed),
                                "rollout/generation_time": batch.generation_s,
-                               "policy/lag": lag, "policy/off_policy_dropped": batch.off_policy_dropped}
-    if ctx.dist.any(bool(samples) and any(s.advantage != 0 for s in samples)):  # every rank trains, or none
+                               "policy/lag": lag, "policy/off_policy_dropped": batch.off_policy_dropped, **distill}
+    if ctx.dist.any(bool(samples) and any(s.teaches for s in samples)):  # every rank trains, or none
         train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config,
                                   temperature=ctx.sampling.temperature, kl_beta=ctx.kl_beta, dist=ctx.dist)
         # Server mode trains in a thread so the event loop keeps generating the next batch.

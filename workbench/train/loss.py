@@ -1,6 +1,7 @@
 """Token-level policy-gradient losses with importance ratios against the sampler's logprobs.
 
-All three variants weight each sampled token by the rollout's advantage A and the ratio
+All three variants weight each sampled token by its advantage A (the rollout's, plus a per-token
+term in online distillation) and the ratio
 r = exp(logp_policy - logp_sampler) (1 on-policy, != 1 when the sampler was an older policy or
 numerics differ):
 
@@ -53,6 +54,8 @@ def policy_loss(kind: str, logprobs: Any, batch: dict[str, Any], *, clip_low: fl
 
     mask = batch["loss_mask"]
     advantages = batch["advantages"].unsqueeze(1)
+    if "token_advantages" in batch:  # online distillation: the teacher's per-token signal
+        advantages = advantages + batch["token_advantages"]
     log_ratio = (logprobs - batch["sampler_logprobs"]) * mask
     ratio = torch.exp(log_ratio)
     if kind == "cispo":

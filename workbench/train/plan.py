@@ -94,7 +94,11 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     c = config
     run = PlanSection("Run")
     run.add("model", c.model + (f"  (tokenizer {c.tokenizer})" if c.tokenizer else ""))
-    run.add("mode", "RL" if c.mode == "rl" else "SFT on demonstrations")
+    run.add("mode", {"rl": "RL", "sft": "SFT on demonstrations", "distill": "online distillation"}[c.mode])
+    if c.mode == "distill":
+        d = c.distill
+        run.add("teacher", f"{d.teacher_model} · per-token reverse KL x {d.kl_weight:g}"
+                           + (f" + reward advantage x {d.reward_weight:g}" if d.reward_weight else " (reward not used)"))
     run.add("run folder", c.output_dir or f"outputs/runs/{c.run_name or '<generated at start>'}")
     run.add("seed", c.seed)
     if c.checkpointing.resume_step is not None:
@@ -110,14 +114,14 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
 
     steps = PlanSection("Steps")
     steps.add("max_steps", c.max_steps)
-    if c.mode == "rl":
+    if c.on_policy:
         examples = c.batch_size // c.rollouts_per_example
         steps.add("per step", f"{c.batch_size} rollouts = {examples} examples x {c.rollouts_per_example} rollouts_per_example")
         steps.add("total", f"{c.batch_size * c.max_steps:,} rollouts over {examples * c.max_steps:,} examples")
     else:
         steps.add("per step", f"{c.batch_size} demonstrations")
         steps.add("data", c.sft.data_path or "the environments' reference answers")
-    if c.mode == "rl":
+    if c.on_policy:
         steps.add("trajectory strategy", TRAJECTORY_STRATEGY_TEXT[c.trajectory_strategy])
     steps.add("micro-batches", f"{c.gradient_accumulation_steps} x {c.micro_batch_size} samples (gradient accumulation)")
     steps.add("seq_len", c.seq_len or "model maximum")

@@ -31,6 +31,14 @@ class Sample:
     sampler_logprobs: list[float]  # aligned with input_ids (0 where loss_mask is 0)
     advantage: float
     policy_version: int = 0
+    # Per-token advantages added to `advantage` (aligned with input_ids): online distillation's
+    # teacher signal (workbench.train.teacher). None: the rollout's advantage alone.
+    token_advantages: list[float] | None = None
+
+    @property
+    def teaches(self) -> bool:
+        """Whether any token of it has a nonzero advantage (else its gradient is zero)."""
+        return self.advantage != 0 or any(self.token_advantages or ())
 
 
 def rollout_sequences(rollout: Rollout, strategy: Strategy) -> list[TokenData]:
@@ -102,6 +110,8 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, Any]:
         "loss_mask": torch.tensor([pad(s.loss_mask, 0) for s in samples], dtype=torch.float32),
         "sampler_logprobs": torch.tensor([pad(s.sampler_logprobs, 0.0) for s in samples], dtype=torch.float32),
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        "token_advantages": torch.tensor([pad(s.token_advantages or [0.0] * len(s.input_ids), 0.0) for s in samples],
+                                         dtype=torch.float32),
     }
 
 

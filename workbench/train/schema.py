@@ -126,6 +126,12 @@ class SFTConfig(Section):
     epochs: float = Field(1.0, gt=0, description="Passes over the demonstrations; used when max_steps would run past the data.")
 
 
+class DistillConfig(Section):
+    teacher_model: str | None = Field(None, description="The teacher for mode = 'distill': a local model folder, a training run (its newest checkpoint) or checkpoint folder, 'tiny', or a Hugging Face id. It must share the student's tokenizer; it is frozen and scores every token the student samples.")
+    kl_weight: float = Field(1.0, gt=0, description="Weight of the per-token reverse KL to the teacher: each sampled token's advantage gets kl_weight x (teacher logprob - student logprob).")
+    reward_weight: float = Field(0.0, ge=0, description="Weight of the environment's reward (the RL advantage, reward minus the group mean) mixed in; 0 is pure distillation. With a weight above 0, rollouts_per_example must be at least 2.")
+
+
 class InferenceConfig(Section):
     mode: Literal["colocated", "server"] = Field("colocated", description="'colocated': the trainer's own model generates rollouts (one machine, CPU or GPU). 'server': rollouts come from OpenAI-compatible (vLLM) servers that receive weight updates.")
     base_urls: list[str] = Field(default_factory=list, description="Server mode: inference servers, each a base URL ('http://host:8000/v1') or an endpoint id from configs/endpoints.toml; requests are spread over all of them and every one receives the weight updates.")
@@ -156,7 +162,7 @@ class InferenceConfig(Section):
 class TrainConfig(Section):
     model: str = Field("tiny", description="'tiny' (the embedded model), a local model folder or checkpoint, or a Hugging Face id.")
     tokenizer: str | None = Field(None, description="Tokenizer to use when it differs from the model's.")
-    mode: Literal["rl", "sft"] = Field("rl", description="'rl': reinforcement learning on environments. 'sft': supervised fine-tuning on demonstrations.")
+    mode: Literal["rl", "sft", "distill"] = Field("rl", description="'rl': reinforcement learning on environments. 'sft': supervised fine-tuning on demonstrations. 'distill': online distillation: the policy samples rollouts on the environments and learns to match a teacher's log-probabilities on them (see [distill]).")
     max_steps: int = Field(20, ge=1, description="Optimizer steps.")
     batch_size: int = Field(64, ge=1, description="Rollouts (samples) per optimizer step; batch_size / rollouts_per_example examples per step.")
     rollouts_per_example: int = Field(8, ge=1, description="Rollouts per example. Advantages are reward minus the group mean, so a group needs at least 2.")
@@ -194,6 +200,7 @@ class TrainConfig(Section):
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="Weights & Biases logging.")
     eval: EvalDuringTrainConfig = Field(default_factory=EvalDuringTrainConfig, description="Held-out evaluation during training.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Supervised fine-tuning data (mode = 'sft').")
+    distill: DistillConfig = Field(default_factory=DistillConfig, description="Online distillation (mode = 'distill').")
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="Where rollouts are generated.")
     optimization_dtype: Literal["bfloat16", "float32"] = Field("float32", description="Precision of the policy's weights for the forward and backward passes. 'bfloat16' halves the memory; it takes effect for trainer processes on a CUDA GPU (--nproc N, torchrun), while the CPU always trains in float32.")
     reduce_dtype: Literal["bfloat16", "float32"] = Field("float32", description="Precision of the gradient all-reduce across trainer processes. Accepted for prime-rl configs; gradients are reduced in the weights' dtype (see optimization_dtype).")
@@ -207,10 +214,12 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.mode == "rl":
+        if self.mode == "distill" and not self.distill.teacher_model:
+            raise ConfigProblem("mode", "mode = 'distill' needs distill.teacher_model (a model folder, a training run or checkpoint)")
+        if self.on_policy:
             if not self.env:
-                raise ConfigProblem("env", "rl training needs at least one [[env]] (e.g. [[env]] id = \"reverse-text\")")
-            if self.rollouts_per_example < 2:
+                raise ConfigProblem("env", f"{self.mode} training needs at least one [[env]] (e.g. [[env]] id = \"reverse-text\")")
+            if self.rollouts_per_example < 2 and (self.mode == "rl" or self.distill.reward_weight > 0):
                 raise ConfigProblem("rollouts_per_example", "rollouts_per_example must be at least 2 for rl: advantages compare rollouts of the same example")
             if self.batch_size % self.rollouts_per_example:
                 raise ConfigProblem("batch_size", f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example ({self.rollouts_per_example})")
@@ -220,6 +229,11 @@ class TrainConfig(Section):
             raise ConfigProblem("sft", "sft.from_env = true needs at least one [[env]] to take reference answers from")
         self._resolve_micro_batches()
         return self
+
+    @property
+    def on_policy(self) -> bool:
+        """The policy samples its own rollouts on the environments (rl and distill)."""
+        return self.mode in ("rl", "distill")
 
     def step_concurrency(self) -> int:
         """Rollouts in flight while collecting a training step."""

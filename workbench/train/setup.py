@@ -22,6 +22,7 @@ from workbench.train.publish import WeightPublisher, server_client
 from workbench.train.rollout_source import PolicyClock, RolloutSource
 from workbench.train.samples import Sample
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, EnvConfig, TrainConfig
+from workbench.train.teacher import Teacher
 from workbench.types import SamplingParams
 from workbench.workspace import model_label, new_run_id, runs_dir
 
@@ -43,6 +44,7 @@ class TrainContext:
     dist: DistInfo = SINGLE  # this process's rank in a multi-process run (--nproc / torchrun)
     sampling: SamplingParams = field(default_factory=SamplingParams)  # environment < config (engine.sampling)
     eval_envs: list[EvalEnv] = field(default_factory=list)  # eval.env; empty: held-out eval on `env`
+    teacher: Teacher | None = None  # mode = "distill": scores every sampled token
 
 
 @dataclass
@@ -86,7 +88,7 @@ def load_envs(config: TrainConfig) -> Environment:
 
 def load_eval_envs(config: TrainConfig) -> list[EvalEnv]:
     """`eval.env`, loaded like the training environments; [] when held-out eval uses those (or is off)."""
-    if config.mode != "rl" or config.eval.interval == 0:
+    if not config.on_policy or config.eval.interval == 0:
         return []
     loaded = []
     for name, e in zip(env_names(config.eval.env), config.eval.env, strict=True):
@@ -115,7 +117,7 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
         create_run_dir(run_dir / CHECKPOINTS)
         if checkpoint is None:
             save_resolved_config(config, run_dir)
-    need_reference = config.mode == "rl" and config.kl_penalty.enabled
+    need_reference = config.on_policy and config.kl_penalty.enabled
     policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint, on_gpu=dist.device != "cpu")
     wrap_model(policy, config.data_parallel, dist, cpu_offload=config.fsdp_cpu_offload)  # multi-process only: device, DDP/FSDP wrapper
     log = RunLog(run_dir / RUN_LOG) if dist.is_main else QuietLog(run_dir / RUN_LOG)
@@ -140,11 +142,12 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     if (saved := read_saved(run_dir, "train")) is not None:
         metadata.created_at = saved.created_at or metadata.created_at
     sft_data = SFTData.from_config(config, env, policy.tokenizer) if config.mode == "sft" else None
-    if config.mode == "rl" and env is None:
+    if config.on_policy and env is None:
         raise UserError("RL training needs at least one [[env]]")
+    teacher = Teacher.load(config.distill, policy.tokenizer, dist.device) if config.mode == "distill" else None
     return TrainContext(run_dir, env, policy, client, log, metadata, metadata.config, sft_data,
                         kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env),
-                        eval_envs=eval_envs)
+                        eval_envs=eval_envs, teacher=teacher)
 
 
 class SFTData:

@@ -30,7 +30,8 @@ NESTED, FLAT, VF = "prime-rl nested", "prime-rl flat", "vf-rl"
 PRIME_RL_DEFAULT_ENV = "reverse-text"  # prime-rl's orchestrator trains on this when no env is given
 
 # tables of the canonical schema: a rule path through them is not a foreign table
-CANONICAL_TABLES = {"sampling", "lora", "kl_penalty", "difficulty_filter", "checkpointing", "wandb", "eval", "sft", "inference"}
+CANONICAL_TABLES = {"sampling", "lora", "kl_penalty", "difficulty_filter", "checkpointing", "wandb", "eval", "sft", "inference",
+                    "distill"}
 GEPA_KEYS = ("reflection_model", "max_calls", "num_train", "num_val", "minibatch_size", "perfect_score")
 
 
@@ -202,6 +203,7 @@ RULES: list[tuple[str, Handler, str]] = [
     ("inference.parallel.dp", _to("inference.data_parallel_size"), NESTED),
     ("inference_gpu_ids", _to("inference.gpu_ids"), NESTED),
     ("wandb.offline", _wandb_offline, ""),  # too weak a sign to call the file prime-rl style
+    ("teacher_model", _to("distill.teacher_model"), ""),  # online distillation's teacher, as the docs name it
     # prime-rl flat / options
     ("model_name", _to("model"), FLAT),
     ("use_lora", _to("lora.enabled"), FLAT),

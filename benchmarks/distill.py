@@ -1,0 +1,58 @@
+"""Online distillation on the tiny model: the student's held-out reward and reverse KL to the
+teacher, step by step.
+
+    python benchmarks/distill.py [--teacher-steps 12] [--steps 12] [--every 4]
+
+Trains a teacher with RL (`configs/rl/reverse-text.toml`), then distills it into the base model
+(`mode = "distill"`, reward not used), in a temporary folder; needs the tiny model
+(`workbench setup`). Prints the teacher's held-out reward, then the student's curve.
+
+Measured on 2 CPU cores: teacher 0.18; student 0.04 -> 0.08 (4) -> 0.11 (8) -> 0.15 (12 steps),
+reverse KL 0.22 -> 0.01; about 70 s for the teacher and 85 s for the student.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "rl" / "reverse-text.toml"
+QUIET = ["wandb.mode='disabled'", "checkpointing.save_every_n_steps=1000"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--teacher-steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--every", type=int, default=4, help="held-out evaluation every N student steps")
+    args = parser.parse_args()
+
+    from workbench.store.runs import read_metrics
+    from workbench.train import load_train_config, run_train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        teacher_config, _ = load_train_config(CONFIG, [f"max_steps={args.teacher_steps}", f"eval.interval={args.teacher_steps}",
+                                                       *QUIET, f"output_dir='{tmp}/teacher'"])
+        teacher = run_train(teacher_config)
+        reward = read_metrics(teacher.run_dir)[-1]["eval/reward_mean"]
+        print(f"teacher: RL {args.teacher_steps} steps, held-out reward {reward:.3f} ({time.perf_counter() - started:.0f} s)")
+        started = time.perf_counter()
+        student_config, _ = load_train_config(CONFIG, [
+            "mode='distill'", f"distill.teacher_model='{teacher.run_dir}'", f"max_steps={args.steps}",
+            f"eval.interval={args.every}", *QUIET, f"output_dir='{tmp}/student'"])
+        student = read_metrics(run_train(student_config).run_dir)
+        print(f"student: distilled {args.steps} steps ({time.perf_counter() - started:.0f} s)")
+    print(f"{'step':>5}  {'held-out reward':>15}  {'reverse KL':>10}")
+    for m in student:
+        if "eval/reward_mean" in m or "distill/reverse_kl" in m:
+            reward = f"{m['eval/reward_mean']:.3f}" if "eval/reward_mean" in m else ""
+            kl = f"{m['distill/reverse_kl']:.4f}" if "distill/reverse_kl" in m else ""
+            print(f"{m['step']:>5}  {reward:>15}  {kl:>10}")
+
+
+if __name__ == "__main__":
+    main()
