@@ -139,9 +139,9 @@ def test_progress_and_step_lines_to_a_pipe(tmp_path: Path):
     assert len(lines) == 5, err
 
 
-@pytest.mark.skipif(not (SEEDS / "multi-env.toml").is_file(), reason="needs ../shared/seed-configs")
+@pytest.mark.skipif(not (SEEDS / "prime-rl-seed004.toml").is_file(), reason="needs ../shared/seed-configs")
 def test_train_dry_run_plan_rows_are_whole_lines(tmp_path: Path):
-    result = run_python("", tmp_path, None, "train", str(SEEDS / "multi-env.toml"), "--dry-run",
+    result = run_python("", tmp_path, None, "train", str(SEEDS / "prime-rl-seed004.toml"), "--dry-run",
                         "--set", f"output_dir={LONG_PATH}")
     out = result.stdout + result.stderr
     assert not ANSI.search(out)
