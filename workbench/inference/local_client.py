@@ -250,6 +250,25 @@ class LocalClient:
         loop.call_soon(self._release_staged)
         return await request.future
 
+    async def prompt_logprobs(self, ids: list[int]) -> list[float]:
+        """log p(ids[t] | ids[:t]) for every t (0.0 for the first, which has no context), at
+        temperature 1: what a teacher gives for distillation (`/v1/completions` with echo)."""
+        if self._closed:
+            raise InferenceError("LocalClient is closed", transient=False)
+        if not ids or len(ids) > self._max_positions:
+            raise InferenceError(f"cannot score {len(ids)} tokens (1 to {self._max_positions})", transient=False)
+        return await asyncio.to_thread(self._score, list(ids))
+
+    def _score(self, ids: list[int]) -> list[float]:
+        import torch
+
+        with self.weights_lock, torch.inference_mode():
+            model = self._hf_model
+            input_ids = torch.tensor([ids], device=next(model.parameters()).device)
+            logits = model(input_ids=input_ids).logits[0, :-1].float()
+            picked = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[0, 1:].unsqueeze(-1)).squeeze(-1)
+        return [0.0, *picked.tolist()]
+
     def _release_staged(self) -> None:
         with self._wakeup:
             if self._staged:

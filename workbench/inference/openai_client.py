@@ -215,13 +215,33 @@ class OpenAIClient:
                 f"malformed response from {self._url}: {type(exc).__name__}: {exc}", transient=False, status=status
             ) from exc
 
-    async def _post(self, data: bytes) -> tuple[int, bytes]:
-        session = self._get_session()
+    async def prompt_logprobs(self, ids: list[int]) -> list[float]:
+        """log p(ids[t] | ids[:t]) for every t (0.0 for the first) from the server's
+        `/v1/completions` with `echo` (vLLM's prompt scoring; at temperature 1): a distillation
+        teacher's scores. One try: the caller retries or gives up."""
+        url = f"{self.base_url}/completions"
+        data = orjson.dumps({"model": self.model, "prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 0,
+                             "temperature": 1.0})
+        status, payload = await self._answer(asyncio.ensure_future(self._post(data, url)), time.monotonic())
+        if status >= 400:
+            raise error_for_status(status, payload, url)
         try:
-            async with session.post(self._url, data=data) as response:
+            values = orjson.loads(payload)["choices"][0]["logprobs"]["token_logprobs"][:len(ids)]
+            if len(values) != len(ids):
+                raise ValueError(f"{len(values)} logprobs for {len(ids)} prompt tokens")
+            return [0.0 if v is None else float(v) for v in values]
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise InferenceError(f"malformed response from {url}: {type(exc).__name__}: {exc}", transient=False,
+                                 status=status) from exc
+
+    async def _post(self, data: bytes, url: str | None = None) -> tuple[int, bytes]:
+        session = self._get_session()
+        url = url or self._url
+        try:
+            async with session.post(url, data=data) as response:
                 payload = await response.read()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise error_for_exception(exc, self._url) from exc
+            raise error_for_exception(exc, url) from exc
         self._last_answer = time.monotonic()  # any reply, even an error, shows the server is alive
         return response.status, payload
 

@@ -180,6 +180,7 @@ class OpenAIServer:
             ("GET", "/health"): self.health,
             ("GET", "/v1/models"): self.list_models,
             ("POST", "/v1/chat/completions"): self.chat_completions,
+            ("POST", "/v1/completions"): self.completions,
             **WeightRoutes(self).routes(),
         }
 
@@ -249,6 +250,37 @@ class OpenAIServer:
             return error_response(500, f"{type(exc).__name__}: {exc}", type_="server_error")
 
         return json_response(self._response(model or self.served_model_name, completions, body))
+
+    async def completions(self, request: web.Request) -> web.Response:
+        """`/v1/completions` for scoring only, as a distillation teacher uses vLLM's: a prompt of
+        token ids with `echo: true` and `logprobs` returns each prompt token's logprob
+        (`choices[0].logprobs.token_logprobs`, the first null). Nothing is generated."""
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return error_response(400, f"request body is not valid JSON: {exc}")
+        score = getattr(self.client, "prompt_logprobs", None)
+        if not isinstance(body, dict) or not body.get("echo") or body.get("logprobs") is None:
+            return error_response(400, "this server's /v1/completions scores prompts only: send a prompt of token ids "
+                                       "with 'echo': true and 'logprobs': 0 (generate with /v1/chat/completions)")
+        if score is None:
+            return error_response(400, "this backend cannot score prompts")
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+            prompt = prompt[0]
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return error_response(400, "'prompt' must be a non-empty list of token ids", param="prompt")
+        try:
+            logprobs = await score(prompt)
+        except InferenceError as exc:
+            return error_response(503 if exc.transient else 400, str(exc))
+        return json_response({
+            "id": f"cmpl-{next(self._ids)}", "object": "text_completion", "created": int(time.time()),
+            "model": body.get("model") or self.served_model_name,
+            "choices": [{"index": 0, "text": "", "finish_reason": "length",
+                         "logprobs": {"token_logprobs": [None, *logprobs[1:]], "tokens": [f"token_id:{t}" for t in prompt]}}],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": len(prompt)},
+        })
 
     async def load_static_loras(self, modules: dict[str, str]) -> None:
         """Load `--lora-modules` at startup; the first failure is a UserError."""

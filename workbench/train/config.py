@@ -237,7 +237,7 @@ def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
     problems += _env_problems(config.eval.env, "eval.env: ", skip=config.env)
     if (problem := model_problem(config.model)) is not None:
         problems.append(problem)
-    if config.mode == "distill" and config.distill.teacher_model:
+    if config.mode == "distill" and config.distill.teacher_model and not config.distill.teacher_base_url:
         if (problem := model_problem(config.distill.teacher_model)) is not None:
             problems.append(problem.replace("model: ", "distill.teacher_model: ", 1))
     problems += [f"env_file '{p}' does not exist" for p in config.env_file if not Path(p).is_file()]

@@ -191,6 +191,8 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
         reporter.finish()
         logger.close()
         await ctx.client.close()
+        if ctx.teacher is not None:
+            await ctx.teacher.close()
         metadata.status, metadata.updated_at = status, now_iso()
         _write_metadata(ctx, metadata)
         ctx.log.write(f"{status} at step {step}")
@@ -215,7 +217,7 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
     samples = groups_to_samples(batch.groups, config)
     distill: dict[str, float] = {}
     if ctx.teacher is not None:  # online distillation: the teacher scores every sampled token
-        scored = ctx.teacher.score(samples, ctx.sampling.temperature)
+        scored = await ctx.teacher.score(samples, ctx.sampling.temperature)
         distill = TeacherStats(*ctx.dist.sum([scored.reverse_kl_sum, scored.teacher_logprob_sum, scored.tokens])).metrics()
     rollouts = [r for g in batch.groups for r in g.rollouts]
     trained, sample_tokens, dropped, server_failed, sampled_rollouts = ctx.dist.sum([

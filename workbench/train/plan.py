@@ -97,7 +97,8 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     run.add("mode", {"rl": "RL", "sft": "SFT on demonstrations", "distill": "online distillation"}[c.mode])
     if c.mode == "distill":
         d = c.distill
-        run.add("teacher", f"{d.teacher_model} · per-token reverse KL x {d.kl_weight:g}"
+        served = f" at {d.teacher_base_url} (scored at temperature 1)" if d.teacher_base_url else ""
+        run.add("teacher", f"{d.teacher_model}{served} · per-token reverse KL x {d.kl_weight:g}"
                            + (f" + reward advantage x {d.reward_weight:g}" if d.reward_weight else " (reward not used)"))
     run.add("run folder", c.output_dir or f"outputs/runs/{c.run_name or '<generated at start>'}")
     run.add("seed", c.seed)

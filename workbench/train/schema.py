@@ -128,8 +128,19 @@ class SFTConfig(Section):
 
 class DistillConfig(Section):
     teacher_model: str | None = Field(None, description="The teacher for mode = 'distill': a local model folder, a training run (its newest checkpoint) or checkpoint folder, 'tiny', or a Hugging Face id. It must share the student's tokenizer; it is frozen and scores every token the student samples.")
+    teacher_base_url: str | None = Field(None, description="A teacher behind an OpenAI-compatible server that scores prompts (vLLM, `workbench serve`): its base URL ('http://host:8000/v1'); teacher_model is then the name it serves. Scored at temperature 1.")
+    teacher_api_key_var: str | None = Field(None, description="Environment variable holding the teacher server's API key.")
     kl_weight: float = Field(1.0, gt=0, description="Weight of the per-token reverse KL to the teacher: each sampled token's advantage gets kl_weight x (teacher logprob - student logprob).")
     reward_weight: float = Field(0.0, ge=0, description="Weight of the environment's reward (the RL advantage, reward minus the group mean) mixed in; 0 is pure distillation. With a weight above 0, rollouts_per_example must be at least 2.")
+
+    _key_name = field_validator("teacher_api_key_var")(classmethod(lambda cls, value: key_variable_name(value)))
+
+    @field_validator("teacher_base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got '{value}'")
+        return value
 
 
 class InferenceConfig(Section):

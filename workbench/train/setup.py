@@ -22,7 +22,7 @@ from workbench.train.publish import WeightPublisher, server_client
 from workbench.train.rollout_source import PolicyClock, RolloutSource
 from workbench.train.samples import Sample
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, EnvConfig, TrainConfig
-from workbench.train.teacher import Teacher
+from workbench.train.teacher import Teacher, load_teacher
 from workbench.types import SamplingParams
 from workbench.workspace import model_label, new_run_id, runs_dir
 
@@ -144,7 +144,7 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     sft_data = SFTData.from_config(config, env, policy.tokenizer) if config.mode == "sft" else None
     if config.on_policy and env is None:
         raise UserError("RL training needs at least one [[env]]")
-    teacher = Teacher.load(config.distill, policy.tokenizer, dist.device) if config.mode == "distill" else None
+    teacher = load_teacher(config.distill, policy.tokenizer, dist.device) if config.mode == "distill" else None
     return TrainContext(run_dir, env, policy, client, log, metadata, metadata.config, sft_data,
                         kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env),
                         eval_envs=eval_envs, teacher=teacher)
