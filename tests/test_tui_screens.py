@@ -291,6 +291,14 @@ async def test_train_rollouts_step_through_steps(ws):
 
 
 # ----- checkpoints and compare ----------------------------------------------------------------------
+async def open_checkpoints(pilot, app) -> CheckpointsScreen:
+    """From the runs home: the training run's checkpoints screen (k)."""
+    await open_row(pilot, app, lambda r: r.kind == "train")
+    await pilot.press("k")
+    assert isinstance(app.screen, CheckpointsScreen)
+    return app.screen
+
+
 async def test_checkpoints_evaluate_and_compare(workspace: Path):
     run = make_train_run(workspace, status="finished")
     for step in (3, 6):  # evals of both checkpoints, as `workbench eval run ENV -m <checkpoint>` saves them
@@ -301,10 +309,7 @@ async def test_checkpoints_evaluate_and_compare(workspace: Path):
     launcher = RecordingLauncher(workspace)
     app = app_for(workspace, launcher=launcher)
     async with app.run_test(size=SIZE) as pilot:
-        await open_row(pilot, app, lambda r: r.kind == "train")
-        await pilot.press("k")
-        screen = app.screen
-        assert isinstance(screen, CheckpointsScreen)
+        screen = await open_checkpoints(pilot, app)
         table = screen.query_one("#ckpt-table")
         await wait_for(pilot, lambda: table.row_count == 2 and len(screen.evals) == 2)
         assert [c.step for c in screen.checkpoints] == [3, 6]
@@ -336,10 +341,7 @@ async def test_checkpoints_screen_draws_the_sweep_and_launches_one(workspace: Pa
     launcher = RecordingLauncher(workspace)
     app = app_for(workspace, launcher=launcher)
     async with app.run_test(size=SIZE) as pilot:
-        await open_row(pilot, app, lambda r: r.kind == "train")
-        await pilot.press("k")
-        screen = app.screen
-        assert isinstance(screen, CheckpointsScreen)
+        screen = await open_checkpoints(pilot, app)
         plot = screen.query_one("#sweep-plot")
         await wait_for(pilot, lambda: plot.lines == [("reward", [0.0, 3.0, 6.0], [0.1, 0.2, 0.35])])
         await pilot.press("s")
