@@ -82,3 +82,27 @@ def test_sweep_mistakes_are_one_line(trained: Path, tiny_workspace: Path):
         assert result.returncode == 1 and len(lines) == 1 and needle in lines[0], result.stderr
     plain = workbench("eval", "run", "reverse-text", "-m", "tiny", "--checkpoints", "all", cwd=tiny_workspace)
     assert plain.returncode == 1 and "needs a training run folder" in plain.stderr
+
+
+def test_sweep_through_a_server_loads_each_checkpoint_into_it(trained: Path, tiny_workspace: Path, tiny_model: Path):
+    """prime-rl's way: a server started with the base model; each LoRA checkpoint is loaded into
+    it (/v1/load_lora_adapter) and evaluated under its own name."""
+    import asyncio
+
+    from tests.servers import serve_in_thread
+    from workbench.inference.local_client import LocalClient
+    from workbench.inference.server import create_app
+
+    client = LocalClient(tiny_model, model_name="tiny")
+    try:
+        with serve_in_thread(create_app(client, served_model_name="tiny", enable_lora=True)) as url:
+            swept = workbench("eval", "run", "reverse-text", "-m", str(trained), "--checkpoints", "all", "-b", f"{url}/v1",
+                              "-n", "2", "-r", "2", "-t", "32", cwd=tiny_workspace)
+            assert swept.returncode == 0, swept.stderr
+            assert client.adapters == {"swept-step_2": str((trained / "checkpoints" / "step_000002").resolve())}
+    finally:
+        asyncio.run(client.close())
+    points = read_sweep(trained)
+    assert [p.step for p in points] == [BASE, 1, 2] and all(p.key.server == f"{url}/v1" for p in points)
+    models = sorted(path.parent.parent.name for path in eval_runs(tiny_workspace))
+    assert models == ["reverse-text--swept-step_1", "reverse-text--swept-step_2", "reverse-text--tiny"]

@@ -32,6 +32,7 @@ class SweepKey(BaseModel):
     rollouts_per_example: int
     seed: int | None
     sampling: dict[str, Any] = {}  # max_tokens, temperature and -S as given
+    server: str | None = None  # the -b server the checkpoints were loaded into; None: in-process
 
 
 class SweepPoint(BaseModel):
