@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 SCHEMA_VERSION = 1
 
 Message = dict[str, Any]
 Messages = list[Message]
 State = dict[str, Any]
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """A JSON number: an int or a float, not a bool (`True` is an int in Python, never a reward)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass

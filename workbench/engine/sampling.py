@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from workbench.errors import UserError
-from workbench.types import SamplingParams
+from workbench.types import SamplingParams, is_number
 
 
 class SamplingFlags(Protocol):
@@ -65,7 +65,7 @@ def validated(params: SamplingParams) -> SamplingParams:
         value = checked.extra.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        if not is_number(value) or not low <= value <= high:
             raise UserError(f"bad sampling argument '{name}': {value!r} is not a number from {low:g} to {high:g}")
     return checked
 

@@ -34,7 +34,7 @@ from workbench.envs.rubric import RolloutScore
 from workbench.envs.verifiers_rewards import collecting, record_reward_errors
 from workbench.errors import UserError
 from workbench.inference.client import Client
-from workbench.types import Completion, Example, Messages, RolloutError, SamplingParams, TokenData
+from workbench.types import Completion, Example, Messages, RolloutError, SamplingParams, TokenData, is_number
 
 INSTALL = "pip install 'workbench[verifiers]'"
 SUPPORTED = "0.1.11 to 0.3.x"  # the classic rollout API (run_group, vf.Client); 0.4 has only verifiers.v1
@@ -174,7 +174,7 @@ class VerifiersEnv(Environment):
         weights = _weights(rubric)
         scores = []
         for output in outputs:
-            values = {k: float(v) for k, v in (output.state.get("metrics") or {}).items() if _is_number(v)}
+            values = {k: float(v) for k, v in (output.state.get("metrics") or {}).items() if is_number(v)}
             rewards = {k: v for k, v in values.items() if weights.get(k, 0.0) != 0.0}
             metrics = {k: v for k, v in values.items() if k not in rewards}
             error = errors.get(id(output.state))  # a reward function raised: 0, as for native envs
@@ -278,10 +278,6 @@ def _weights(rubric: Any) -> dict[str, float]:
         return dict(zip(rubric._get_reward_func_names(), rubric._get_reward_weights(), strict=False))
     except Exception:  # a rubric without the usual bookkeeping: every score counts as a reward
         return {}
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class _Loopback:

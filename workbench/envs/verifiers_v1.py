@@ -58,7 +58,7 @@ from workbench.envs.rubric import RolloutScore
 from workbench.envs.verifiers_env import BRIDGE_MODEL, _Loopback
 from workbench.errors import UserError
 from workbench.inference.client import Client
-from workbench.types import Completion, Example, Messages, RolloutError, SamplingParams, TokenData
+from workbench.types import Completion, Example, Messages, RolloutError, SamplingParams, TokenData, is_number
 
 MAX_TURNS = 32  # model turns per agent run: a model that never stops calling tools cannot hold a run forever
 MAX_TASKS = 10_000  # tasks read from an infinite taskset
@@ -315,7 +315,7 @@ def _score(state: dict[str, Any]) -> RolloutScore:
         total += score * weight
         (rewards if weight != 0.0 else metrics)[name] = score
     for name, value in (state.get("metrics") or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number(value):
             metrics[name] = float(value)
     return RolloutScore(total, rewards, metrics)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
+from workbench.types import is_number
 
 CHECKPOINTS = "checkpoints"
 STEP_PREFIX = "step_"
@@ -124,4 +125,4 @@ def list_checkpoint_infos(run_dir: Path) -> list[CheckpointInfo]:
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return float(value) if is_number(value) else None

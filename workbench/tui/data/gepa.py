@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.store.files import iter_jsonl, read_json
+from workbench.types import is_number
 
 
 def first(data: Any, *keys: str, default: Any = None) -> Any:
@@ -26,7 +27,7 @@ def first(data: Any, *keys: str, default: Any = None) -> Any:
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return float(value) if is_number(value) else None
 
 
 def prompt_text(value: Any) -> str | None:

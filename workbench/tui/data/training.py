@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from workbench.types import is_number
+
 # The curves the run monitor draws: (title, [(metric key, legend label), ...]).
 CURVES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("reward", (("reward/mean", "mean"), ("reward/std", "std"), ("eval/reward_mean", "eval"))),
@@ -26,7 +28,7 @@ def series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[f
     points: dict[float, float] = {}
     for record in records:
         step, value = record.get("step"), record.get(key)
-        if isinstance(step, int | float) and isinstance(value, int | float) and not isinstance(value, bool):
+        if is_number(step) and is_number(value):
             points[float(step)] = float(value)
     steps = sorted(points)
     return steps, [points[s] for s in steps]
