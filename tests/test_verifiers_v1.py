@@ -7,6 +7,7 @@ model, and come back as ordinary Workbench rollouts."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -70,6 +71,9 @@ def test_v1_rollouts_carry_token_ids_and_logprobs_for_training(tiny_model: Path,
 
     workspace = workspace_with(tmp_path, tiny_model, "reverse_text")
     monkeypatch.setenv("WORKBENCH_WORKSPACE", str(workspace))
+    # Loading a v1 package puts its folder on PYTHONPATH (for its tool servers): restored after
+    # this test, or every later CLI test in this process would find this package's reverse_text.
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     monkeypatch.chdir(workspace)
     env = load_environment("reverse-text")
     example = env.get_examples(1, split="train")[0]
