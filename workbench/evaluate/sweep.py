@@ -21,7 +21,7 @@ from workbench.errors import UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.evaluate.service import run_eval
 from workbench.events import NullReporter, Reporter
-from workbench.store.checkpoints import CHECKPOINTS, checkpoint_step, list_checkpoints, read_step_info
+from workbench.store.checkpoints import CHECKPOINTS, checkpoint_step, list_checkpoints, read_step_info, resolve_latest_run
 from workbench.store.runs import now_iso
 from workbench.store.sweeps import BASE, SweepKey, SweepPoint, append_point, points_for, step_label, write_table
 
@@ -43,12 +43,7 @@ class SweepResult:
 def training_run_folder(model: str) -> Path:
     """The training run `-m` names with --checkpoints: a run folder, or `<runs>/latest` (the
     newest run that has a checkpoint)."""
-    path = Path(model).expanduser()
-    if path.name == "latest" and not path.exists() and path.parent.is_dir():
-        runs = [p for p in path.parent.iterdir() if p.is_dir() and list_checkpoints(p)]
-        if not runs:
-            raise UserError(f"no training run with a checkpoint in {path.parent}")
-        path = max(runs, key=lambda p: list_checkpoints(p)[-1].stat().st_mtime)
+    path = resolve_latest_run(Path(model).expanduser())
     if path.name.startswith("step_") and path.parent.name == CHECKPOINTS:
         path = path.parent.parent  # a checkpoint folder: its run
     if not (path / CHECKPOINTS).is_dir():

@@ -46,15 +46,22 @@ def read_step_info(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / STATE_JSON).read_text())
 
 
-def training_run_checkpoint(path: Path) -> Path:
-    """A training run folder means its newest complete checkpoint, and `<runs>/latest` the
-    newest run that has one (`-m outputs/runs/latest` after `workbench train`). Any other path
-    is returned as given."""
+def resolve_latest_run(path: Path) -> Path:
+    """`<runs>/latest` (when no such folder exists): the run whose newest checkpoint is the
+    newest. Any other path is returned as given."""
     if path.name == "latest" and not path.exists() and path.parent.is_dir():
         runs = [p for p in path.parent.iterdir() if p.is_dir() and list_checkpoints(p)]
         if not runs:
             raise UserError(f"no training run with a checkpoint in {path.parent}")
-        path = max(runs, key=lambda p: list_checkpoints(p)[-1].stat().st_mtime)
+        return max(runs, key=lambda p: list_checkpoints(p)[-1].stat().st_mtime)
+    return path
+
+
+def training_run_checkpoint(path: Path) -> Path:
+    """A training run folder means its newest complete checkpoint, and `<runs>/latest` the
+    newest run that has one (`-m outputs/runs/latest` after `workbench train`). Any other path
+    is returned as given."""
+    path = resolve_latest_run(path)
     if (path / CHECKPOINTS).is_dir() and not (path / "config.json").is_file():
         checkpoints = list_checkpoints(path)
         if not checkpoints:
