@@ -1,20 +1,29 @@
-"""TUI: time to open an eval run with 10,000 rollouts in the Rollouts view. Target: under 1 s.
+"""TUI: open a big eval run in the Rollouts view, scroll it, and how much memory it takes.
 
-    python benchmarks/tui_open_run.py [--examples 1250] [--rollouts 8] [--repeat 3]
+    python benchmarks/tui_open_run.py [--examples 1250] [--rollouts 8] [--repeat 3] [--huge 12500]
+
+Targets (issue 16): 10,000 rollouts open in under 0.5 s; scrolling them (the cursor moving
+group by group, each step showing that group's first rollout) never takes a frame over 100 ms;
+100,000 rollouts open without holding the run in memory (peak RSS is reported).
 
 "Open" is measured the way a user feels it, in a headless app (`App.run_test`): from pushing
 the Rollouts screen until the groups table is filled and the first rollout's conversation is
-on screen. The run folder is written with the project's own writers (`ResultsWriter`,
-`write_metadata`, the `Rollout` record), about 1.5 KB per rollout, so ~15 MB of results.jsonl.
+on screen. A "frame" is one key press (`j`) until the app has handled it and redrawn. The run
+folder is written with the project's own writers (`ResultsWriter`, `write_run_metadata`, the
+`Rollout` record), about 1.5 KB per rollout, so ~15 MB of results.jsonl per 10,000. The
+100,000-rollout open runs in a child process, so its peak RSS is the viewer's alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +66,8 @@ def make_big_run(root: Path, num_examples: int = 1250, rollouts: int = 8, seed: 
     return run_dir
 
 
-async def time_open(root: Path, run_dir: Path) -> float:
+async def time_open(root: Path, run_dir: Path, scroll: int = 0) -> tuple[float, list[float]]:
+    """Seconds to open the run, and the seconds of each of `scroll` cursor steps after it."""
     from workbench.tui.app import WorkbenchApp
     from workbench.tui.data.runs import RunCatalog
     from workbench.tui.screens.rollouts import RolloutsScreen
@@ -72,7 +82,31 @@ async def time_open(root: Path, run_dir: Path) -> float:
         while not (screen.loaded and screen.rollout is not None):
             await asyncio.sleep(0.005)
         await pilot.pause()  # one more frame: the conversation is laid out
-        return time.perf_counter() - started
+        opened = time.perf_counter() - started
+        frames = []
+        for _ in range(scroll):
+            before = time.perf_counter()
+            await pilot.press("j")
+            await pilot.pause()
+            frames.append(time.perf_counter() - before)
+        return opened, frames
+
+
+def open_huge(root: str, run_dir: str) -> None:
+    """Child process: open the run, then print open seconds and peak RSS (MB) as JSON."""
+    os.environ["WORKBENCH_WORKSPACE"] = root
+    opened, _ = asyncio.run(time_open(Path(root), Path(run_dir)))
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"open_s": opened, "peak_rss_mb": peak_mb}))
+
+
+def baseline_rss() -> float:
+    """Peak RSS (MB) of a child that only imports and starts the TUI on an empty workspace."""
+    code = ("import asyncio, resource, tempfile; from pathlib import Path; from workbench.tui.app import WorkbenchApp\n"
+            "async def go():\n    async with WorkbenchApp(Path(tempfile.mkdtemp()), poll_s=60).run_test(size=(120, 40)) as p:\n"
+            "        await p.pause(0.2)\nasyncio.run(go()); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                cwd=Path(__file__).resolve().parents[1]).stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -80,11 +114,17 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=1250)
     parser.add_argument("--rollouts", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--scroll", type=int, default=200, help="cursor steps timed after opening")
+    parser.add_argument("--huge", type=int, default=12500, help="examples of the big run (x --rollouts); 0 skips it")
+    parser.add_argument("--open-huge", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.open_huge:
+        open_huge(*args.open_huge)
+        return
     from workbench.tui.data.rollout_index import RolloutIndex
 
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = Path(tmp) / "ws"
         os.environ["WORKBENCH_WORKSPACE"] = str(root)
         run_dir = make_big_run(root, args.examples, args.rollouts)
         size_mb = (run_dir / "results.jsonl").stat().st_size / 1e6
@@ -93,12 +133,29 @@ def main() -> None:
         index.refresh()
         index.groups()
         index_s = time.perf_counter() - started
-        opens = [asyncio.run(time_open(root, run_dir)) for _ in range(args.repeat)]
-    total = args.examples * args.rollouts
-    print(f"run: {total:,} rollouts in {args.examples:,} groups, results.jsonl {size_mb:.1f} MB")
-    print(f"index (offsets + light rollouts + groups): {index_s:.3f} s")
-    print(f"open in the Rollouts view: median {statistics.median(opens):.3f} s "
-          f"(runs: {', '.join(f'{t:.3f}' for t in opens)}; target < 1 s)")
+        runs = [asyncio.run(time_open(root, run_dir, args.scroll if i == 0 else 0)) for i in range(args.repeat)]
+        opens = [opened for opened, _ in runs]
+        frames = sorted(runs[0][1])
+        total = args.examples * args.rollouts
+        print(f"run: {total:,} rollouts in {args.examples:,} groups, results.jsonl {size_mb:.1f} MB")
+        print(f"index (offsets + numbers per rollout + groups): {index_s:.3f} s")
+        print(f"open in the Rollouts view: median {statistics.median(opens):.3f} s "
+              f"(runs: {', '.join(f'{t:.3f}' for t in opens)}; target < 0.5 s)")
+        if frames:
+            p95 = frames[min(len(frames) - 1, int(len(frames) * 0.95))]
+            print(f"scrolling {len(frames)} groups: median frame {statistics.median(frames) * 1000:.0f} ms, "
+                  f"p95 {p95 * 1000:.0f} ms, max {frames[-1] * 1000:.0f} ms (target: none over 100 ms)")
+        if args.huge:
+            huge_root = Path(tmp) / "huge"
+            huge_dir = make_big_run(huge_root, args.huge, args.rollouts, seed=1)
+            huge_mb = (huge_dir / "results.jsonl").stat().st_size / 1e6
+            out = subprocess.run([sys.executable, __file__, "--open-huge", str(huge_root), str(huge_dir)],
+                                 capture_output=True, text=True, check=True).stdout
+            result = json.loads(out.strip().splitlines()[-1])
+            base = baseline_rss()
+            print(f"big run: {args.huge * args.rollouts:,} rollouts, results.jsonl {huge_mb:.0f} MB: opened in "
+                  f"{result['open_s']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB "
+                  f"(the TUI alone on an empty workspace: {base:.0f} MB)")
 
 
 if __name__ == "__main__":

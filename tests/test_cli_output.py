@@ -111,8 +111,8 @@ def test_terminal_still_wraps_and_styles(tmp_path: Path):
 
 
 def test_progress_and_step_lines_to_a_pipe(tmp_path: Path):
-    """Training's progress bar to a pipe: one whole line per step, the bar once at the end, no
-    cursor movement or carriage returns."""
+    """Training's progress bar to a pipe: a line when it starts, one whole line per step as it
+    happens, the bar's last state once at the end, no cursor movement or carriage returns."""
     code = f"""
         from workbench.cli.render import RichReporter
         from workbench.train.metrics import step_line
@@ -135,8 +135,35 @@ def test_progress_and_step_lines_to_a_pipe(tmp_path: Path):
     assert all(line.endswith("s/step 1.235e+04") and "dropped 1.235e+06" in line for line in steps), err
     assert lines_with(err, "note: ") == [f"note: {LONG_PATH}"]
     bar = lines_with(err, f"train {LONG_PATH} ")
-    assert len(bar) == 1 and "3/3 steps" in bar[0] and "reward 0.500" in bar[0], err
-    assert len(lines) == 5, err
+    assert len(bar) == 2 and "0/3 steps" in bar[0] and "3/3 steps" in bar[1] and "reward 0.500" in bar[1], err
+    assert lines[0] == bar[0] and lines[-1] == bar[1] and len(lines) == 6, err
+
+
+def test_eval_progress_to_a_pipe_is_lines_as_groups_finish(tmp_path: Path):
+    """An eval's bar to a pipe: a plain line as groups finish (at most one per 5% of the total or
+    10 s), each written when it happens: the child process's own output is read while it runs."""
+    code = """
+        import sys
+        from types import SimpleNamespace
+
+        from workbench.cli.render import RichReporter
+
+        reporter = RichReporter()
+        reporter.start("reverse-text · tiny", 8, 0)
+        for done in range(4):
+            reporter.group_done(SimpleNamespace(rollouts=[0, 1]), {"reward_mean": 0.25 * done})
+            print(f"after group {done + 1}", file=sys.stderr, flush=True)
+        reporter.finish()
+    """
+    err = run_python(code, tmp_path).stderr
+    assert "\r" not in err and not ANSI.search(err), repr(err)
+    lines = [line.split("  ") for line in err.splitlines()]
+    assert [line[:3] for line in lines] == [
+        ["reverse-text · tiny", "0/8 rollouts", "reward -"],
+        ["reverse-text · tiny", "2/8 rollouts", "reward 0.000"], ["after group 1"],
+        ["reverse-text · tiny", "4/8 rollouts", "reward 0.250"], ["after group 2"],
+        ["reverse-text · tiny", "6/8 rollouts", "reward 0.500"], ["after group 3"],
+        ["reverse-text · tiny", "8/8 rollouts", "reward 0.750"], ["after group 4"]], err
 
 
 @pytest.mark.skipif(not (SEEDS / "prime-rl-seed004.toml").is_file(), reason="needs ../shared/seed-configs")

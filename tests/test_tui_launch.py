@@ -1,5 +1,5 @@
-"""Launch a real child run from the TUI, watch it appear, read its log, stop it gracefully —
-and check that quitting the TUI never kills a run it started.
+"""Launch a real child run from the TUI, watch it appear, read its log, stop it gracefully (after
+confirming) — and check that quitting the TUI never kills a run it started (after saying so).
 
 The child is `workbench eval run reverse-text -m echo -b URL/v1` against an echo server on
 127.0.0.1 that the test holds open (`tests.servers.Gate`): it answers the first few requests and
@@ -14,13 +14,25 @@ import signal
 from pathlib import Path
 
 from tests.servers import EchoBackend, Gate, make_app, serve_in_thread, wait_until
-from tests.tui_data import wait_for
+from tests.tui_data import text_of, wait_for
 from workbench.tui.app import WorkbenchApp
+from workbench.tui.screens.confirm import ConfirmScreen
 from workbench.tui.screens.launch import LaunchScreen
 from workbench.tui.screens.log import LogScreen
 from workbench.tui.widgets.runs_table import RunsTable
 
 SIZE = (80, 24)
+
+
+def key_for(screen, action: str) -> str:
+    """The key a screen binds to `action` (so the tests follow a change of keys)."""
+    from textual.binding import Binding
+
+    for cls in type(screen).__mro__:
+        for binding in Binding.make_bindings(cls.__dict__.get("BINDINGS", [])):
+            if binding.action == action:
+                return binding.key
+    raise KeyError(action)
 
 
 async def launch_eval_from_ui(pilot, app: WorkbenchApp, url: str) -> None:
@@ -34,7 +46,10 @@ async def launch_eval_from_ui(pilot, app: WorkbenchApp, url: str) -> None:
     screen.query_one("#eval-r").value = "2"
     screen.query_one("#eval-extra").value = f"-b {url}/v1 -c 1"
     await pilot.pause()
-    await pilot.press("ctrl+s")
+    await pilot.press("ctrl+s")  # shows the command
+    assert isinstance(app.screen, LaunchScreen) and not app.launcher.launches()
+    assert "$ workbench eval run reverse-text -m echo -n 50 -r 2" in text_of(screen.query_one("#confirm-command"))
+    await pilot.press("ctrl+s")  # starts it
 
 
 def runs_of(app: WorkbenchApp) -> list:
@@ -74,6 +89,14 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             first = next(r for r in runs_of(app) if r.pid == launch.pid)
             assert first.status in ("starting", "running") and first.env == "reverse-text"
             assert first.is_launch and not list(workspace.glob("environments/*/outputs/evals/*/*"))
+            # Enter on the starting row: its log, never empty — at least the command
+            await wait_for(pilot, lambda: app.screen.query_one(RunsTable).current is not None
+                           and app.screen.query_one(RunsTable).current.pid == launch.pid)
+            await pilot.press("enter")
+            starting = app.screen
+            assert isinstance(starting, LogScreen) and [label for label, _ in starting.logs] == ["output"]
+            await wait_for(pilot, lambda: "$ workbench eval run reverse-text -m echo" in text_of(starting.query_one("LogTail")))
+            await pilot.press("escape")
             preflight.open()
             # then its own run folder takes over the row, with progress, and the cursor follows it
             await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch and (r.done or 0) > 0
@@ -82,7 +105,7 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             run = table.current
             assert run is not None and run.pid == launch.pid and run.status == "running" and run.kind == "eval"
             # the log: the child's output and the run's run.log
-            await pilot.press("g")
+            await pilot.press(key_for(app.screen, "log"))
             logs = app.screen
             assert isinstance(logs, LogScreen) and [label for label, _ in logs.logs] == ["output", "run.log"]
             output = logs.query_one("#log-0 LogTail")
@@ -93,7 +116,12 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             # it is stuck at the gate, so it cannot have finished on its own first
             await wait_for(pilot, lambda: gate.held >= 1 and results_count(run.path) == 4, timeout=180)
             assert app.launcher.is_running(launch)
-            await pilot.press("x")
+            await pilot.press("x")  # asks first; "n" keeps it running
+            assert isinstance(app.screen, ConfirmScreen)
+            assert f"Stop eval reverse-text (pid {launch.pid})?" in app.screen.question
+            await pilot.press("n")
+            assert not isinstance(app.screen, ConfirmScreen) and app.launcher.is_running(launch)
+            await pilot.press("x", "y")
             await wait_for(pilot, lambda: metadata(run.path)["status"] == "stopped", timeout=180)
             await wait_for(pilot, lambda: not app.launcher.is_running(launch), timeout=60)
             meta = metadata(run.path)
@@ -115,7 +143,14 @@ async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
             await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch for r in runs_of(app)), timeout=180)
             run_dir = next(r.path for r in runs_of(app) if r.pid == launch.pid)
             await wait_for(pilot, lambda: gate.held >= 1, timeout=180)  # mid-run: it cannot finish on its own
-            await pilot.press("q")
+            await pilot.press("q")  # a run is going: the TUI says it goes on, and how to get back to it
+            ask = app.screen
+            assert isinstance(ask, ConfirmScreen)
+            assert "1 run is still going; it keeps running after you quit" in ask.question
+            assert "`workbench tui" in ask.question
+            await pilot.press("n")  # stay
+            assert app.is_running and not isinstance(app.screen, ConfirmScreen)
+            await pilot.press("q", "y")
         assert not app.is_running
         # still alive after the TUI quit, and still working: let one more group through and watch
         # the child save it (a run the quit had signalled would save nothing more)

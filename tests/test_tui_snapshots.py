@@ -78,7 +78,7 @@ def test_training_monitor(ws, snap_compare):
 
 
 def test_checkpoints(ws, snap_compare):
-    run_before = on_run(lambda r: r.kind == "train", "k", ready=lambda s: len(getattr(s, "checkpoints", [])) == 2)
+    run_before = on_run(lambda r: r.kind == "train", "K", ready=lambda s: len(getattr(s, "checkpoints", [])) == 2)
     assert snap_compare(app_for(ws), terminal_size=SIZE, run_before=run_before)
 
 

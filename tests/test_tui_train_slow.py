@@ -51,7 +51,7 @@ async def test_train_from_the_tui_then_evaluate_a_checkpoint(tiny_workspace: Pat
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("l")
         assert isinstance(app.screen, LaunchScreen)
-        await pilot.press("enter")  # the highlighted config
+        await pilot.press("enter", "enter")  # the highlighted config: its command shown, then started
         launch = app.launcher.launches()[0]
         assert launch.args == ["train", "configs/rl/tiny-rl.toml"]
         table = app.screen.query_one(RunsTable)
@@ -67,7 +67,7 @@ async def test_train_from_the_tui_then_evaluate_a_checkpoint(tiny_workspace: Pat
         metrics = [json.loads(line) for line in (monitor.run.path / "metrics.jsonl").read_text().splitlines()]
         await wait_for(pilot, lambda: reward.lines[0][1][-1] == 3)
         assert reward.lines[0][2] == [m["reward/mean"] for m in metrics if "reward/mean" in m]
-        await pilot.press("k")
+        await pilot.press("K")
         checkpoints = app.screen
         assert isinstance(checkpoints, CheckpointsScreen)
         await wait_for(pilot, lambda: [c.step for c in checkpoints.checkpoints] == [1, 2, 3])

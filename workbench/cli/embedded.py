@@ -17,11 +17,19 @@ from workbench.workspace import TINY_QWEN_MODEL_NAME, endpoints_path, tiny_qwen_
 
 @contextmanager
 def build_progress(label: str) -> Iterator[Callable[[int, int, float], None]]:
-    """A rich progress bar (on stderr) for a model build; yields the builder's progress callback."""
+    """A rich progress bar (on stderr) for a model build; yields the builder's progress callback.
+    Not on a terminal (a log file, a pipe): plain progress lines as it goes (`LineProgress`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from workbench.cli.render import err_console
+    from workbench.cli.render import LineProgress, err_console
 
+    if not err_console.is_interactive:
+        lines = LineProgress(err_console, label, "steps", None, field="loss")
+        try:
+            yield lambda step, total, loss: lines.update(done=step, total=total, value=f"{loss:.3f}")
+        finally:
+            lines.close()
+        return
     with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                   console=err_console) as bar:

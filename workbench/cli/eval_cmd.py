@@ -36,6 +36,7 @@ def run(
     state_columns: o.StateColumns = None,
     resume: Annotated[str | None, typer.Option("--resume", "-R", help="Finish an interrupted run: its folder, or 'latest' for this env and model. Finished groups are not redone.", show_default=False)] = None,
     seed: o.Seed = None,
+    sets: o.Sets = None,
     checkpoints: Annotated[str | None, typer.Option("--checkpoints", metavar="all|STEPS", help="With -m RUN (a training run folder or outputs/runs/latest): evaluate the base model and these checkpoints ('all', or steps such as 10,50,100) on the same examples and seed, then print reward by step. Points already evaluated with the same settings are skipped. With -b, each checkpoint is loaded into that server (started with the base model; LoRA via /v1/load_lora_adapter, full weights via /update_weights).", show_default=False)] = None,
     no_base: Annotated[bool, typer.Option("--no-base", help="With --checkpoints: leave the base model out.")] = False,
 ) -> None:
@@ -62,7 +63,7 @@ def run(
                     env_args=o.parse_json_object(env_args, "-a/--env-args"),
                     sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
                     state_columns=o.split_columns(state_columns), verbose=verbose)
-    config = o.build_config(EvalConfig, target, flags, resume)
+    config = o.build_config(EvalConfig, target, flags, resume, sets)
     if checkpoints is not None or no_base:
         sweep(config, checkpoints, include_base=not no_base, verbose=verbose)
         return

@@ -54,6 +54,7 @@ def run(
     reflection_api_key_var: ReflectionKeyVar = None,
     reflection_sampling_args: ReflectionSampling = None,
     seed: o.Seed = None,
+    sets: o.Sets = None,
     output_dir: OutputDir = None,
     resume: Resume = None,
     dry_run: DryRun = False,
@@ -89,7 +90,7 @@ def run(
         from workbench.gepa.service import find_gepa_run
 
         find_gepa_run(resume, None)  # a clear error before its metadata is read
-    config = o.build_config(GepaConfig, target, flags, resume)
+    config = o.build_config(GepaConfig, target, flags, resume, sets)
     if dry_run:
         from workbench.cli.train_cmd import print_plan
         from workbench.gepa.plan import build_plan

@@ -29,6 +29,7 @@ Tries = Annotated[int | None, typer.Option("--tries", help="Tries per model requ
 SaveResults = Annotated[bool, typer.Option("--save-results", "-s", help="Accepted for compatibility: results are always saved.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Print every rollout.")]
 StateColumns = Annotated[list[str] | None, typer.Option("--state-columns", "-C", help="Rollout state keys to save with each rollout (repeat or comma-separate).", show_default=False)]
+Sets = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a config key (repeatable), value as TOML, as `workbench train --set` does: --set num_examples=10 --set 'sampling_args.stop=[\"</a>\"]'. Flags win over it.", show_default=False)]
 Seed = Annotated[int | None, typer.Option("--seed", help="Sampling seed; each rollout gets its own seed derived from it. \\[default: 0]", show_default=False)]
 
 
@@ -59,9 +60,11 @@ def given(**flags: object) -> dict[str, Any]:
 ConfigT = TypeVar("ConfigT", bound="BaseModel")
 
 
-def build_config(model_cls: type[ConfigT], target: str | None, flags: dict[str, Any], resume: str | None) -> ConfigT:
-    """The run's config: an env id or a config .toml (TARGET) with the given flags on top, or,
-    with only `-R RUN_FOLDER`, the config saved in that run. Errors name the file, line and key."""
+def build_config(model_cls: type[ConfigT], target: str | None, flags: dict[str, Any], resume: str | None,
+                 sets: list[str] | None = None) -> ConfigT:
+    """The run's config: an env id or a config .toml (TARGET) with the `--set KEY=VALUE` overrides
+    and then the given flags on top, or, with only `-R RUN_FOLDER`, the config saved in that run.
+    Errors name the file, line and key."""
     from workbench.config.toml_loader import read_toml, validate
 
     if target is None:
@@ -73,12 +76,26 @@ def build_config(model_cls: type[ConfigT], target: str | None, flags: dict[str, 
             saved = read_run_metadata(Path(resume)).config
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot read the run's metadata.json in {resume}: {exc}") from exc
-        return _validated(model_cls, {**saved, **flags})
+        return _validated(model_cls, {**_overridden(saved, sets), **flags})
     if target.endswith(".toml"):
         data, text = read_toml(Path(target))
         validate(model_cls, data, Path(target), text)  # file errors name the file and line
-        return _validated(model_cls, {**data, **flags})
-    return _validated(model_cls, {"env_id": target, **flags})
+        return _validated(model_cls, {**_overridden(data, sets), **flags})
+    return _validated(model_cls, {**_overridden({"env_id": target}, sets), **flags})
+
+
+def _overridden(data: dict[str, Any], sets: list[str] | None) -> dict[str, Any]:
+    """`data` with the `--set KEY.PATH=VALUE` overrides applied, parsed as `workbench train --set`
+    parses them (values as TOML; unknown keys are left for validation to name)."""
+    if not sets:
+        return data
+    import copy
+
+    from workbench.train.config import apply_overrides
+
+    data = copy.deepcopy(data)
+    apply_overrides(data, sets)
+    return data
 
 
 def _validated(model_cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
@@ -89,3 +106,4 @@ def _validated(model_cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UserError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc
+

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
@@ -70,16 +72,81 @@ console = CliConsole(highlight=False)
 err_console = CliConsole(stderr=True, highlight=False)
 
 
+class LineProgress:
+    """Progress for a stream that is not a terminal (a file, a pipe, the TUI's launch log).
+
+    rich's live bar draws nothing there until it stops, so a run's log would stay silent for
+    minutes. This prints whole plain lines as work happens instead: one at the start, then one
+    whenever at least `every_frac` of the total or `every_s` seconds went by, and the last state
+    when it closes (unless that line was already printed). Each line reads like the bar would:
+    `LABEL  DONE/TOTAL UNIT  reward R  H:MM:SS`.
+    """
+
+    def __init__(self, console: Console, label: str, unit: str, total: int | None, done: int = 0,
+                 *, every_s: float = 10.0, every_frac: float = 0.05, field: str = "reward") -> None:
+        self.console, self.label, self.unit, self.field = console, label, unit, field
+        self.total, self.done, self.value = total, done, "-"
+        self.every_s, self.every_frac = every_s, every_frac
+        self._started = time.monotonic()
+        self._printed: tuple[int, int | None, str] | None = None
+        self._printed_at = self._started
+        self._emit()
+
+    def update(self, *, done: int | None = None, advance: int = 0, total: int | None = None,
+               value: str | None = None, emit: bool = True) -> None:
+        """Move to a new state; print it when it is due (not with `emit=False`: a training step
+        prints its own step line, and the closing line sums up)."""
+        self.done = (self.done if done is None else done) + advance
+        self.total = self.total if total is None else total
+        self.value = self.value if value is None else value
+        if emit and self._due():
+            self._emit()
+
+    def close(self) -> None:
+        if self._printed != self._state():
+            self._emit()
+
+    def line(self) -> str:
+        count = f"{self.done}/{self.total}" if self.total else str(self.done)
+        elapsed = timedelta(seconds=int(time.monotonic() - self._started))
+        return f"{self.label}  {count} {self.unit}  {self.field} {self.value}  {elapsed}"
+
+    def _state(self) -> tuple[int, int | None, str]:
+        return self.done, self.total, self.value
+
+    def _due(self) -> bool:
+        if self._printed == self._state():
+            return False
+        if self.total and self.done >= self.total:
+            return True
+        last_done = self._printed[0] if self._printed else 0
+        step = max(1.0, (self.total or 0) * self.every_frac)
+        return self.done - last_done >= step or time.monotonic() - self._printed_at >= self.every_s
+
+    def _emit(self) -> None:
+        self.console.print(self.line(), markup=False, highlight=False)
+        self._printed, self._printed_at = self._state(), time.monotonic()
+
+
 class RichReporter:
-    """Renders service events as a progress bar (to stderr, so stdout stays data)."""
+    """Renders service events as a progress bar (to stderr, so stdout stays data).
+
+    On a terminal: rich's live bar, with step lines and rollouts printed above it. Elsewhere (a
+    file or a pipe, e.g. a run launched from the TUI, whose output goes to a log file): the same
+    lines as they happen, plain, with the bar replaced by `LineProgress` lines.
+    """
 
     def __init__(self, verbose: bool = False, unit: str = "rollouts") -> None:
         self.verbose = verbose
         self.unit = unit
         self._progress: Progress | None = None
+        self._lines: LineProgress | None = None
         self._task: Any = None
 
     def start(self, label: str, total: int, done: int) -> None:
+        if not err_console.is_interactive:
+            self._lines = LineProgress(err_console, label, self.unit, total, done)
+            return
         self._progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit),
             TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -89,21 +156,33 @@ class RichReporter:
         self._task = self._progress.add_task(label, total=total, completed=done, reward="-")
 
     def group_done(self, group: Group, stats: dict[str, Any]) -> None:
+        reward = f"{stats['reward_mean']:.3f}"
+        if self._lines is not None:
+            if self.verbose:
+                for rollout in group.rollouts:
+                    err_console.print(format_rollout(rollout))
+            self._lines.update(advance=len(group.rollouts), value=reward)
+            return
         if self._progress is None:
             return
-        self._progress.update(self._task, advance=len(group.rollouts), reward=f"{stats['reward_mean']:.3f}")
+        self._progress.update(self._task, advance=len(group.rollouts), reward=reward)
         if self.verbose:
             for rollout in group.rollouts:
                 self._progress.console.print(format_rollout(rollout))
 
     def step_done(self, step: int, metrics: dict[str, Any]) -> None:
         """Training: one console line per step above the bar, and the bar advances a step."""
-        if self._progress is None:
-            return
-        reward = metrics.get("reward/mean")
-        self._progress.update(self._task, completed=step, reward="-" if reward is None else f"{reward:.3f}")
         from workbench.train.metrics import step_line
 
+        reward = metrics.get("reward/mean")
+        shown = "-" if reward is None else f"{reward:.3f}"
+        if self._lines is not None:
+            err_console.print(step_line(step, metrics), markup=False, highlight=False)
+            self._lines.update(done=step, value=shown, emit=False)  # the step line is the progress line
+            return
+        if self._progress is None:
+            return
+        self._progress.update(self._task, completed=step, reward=shown)
         self._progress.console.print(step_line(step, metrics))
 
     def message(self, text: str) -> None:
@@ -112,6 +191,9 @@ class RichReporter:
         err_console.print(f"[yellow]{escape(text)}[/]")
 
     def finish(self) -> None:
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

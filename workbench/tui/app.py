@@ -20,8 +20,9 @@ from textual.app import App, SystemCommand
 from textual.binding import ActiveBinding, Binding
 from textual.screen import Screen, ScreenResultCallbackType
 
-from workbench.tui.data.runs import RunCatalog
+from workbench.tui.data.runs import RunCatalog, RunInfo
 from workbench.tui.launcher import Launcher
+from workbench.tui.screens.confirm import ConfirmScreen
 from workbench.tui.screens.keys import KeysScreen, key_rows, screen_bindings
 from workbench.tui.screens.runs import RunsScreen
 
@@ -43,13 +44,16 @@ class LazyScreen:
 
 
 class WorkbenchApp(App[None]):
-    """Runs home first; `?` lists keys, ctrl+p lists every action of the current screen."""
+    """Runs home first; `?` lists keys, ctrl+p (or `:`) lists every action of the current screen by name."""
 
     CSS_PATH = "app.tcss"
     TITLE = "workbench"
     BINDINGS = [
         Binding("question_mark", "keys", "Keys"),
         Binding("q", "quit", "Quit"),
+        # vim's / k9s's way to an action by name. Its own action: a second binding of "command_palette"
+        # would take the footer's "^p palette" hint away.
+        Binding("colon", "palette", "Command palette", show=False),
     ]
 
     # Every screen by name, and what it is built from (its constructor's arguments). Screens
@@ -57,14 +61,16 @@ class WorkbenchApp(App[None]):
     SCREEN_FACTORIES: ClassVar[dict[str, ScreenFactory]] = {
         "runs": RunsScreen,                                               # ()
         "keys": KeysScreen,                                               # (rows, title)
-        "launch": LazyScreen("launch", "LaunchScreen"),                   # () -> Launch | None
+        "confirm": ConfirmScreen,                                         # (question, title=, yes=, no=) -> bool
+        "launch": LazyScreen("launch", "LaunchScreen"),                   # (tab=) -> Launch | None
         "monitor": LazyScreen("monitor", "TrainMonitorScreen"),           # (run)
         "gepa": LazyScreen("gepa", "GepaScreen"),                         # (run)
         "rollouts": LazyScreen("rollouts", "RolloutsScreen"),             # (path, run=, label=, focus_example=)
+        "group": LazyScreen("group", "GroupScreen"),                      # (index, example_id, title=, position=) -> rollout index
         "variance": LazyScreen("variance", "VarianceScreen"),             # (path, run=, label=, index=) -> example id
         "checkpoints": LazyScreen("checkpoints", "CheckpointsScreen"),    # (run)
-        "compare": LazyScreen("compare", "CompareScreen"),                # (a, b, labels=)
-        "log": LazyScreen("log", "LogScreen"),                            # (logs, title=, pid=)
+        "compare": LazyScreen("compare", "CompareScreen"),                # (a, b, labels=, force=)
+        "log": LazyScreen("log", "LogScreen"),                            # (logs, title=, pid=, label=, note=)
     }
 
     def __init__(self, root: Path, *, launcher: Launcher | None = None, poll_s: float = 1.0) -> None:
@@ -98,17 +104,54 @@ class WorkbenchApp(App[None]):
             return
         self.open_screen("keys", key_rows(screen, self.get_key_display), type(screen).__name__.removesuffix("Screen"))
 
+    def action_palette(self) -> None:
+        """`:`: the command palette, as ctrl+p."""
+        self.action_command_palette()
+
+    async def action_quit(self) -> None:
+        """`q`: quit at once — unless runs are going, then say they go on (and how to get back to
+        them) and ask. Quitting never stops a run: each is a process of its own."""
+        if isinstance(self.screen, ConfirmScreen):
+            return  # already asking (this one, or whether to stop a run)
+        going = self.launcher.live_count(self._scan_runs())
+        if not going:
+            self.exit()
+            return
+        reopen = "workbench tui" if Path.cwd().resolve() == self.root else f"workbench tui -w {self.root}"
+        runs = "1 run is still going; it keeps" if going == 1 else f"{going} runs are still going; they keep"
+        question = (f"{runs} running after you quit (x on a run stops it first). "
+                    f"Reopen this workspace with `{reopen}` to follow it. Quit?")
+        self.open_screen("confirm", question, title="Quit", yes="Quit", no="Stay",
+                         callback=lambda yes: self.exit() if yes else None)
+
+    def _scan_runs(self) -> list[RunInfo]:
+        """The workspace's runs, read afresh (the Runs screen's catalog may be scanning in its thread)."""
+        self.launcher.poll()
+        return RunCatalog(self.root).scan()
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """The built-in commands plus every described key of the current screen."""
-        yield from super().get_system_commands(screen)
+        """Textual's commands (theme, quit, screenshot), every described key of the current screen,
+        then the screen's keyless commands (`PALETTE_COMMANDS`: (title, action, help)), each title once.
+        Textual's own "Keys" (its help panel) is left out: `?` is this app's Keys."""
         seen: set[str] = set()
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys" and command.title not in seen:
+                seen.add(command.title)
+                yield command
+        actions: set[str] = set()
         for _, active in screen_bindings(screen):
             binding = active.binding
-            if not active.enabled or binding.action in seen or binding.action == "quit":
+            if (not active.enabled or binding.action in actions or binding.action in ("quit", "palette")
+                    or binding.description in seen):
                 continue
-            seen.add(binding.action)
+            actions.add(binding.action)
+            seen.add(binding.description)
             yield SystemCommand(binding.description, f"key: {self.get_key_display(binding)}",
                                 partial(self._run_binding, active))
+        for title, action, help_text in getattr(screen, "PALETTE_COMMANDS", ()):
+            if title not in seen:
+                seen.add(title)
+                yield SystemCommand(title, help_text, partial(self.run_action, action, screen))
 
     async def _run_binding(self, active: ActiveBinding) -> None:
         await self.run_action(active.binding.action, active.node)

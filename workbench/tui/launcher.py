@@ -6,6 +6,9 @@ terminal never reaches it, and quitting the TUI never kills it. Its stdout and s
 time) so a later TUI session still knows what it launched. A run folder is linked to its
 launch by the pid the run writes into its `metadata.json`. Stopping sends SIGINT — exactly a
 Ctrl-C in a terminal — so the CLI keeps every finished result and marks the run `stopped`.
+
+A launch that ends before it writes a run folder (a config error) stays listed as a row of its own,
+in later TUI sessions too: its record keeps the exit code and the error line of its log.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,7 @@ class Launch:
     log_path: str
     started_at: str
     returncode: int | None = None
+    error: str | None = None  # the last error line of its log, once it ended with an error
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -63,9 +67,77 @@ class Launch:
     def log(self) -> Path:
         return Path(self.log_path)
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Launch:
+        """A record as saved (keys it does not know, from a newer version, are ignored). TypeError
+        when it is not a launch record."""
+        if not isinstance(data, dict):
+            raise TypeError("a launch record is a JSON object")
+        return cls(**{key: value for key, value in data.items() if key in LAUNCH_FIELDS})
+
+
+LAUNCH_FIELDS = {f.name for f in fields(Launch)}
+INTERRUPTED = (130, -2)  # a Ctrl-C: the CLI's exit code, or killed by SIGINT before it could say so
+
 
 def eval_args(env: str, model: str, num_examples: int, rollouts: int, extra: list[str] | None = None) -> list[str]:
     return ["eval", "run", env, "-m", model, "-n", str(num_examples), "-r", str(rollouts), *(extra or [])]
+
+
+def gepa_args(env: str, model: str, reflection_model: str | None, max_calls: int, num_train: int, num_val: int,
+              extra: list[str] | None = None) -> list[str]:
+    """`gepa run ENV -m MODEL [-M REFLECTION] -B CALLS -n TRAIN -N VAL` (no -M: the CLI reflects with -m)."""
+    reflect = ["-M", reflection_model] if reflection_model and reflection_model != model else []
+    return ["gepa", "run", env, "-m", model, *reflect, "-B", str(max_calls), "-n", str(num_train), "-N", str(num_val),
+            *(extra or [])]
+
+
+def set_args(text: str) -> list[str]:
+    """`KEY=VALUE ...` (shell-quoted where a value has spaces) as `--set KEY=VALUE` arguments, which
+    `workbench train`, `eval run` and `gepa run` all take. ValueError with a one-line reason."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"overrides: {exc}") from None
+    args: list[str] = []
+    for word in words:
+        key, sep, _ = word.partition("=")
+        if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
+            raise ValueError(f"overrides are KEY=VALUE (e.g. max_steps=20 sampling.temperature=0.8), got '{word}'")
+        args += ["--set", word]
+    return args
+
+
+def extra_args(text: str) -> list[str]:
+    """More command-line arguments as typed (shell quoting). ValueError with a one-line reason."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"more args: {exc}") from None
+
+
+def with_args(spec: LaunchSpec, extra: list[str]) -> LaunchSpec:
+    return LaunchSpec(spec.kind, [*spec.args, *extra], spec.env, spec.model) if extra else spec
+
+
+def last_error(log: Path, *, failed: bool = True, limit: int = 65536) -> str | None:
+    """The line of an ended child's log that says why it failed: the CLI's own `error: ...` line (a
+    user error is one line), else the last line of a traceback, else (`failed`: it exited non-zero)
+    the last line it printed. With `failed=False` (the exit code is unknown: the child ended after
+    the TUI that started it closed), only a line that shows an error; None when the log shows none."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - limit))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("$ workbench")]
+    said = next((line for line in reversed(lines) if line.startswith("error:")), None)
+    if said is not None:
+        return said
+    if lines and (failed or "Traceback (most recent call last)" in text):
+        return lines[-1]
+    return None
 
 
 def config_spec(path: Path, root: Path) -> LaunchSpec:
@@ -111,7 +183,7 @@ def list_configs(root: Path) -> list[Path]:
 
 
 class Launcher:
-    """Owns the child processes started from this TUI session."""
+    """Owns the child processes started from this TUI session, and reads earlier sessions' records."""
 
     def __init__(self, root: Path, python: str | None = None) -> None:
         self.root = root
@@ -120,6 +192,7 @@ class Launcher:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._session: dict[str, Launch] = {}
         self._records: dict[Path, tuple[float, Launch | None]] = {}  # earlier sessions' records by mtime
+        self._settled: dict[str, str | None] = {}  # earlier sessions' ended launches: their error line
 
     def start(self, spec: LaunchSpec) -> Launch:
         """Start `workbench ARGS` in the workspace; returns at once (the run writes its own files)."""
@@ -127,7 +200,10 @@ class Launcher:
         stamp = datetime.now(UTC)
         launch_id = f"{stamp.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
         log_path = self.folder / f"{launch_id}.log"
+        # Not a terminal: the CLI writes plain whole lines as they happen (cli.render.LineProgress).
         env = {**os.environ, "WORKBENCH_WORKSPACE": str(self.root), "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
+        for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):  # the TUI's terminal is not the child's
+            env.pop(name, None)
         with log_path.open("wb") as log:
             log.write(f"$ {spec.command}\n".encode())
             log.flush()
@@ -142,14 +218,17 @@ class Launcher:
         return launch
 
     def poll(self) -> None:
-        """Reap children that exited (so their pids stop looking alive) and record exit codes."""
+        """Reap children that exited (so their pids stop looking alive); record exit codes and, for
+        a failure, the error line of the log, so a later TUI session can still say what went wrong."""
         for launch_id, proc in list(self._procs.items()):
             code = proc.poll()
             if code is not None:
                 launch = self._session[launch_id]
                 launch.returncode = code
+                if code != 0 and code not in INTERRUPTED:
+                    launch.error = last_error(launch.log) or f"exited with code {code}"
                 self._save(launch)
-                del self._procs[launch_id]
+                self._procs.pop(launch_id, None)  # pop: the scan thread and a quit may both be polling
 
     def is_running(self, launch: Launch) -> bool:
         proc = self._procs.get(launch.id)
@@ -168,12 +247,13 @@ class Launcher:
 
     def launches(self) -> list[Launch]:
         """This session's launches plus earlier sessions' that are still running, newest first."""
+        return [launch for launch in self._all() if launch.id in self._session or self.is_running(launch)]
+
+    def _all(self) -> list[Launch]:
+        """Every launch: this session's and every record on disk, newest first."""
         found = dict(self._session)
         for path in self.folder.glob("*.json") if self.folder.is_dir() else []:
-            if path.stem in found:
-                continue
-            launch = self._record(path)
-            if launch is not None and launch.returncode is None and pid_alive(launch.pid):
+            if path.stem not in found and (launch := self._record(path)) is not None:
                 found[launch.id] = launch
         return sorted(found.values(), key=lambda launch: launch.started_at, reverse=True)
 
@@ -192,23 +272,63 @@ class Launcher:
             logs.append(("run.log", run.path / "run.log"))
         return logs
 
+    def status_of(self, launch: Launch) -> tuple[str, str | None]:
+        """(status, error line) of a launch: `starting` while it runs; once it ended, `finished`,
+        `stopped` (Ctrl-C), `failed` (with its error), or `died` (gone without a word: killed)."""
+        if self.is_running(launch):
+            return "starting", None
+        code = launch.returncode
+        if code is None:  # it ended after the session that started it closed: its log says how
+            if launch.id not in self._settled:
+                self._settled[launch.id] = last_error(launch.log, failed=False)
+            error = self._settled[launch.id]
+            return ("failed", error) if error else ("died", None)
+        if code == 0:
+            return "finished", None
+        if code in INTERRUPTED:
+            return "stopped", None
+        return "failed", launch.error or f"exited with code {code}"
+
     def pending_rows(self, runs: list[RunInfo]) -> list[RunInfo]:
-        """Rows for launches whose run folder has not appeared yet (still starting, or exited
-        early — a config error — in this session), so a launch shows up in Runs at once."""
+        """Rows for launches whose run folder has not appeared: still starting, or ended without one
+        (this session's, whatever the outcome; earlier sessions' when they failed — a config error
+        stays listed, with its error, until its record is deleted), so a launch shows up at once."""
         run_pids = {r.pid for r in runs if r.pid}
         rows = []
-        for launch in self.launches():
+        for launch in self._all():
             if launch.pid in run_pids:
                 continue
-            running = self.is_running(launch)
-            if not running and launch.id not in self._session:
+            status, error = self.status_of(launch)
+            if launch.id not in self._session and status not in ("starting", "failed"):
                 continue
-            code = launch.returncode
-            status = "starting" if running else "finished" if code == 0 else "stopped" if code in (130, -2) else "failed"
+            meta: dict[str, Any] = {"launch": asdict(launch)}
+            if error:
+                meta["error"] = error  # where a run's metadata.json keeps it
             rows.append(RunInfo(kind=launch.kind, path=launch.log, run_id=launch.id, env=launch.env,
                                 model=launch.model, status=status, created_at=parse_time(launch.started_at),
-                                pid=launch.pid, metadata={"launch": asdict(launch)}))
+                                pid=launch.pid, metadata=meta))
         return rows
+
+    def rows(self, runs: list[RunInfo]) -> list[RunInfo]:
+        """Every row of the Runs screen, newest first: the runs (`RunCatalog.scan`) and the pending
+        launches. A launched run is placed by its launch time, so when its folder appears its row
+        takes the place of the pending row it replaces instead of jumping to wherever its own
+        start time (seconds later, after loading) would sort it."""
+        launched = {launch.pid: parse_time(launch.started_at) for launch in self.launches()}
+
+        def when(run: RunInfo) -> float:
+            stamp = launched.get(run.pid) if run.pid and not run.is_launch else None
+            stamp = stamp or run.created_at
+            return stamp.timestamp() if stamp else 0.0
+
+        return sorted([*self.pending_rows(runs), *runs], key=lambda run: (when(run), run.run_id), reverse=True)
+
+    def live_count(self, runs: list[RunInfo]) -> int:
+        """How many runs are going: children of this session still alive, and runs in the workspace
+        whose process is alive (`runs` from `RunCatalog.scan`), each counted once."""
+        pids = {launch.pid for launch in self.launches() if self.is_running(launch)}
+        pids |= {run.pid for run in runs if run.status == "running" and run.pid}
+        return len(pids)
 
     def stop(self, pid: int) -> bool:
         """Send SIGINT (a Ctrl-C) to a run. Our children lead their own process group, so the
@@ -232,7 +352,7 @@ class Launcher:
         cached = self._records.get(path)
         if cached is None or cached[0] != mtime:
             try:
-                launch: Launch | None = Launch(**read_json(path))
+                launch: Launch | None = Launch.from_dict(read_json(path))
             except (OSError, ValueError, TypeError):
                 launch = None
             cached = self._records[path] = (mtime, launch)
@@ -245,4 +365,4 @@ class Launcher:
 def launch_of(run: RunInfo) -> Launch | None:
     """The launch record attached to a pending row."""
     data = run.metadata.get("launch")
-    return Launch(**data) if isinstance(data, dict) else None
+    return Launch.from_dict(data) if isinstance(data, dict) else None

@@ -1,17 +1,22 @@
-"""A lazy index over a rollouts file (`results.jsonl`, `rollouts/step_N.jsonl`).
+"""A lazy, compact index over a rollouts file (`results.jsonl`, `rollouts/step_N.jsonl`).
 
-Opening a run with 10,000 rollouts must take well under a second, so the index keeps, per line,
-only its byte offset and a *light* `Rollout` (reward, per-function rewards, flags, usage) with
-the conversation dropped. The full record is read back from its offset when a rollout is shown.
-`refresh()` reads only bytes appended since the last call (a live eval grows group by group)
-and never consumes a torn last line; a file that shrank (a resume compacts it) is re-read.
-Groups are built with the project's own `Group`, so mean/std mean what they mean everywhere.
+Opening a run with 10,000 rollouts must take well under half a second, and one with 100,000
+must not hold the run in memory. So the index keeps, per line, only a few numbers in flat
+arrays — byte offset and length, example id, rollout index, reward, error/truncated flags
+(about 40 bytes a rollout) — and per example a `GroupRow` (its lines, mean, std, flags). A
+rollout (or one example's group) is read back from disk, by offset, when it is shown.
+
+`refresh()` reads only bytes appended since the last call (a live eval grows group by group),
+in chunks, and never consumes a torn last line; a file that shrank (a resume compacts it) is
+re-read. Group mean and std are those of the project's own `Group`, so they mean what they
+mean everywhere; `load_group` gives that `Group` with its rollouts read from disk.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +25,24 @@ import orjson
 
 from workbench.types import Group, Rollout
 
-# Heavy fields dropped from the light copy kept in memory (read back from disk on demand).
-HEAVY_FIELDS = ("prompt", "completion", "info", "state", "tokens")
+CHUNK = 8 << 20  # bytes read at a time: memory stays bounded however large the file
+ERROR, TRUNCATED = 1, 2  # bits of a line's flags
+
+
+@dataclass(slots=True)
+class GroupRow:
+    """One example's group as the tables show it, without its rollouts."""
+
+    example_id: int
+    lines: list[int]  # the index's line numbers, in rollout_index order
+    mean: float
+    std: float  # population std, as `Group.std`
+    errors: bool  # at least one rollout errored
+    truncated: bool  # at least one rollout was truncated
+
+    @property
+    def size(self) -> int:
+        return len(self.lines)
 
 
 @dataclass(frozen=True)
@@ -71,18 +92,27 @@ def parse_reward_range(text: str) -> tuple[float | None, float | None]:
 
 
 class RolloutIndex:
-    """Byte offsets + light rollouts of one JSON-lines rollouts file."""
+    """Offsets and a few numbers per line of one JSON-lines rollouts file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.offsets: list[tuple[int, int]] = []  # (start, length) of each complete line
-        self.rollouts: list[Rollout] = []  # light copies, same order as offsets
+        self.starts = array("q")  # byte offset of each complete line
+        self.lengths = array("q")
+        self.example_ids = array("q")
+        self.rollout_indices = array("q")
+        self.rewards = array("d")
+        self.flags = array("B")
         self._pos = 0  # bytes consumed (always at a line boundary)
-        self._groups: list[Group] | None = None
+        self._groups: list[GroupRow] | None = None
+        self._group_of: dict[int, GroupRow] = {}
         self._line_of: dict[tuple[int, int], int] = {}
 
     def __len__(self) -> int:
-        return len(self.rollouts)
+        return len(self.rewards)
+
+    @property
+    def reward_mean(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
 
     def refresh(self) -> bool:
         """Index lines appended since the last call. Returns True when anything changed."""
@@ -90,27 +120,35 @@ class RolloutIndex:
             size = self.path.stat().st_size
         except FileNotFoundError:
             size = 0
-        if size < self._pos:  # rewritten (compacted on resume): start over
+        reset = size < self._pos
+        if reset:  # rewritten (compacted on resume): start over
             self.__init__(self.path)  # type: ignore[misc]
         if size == self._pos:
-            return False
+            return reset
+        added = 0
         with self.path.open("rb") as f:
-            f.seek(self._pos)
-            chunk = f.read(size - self._pos)
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return False  # only a torn line so far
+            while self._pos < size:
+                f.seek(self._pos)
+                chunk = f.read(min(CHUNK, size - self._pos))
+                while b"\n" not in chunk and self._pos + len(chunk) < size:  # a line longer than a chunk
+                    chunk += f.read(min(CHUNK, size - self._pos - len(chunk)))
+                end = chunk.rfind(b"\n")
+                if end < 0:
+                    break  # only a torn line left
+                added += self._add_lines(chunk, end)
+        if added or reset:
+            self._groups = None
+        return added > 0 or reset
+
+    def _add_lines(self, chunk: bytes, end: int) -> int:
         base, start, added = self._pos, 0, 0
         while start <= end:
             stop = chunk.index(b"\n", start)
-            line = chunk[start:stop]
-            if line.strip():
-                added += self._add(line, base + start)
+            if stop > start:
+                added += self._add(chunk[start:stop], base + start)
             start = stop + 1
         self._pos = base + end + 1
-        if added:
-            self._groups = None
-        return added > 0
+        return added
 
     def _add(self, line: bytes, offset: int) -> int:
         try:
@@ -119,32 +157,52 @@ class RolloutIndex:
             return 0
         if not isinstance(record, dict) or "example_id" not in record:
             return 0
-        for name in HEAVY_FIELDS:
-            record.pop(name, None)
-        record["prompt"] = []
-        light = Rollout.from_record(record)
-        key = (light.example_id, light.rollout_index)
-        self._line_of[key] = len(self.rollouts)
-        self.offsets.append((offset, len(line)))
-        self.rollouts.append(light)
+        example_id, rollout_index = int(record["example_id"]), int(record.get("rollout_index", 0))
+        self._line_of[(example_id, rollout_index)] = len(self.rewards)
+        self.starts.append(offset)
+        self.lengths.append(len(line))
+        self.example_ids.append(example_id)
+        self.rollout_indices.append(rollout_index)
+        reward = record.get("reward")
+        self.rewards.append(float(reward) if isinstance(reward, (int, float)) else 0.0)
+        self.flags.append((ERROR if record.get("error") else 0) | (TRUNCATED if record.get("is_truncated") else 0))
         return 1
 
-    def groups(self) -> list[Group]:
-        """Groups of light rollouts, by example id (cached until new lines arrive)."""
+    def groups(self) -> list[GroupRow]:
+        """One row per example, by example id (cached until new lines arrive)."""
         if self._groups is None:
-            by_example: dict[int, list[Rollout]] = {}
-            for rollout in self.rollouts:
-                by_example.setdefault(rollout.example_id, []).append(rollout)
-            self._groups = [Group(eid, sorted(rs, key=lambda r: r.rollout_index))
-                            for eid, rs in sorted(by_example.items())]
+            lines_of: dict[int, list[int]] = {}
+            for line, example_id in enumerate(self.example_ids):
+                lines_of.setdefault(example_id, []).append(line)
+            rows = []
+            for example_id in sorted(lines_of):
+                lines = sorted(lines_of[example_id], key=self.rollout_indices.__getitem__)
+                rewards = [self.rewards[i] for i in lines]
+                mean = sum(rewards) / len(rewards)
+                flags = 0
+                for i in lines:
+                    flags |= self.flags[i]
+                rows.append(GroupRow(example_id, lines, mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+                                     bool(flags & ERROR), bool(flags & TRUNCATED)))
+            self._groups = rows
+            self._group_of = {row.example_id: row for row in rows}
         return self._groups
+
+    def group(self, example_id: int) -> GroupRow | None:
+        """One example's row (None: not in this file)."""
+        self.groups()
+        return self._group_of.get(example_id)
+
+    def rollout_index_at(self, row: GroupRow, position: int) -> int:
+        """The rollout_index of the `position`-th rollout (0-based) of a group."""
+        return self.rollout_indices[row.lines[position]]
 
     def raw(self, example_id: int, rollout_index: int) -> bytes:
         """The exact JSON line of one rollout, read from disk."""
-        start, length = self.offsets[self._line_of[(example_id, rollout_index)]]
+        line = self._line_of[(example_id, rollout_index)]
         with self.path.open("rb") as f:
-            f.seek(start)
-            return f.read(length)
+            f.seek(self.starts[line])
+            return f.read(self.lengths[line])
 
     def record(self, example_id: int, rollout_index: int) -> dict[str, Any]:
         return orjson.loads(self.raw(example_id, rollout_index))
@@ -153,16 +211,44 @@ class RolloutIndex:
         """The full rollout (conversation included)."""
         return Rollout.from_record(self.record(example_id, rollout_index))
 
+    def load_group(self, example_id: int) -> Group:
+        """One example's rollouts, read from disk (a group is a handful of lines)."""
+        row = self.group(example_id)
+        lines = row.lines if row is not None else []
+        with self.path.open("rb") as f:
+            rollouts = []
+            for line in lines:
+                f.seek(self.starts[line])
+                rollouts.append(Rollout.from_record(orjson.loads(f.read(self.lengths[line]))))
+        return Group(example_id, rollouts)
+
+    def load_groups(self) -> list[Group]:
+        """Every group with its rollouts (the whole file: for analyses over all of it)."""
+        return [self.load_group(row.example_id) for row in self.groups()]
+
     def search(self, query: str) -> set[int]:
-        """Example ids whose records contain `query` (case-insensitive, raw text of the line)."""
+        """Example ids whose records contain `query` (case-insensitive, raw text of the line),
+        reading the file a chunk at a time."""
         needle = query.lower().encode()
         if not needle:
-            return {r.example_id for r in self.rollouts}
-        data = self.path.read_bytes()
-        return {self.rollouts[i].example_id for i, (start, length) in enumerate(self.offsets)
-                if needle in data[start:start + length].lower()}
+            return set(self.example_ids)
+        found: set[int] = set()
+        with self.path.open("rb") as f:
+            line, count = 0, len(self.starts)
+            while line < count:
+                first = line
+                while line < count and self.starts[line] + self.lengths[line] - self.starts[first] <= CHUNK:
+                    line += 1
+                line = max(line, first + 1)
+                f.seek(self.starts[first])
+                data = f.read(self.starts[line - 1] + self.lengths[line - 1] - self.starts[first])
+                for i in range(first, line):
+                    at = self.starts[i] - self.starts[first]
+                    if needle in data[at:at + self.lengths[i]].lower():
+                        found.add(self.example_ids[i])
+        return found
 
-    def filtered(self, flt: RolloutFilter) -> list[Group]:
+    def filtered(self, flt: RolloutFilter) -> list[GroupRow]:
         """The groups passing `flt`, in example order."""
         groups = self.groups()
         if not flt.active:
@@ -171,11 +257,11 @@ class RolloutIndex:
         return [g for g in groups if group_passes(g, flt) and (hits is None or g.example_id in hits)]
 
 
-def group_passes(group: Group, flt: RolloutFilter) -> bool:
+def group_passes(group: GroupRow, flt: RolloutFilter) -> bool:
     """Everything but search (which needs the file)."""
-    if flt.errors and not any(r.error is not None for r in group.rollouts):
+    if flt.errors and not group.errors:
         return False
-    if flt.truncated and not any(r.is_truncated for r in group.rollouts):
+    if flt.truncated and not group.truncated:
         return False
     if flt.zero_variance and group.std >= 1e-9:
         return False
@@ -184,17 +270,13 @@ def group_passes(group: Group, flt: RolloutFilter) -> bool:
     return not (flt.reward_max is not None and group.mean > flt.reward_max + 1e-12)
 
 
-def group_flags(group: Group) -> str:
+def group_flags(group: GroupRow) -> str:
     """Short markers for a group row: E errors, T truncated, 0 zero variance."""
     flags = ""
-    if any(r.error is not None for r in group.rollouts):
+    if group.errors:
         flags += "E"
-    if any(r.is_truncated for r in group.rollouts):
+    if group.truncated:
         flags += "T"
-    if len(group.rollouts) > 1 and group.std < 1e-9:
+    if group.size > 1 and group.std < 1e-9:
         flags += "0"
     return flags
-
-
-def by_example(groups: Sequence[Group]) -> dict[int, Group]:
-    return {g.example_id: g for g in groups}

@@ -4,10 +4,17 @@ the store's run model (`store.runs`), which also says a dead run's status.
 Listing never opens results or weights: one small JSON per run, cached by (mtime, size) so the
 Runs screen can re-scan every second. A run marked `running` whose process is gone (killed,
 OOM) is shown as `died` so a stale status never looks alive.
+
+An eval of a training run's checkpoint is labelled by what it evaluated, "<run> step N" (or
+"<run> base"), not by its model string: a checkpoint folder's path is cut off in a narrow
+column, and a sweep through a `-b` server evaluates every checkpoint under the server's one
+model name. The label comes from the training run's sweep record when it has one, else from
+the checkpoint path (`checkpoint_label`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -15,9 +22,10 @@ from typing import Any
 
 from workbench.store.files import read_json
 from workbench.store.runs import METADATA, effective_status, parse_run_metadata, pid_alive
+from workbench.store.sweeps import BASE, SWEEP_FILE, read_sweep
 from workbench.workspace import RUN_FOLDERS
 
-__all__ = ["RunCatalog", "RunInfo", "filter_runs", "parse_time", "pid_alive", "run_from_metadata"]
+__all__ = ["RunCatalog", "RunInfo", "checkpoint_label", "filter_runs", "parse_time", "pid_alive", "run_from_metadata"]
 
 KINDS = ("eval", "train", "gepa")
 STATUSES = ("running", "finished", "stopped", "failed", "died", "starting")
@@ -39,6 +47,12 @@ class RunInfo:
     created_at: datetime | None = None
     pid: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+    checkpoint: str | None = None  # for an eval of a training checkpoint: "<run> step N" / "<run> base"
+
+    @property
+    def model_label(self) -> str:
+        """The model as a reader tells runs apart: the checkpoint label, else the model."""
+        return self.checkpoint or self.model
 
     @property
     def key(self) -> str:
@@ -62,7 +76,7 @@ class RunInfo:
 
     def matches(self, query: str) -> bool:
         """Case-insensitive substring search over the visible fields."""
-        text = f"{self.kind} {self.env} {self.model} {self.status} {self.run_id}".lower()
+        text = f"{self.kind} {self.env} {self.model} {self.checkpoint or ''} {self.status} {self.run_id}".lower()
         return all(part in text for part in query.lower().split())
 
 
@@ -76,6 +90,21 @@ def parse_time(value: Any) -> datetime | None:
     return stamp.astimezone() if stamp.tzinfo else stamp
 
 
+STEP_NAME = re.compile(r"^step_(\d+)$")
+SERVED_STEP = re.compile(r"^(.+)-step_(\d+)$")  # a LoRA checkpoint loaded into a server: <run>-step_N
+
+
+def checkpoint_label(model: str) -> str | None:
+    """'<run> step N' when `model` is a training checkpoint (a `<run>/checkpoints/step_N` folder,
+    or the `<run>-step_N` name a sweep loads it under into a server), else None."""
+    path = Path(model)
+    step = STEP_NAME.match(path.name)
+    if step is not None and path.parent.name == "checkpoints" and path.parent.parent.name:
+        return f"{path.parent.parent.name} step {int(step.group(1))}"
+    served = SERVED_STEP.match(model)
+    return f"{served.group(1)} step {int(served.group(2))}" if served is not None else None
+
+
 def run_from_metadata(path: Path, meta: dict[str, Any], kind: str) -> RunInfo:
     """One metadata.json as a row, through the store's run model. ValueError when it is not
     run metadata."""
@@ -83,7 +112,8 @@ def run_from_metadata(path: Path, meta: dict[str, Any], kind: str) -> RunInfo:
     done, total = run.progress()
     return RunInfo(kind=run.kind, path=path, run_id=run.run_id or path.name, env=run.env_label,
                    model=run.model or "-", status=effective_status(run), done=done, total=total,
-                   reward=run.headline_reward, created_at=parse_time(run.created_at), pid=run.pid, metadata=meta)
+                   reward=run.headline_reward, created_at=parse_time(run.created_at), pid=run.pid, metadata=meta,
+                   checkpoint=checkpoint_label(run.model) if run.kind == "eval" else None)
 
 
 class RunCatalog:
@@ -92,6 +122,7 @@ class RunCatalog:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._cache: dict[Path, tuple[tuple[int, int], RunInfo]] = {}
+        self._sweeps: dict[Path, tuple[tuple[int, int], dict[Path, str]]] = {}
 
     def scan(self) -> list[RunInfo]:
         """All runs, newest first. A metadata.json being replaced or unreadable is skipped this round."""
@@ -105,6 +136,7 @@ class RunCatalog:
                     runs.append(info)
         for stale in set(self._cache) - seen:
             del self._cache[stale]
+        self._label_sweep_evals(runs)
         runs.sort(key=lambda r: (r.created_at.timestamp() if r.created_at else 0.0, r.run_id), reverse=True)
         return runs
 
@@ -127,6 +159,37 @@ class RunCatalog:
             return None
         self._cache[meta_path] = (stamp, info)
         return info
+
+
+    def _label_sweep_evals(self, runs: list[RunInfo]) -> None:
+        """Label each eval that a training run's sweep recorded with that run and step."""
+        labels: dict[Path, str] = {}
+        for run in runs:
+            if run.kind == "train":
+                labels.update(self.sweep_labels(run.path))
+        for run in runs:
+            if run.kind == "eval":
+                label = labels.get(run.path.resolve())
+                if label is not None:
+                    run.checkpoint = label
+
+    def sweep_labels(self, run_dir: Path) -> dict[Path, str]:
+        """{eval run folder: '<run> step N'} from `checkpoint_evals.jsonl`, re-read when it changes."""
+        path = run_dir / SWEEP_FILE
+        try:
+            st = path.stat()
+        except OSError:
+            return {}
+        stamp = (st.st_mtime_ns, st.st_size)
+        cached = self._sweeps.get(path)
+        if cached is None or cached[0] != stamp:
+            found = {}
+            for point in read_sweep(run_dir):
+                eval_dir = Path(point.eval_run)
+                eval_dir = eval_dir if eval_dir.is_absolute() else self.root / eval_dir
+                found[eval_dir.resolve()] = f"{run_dir.name} {'base' if point.step == BASE else f'step {point.step}'}"
+            cached = self._sweeps[path] = (stamp, found)
+        return cached[1]
 
 
 def filter_runs(runs: list[RunInfo], kind: str | None, status: str | None, query: str) -> list[RunInfo]:

@@ -14,30 +14,46 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Footer, Input, Label, Select, Static
 
-from workbench.store.checkpoints import CheckpointInfo, list_checkpoint_infos
+from workbench.store.checkpoints import CheckpointInfo, checkpoint_step, list_checkpoint_infos
 from workbench.store.sweeps import BASE, SweepPoint, newest_sweep
-from workbench.tui.data.runs import RunCatalog, RunInfo
+from workbench.tui.data.runs import STEP_NAME, RunCatalog, RunInfo
 from workbench.tui.data.training import format_size
 from workbench.tui.launcher import LaunchSpec, eval_args
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import num, reward_text, status_text, when
 from workbench.tui.widgets.metric_plot import MetricPlot
+from workbench.tui.widgets.virtual_table import VirtualTable
+
+CHECKPOINT_COLUMNS = (("step", 6), ("saved", 11), ("reward", 6), ("eval", 6), ("size", 9))
+EVAL_COLUMNS = (("✓", 1), ("model", 13), ("status", 8), ("progress", 9), ("reward", 6), ("started", 11))
 
 
-def evals_of_run(runs: list[RunInfo], run: RunInfo, root: Path) -> list[tuple[str, RunInfo]]:
-    """(label, eval run) for evals whose model is one of this run's checkpoints ('step N') or its
-    base model ('base'), newest first."""
+def _step_order(label: str) -> float:
+    """'base' before 'step 1' before 'step 10' when sorting by model."""
+    try:
+        return -1.0 if label == "base" else float(label.removeprefix("step "))
+    except ValueError:
+        return float("inf")
+
+
+def evals_of_run(runs: list[RunInfo], run: RunInfo, root: Path, swept: dict[Path, str]) -> list[tuple[str, RunInfo]]:
+    """(label, eval run) for evals of this run's checkpoints ('step N') or of its base model
+    ('base'), newest first. `swept` is the run's sweep record ({eval folder: '<run> step N'},
+    `RunCatalog.sweep_labels`): it names the step even when a `-b` server evaluated every
+    checkpoint under one model name."""
     checkpoints = (run.path / "checkpoints").resolve()
     found = []
     for other in runs:
         if other.kind != "eval" or other.is_launch:
             continue
         model = Path(other.model) if Path(other.model).is_absolute() else root / other.model
-        if model.resolve().parent == checkpoints:
-            step = model.name.removeprefix("step_").lstrip("0") or "0"
-            found.append((f"step {step}", other))
+        recorded = swept.get(other.path.resolve())
+        if recorded is not None:
+            found.append((recorded.removeprefix(f"{run.path.name} "), other))
+        elif model.resolve().parent == checkpoints and STEP_NAME.match(model.name):
+            found.append((f"step {checkpoint_step(model)}", other))
         elif other.model == run.model and other.env in run.metadata.get("env_ids", [run.env]):
             found.append(("base", other))
     return found
@@ -98,7 +114,6 @@ class CheckpointsScreen(WorkbenchScreen):
         Binding("s", "sweep", "Sweep all"),
         Binding("space", "mark", "Mark eval"),
         Binding("c", "compare", "Compare marked"),
-        Binding("o", "open_eval", "Open eval", show=False),
     ]
 
     def __init__(self, run: RunInfo) -> None:
@@ -115,21 +130,15 @@ class CheckpointsScreen(WorkbenchScreen):
         yield Static(f"[b]Checkpoints[/b] · {self.run.env} · {self.run.model} · [dim]{self.run.run_id}[/]",
                      classes="screen-title")
         with Horizontal(id="ckpt-top"):
-            yield DataTable(id="ckpt-table", cursor_type="row", zebra_stripes=True)
+            yield VirtualTable(CHECKPOINT_COLUMNS, id="ckpt-table", open_label="Evaluate")
             yield MetricPlot("sweep reward (base at step 0) · s: sweep", id="sweep-plot")
         yield Static("Evals of these checkpoints and the base model · space: mark · c: compare",
                      id="evals-title", classes="section-title")
-        yield DataTable(id="ckpt-evals", cursor_type="row", zebra_stripes=True)
+        yield VirtualTable(EVAL_COLUMNS, id="ckpt-evals", open_label="Open eval")
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#ckpt-table", DataTable)
-        for label, width in (("step", 6), ("saved", 11), ("reward", 6), ("eval", 6), ("size", 9)):
-            table.add_column(label, width=width)
-        evals = self.query_one("#ckpt-evals", DataTable)
-        for label, width in (("", 1), ("model", 10), ("status", 8), ("progress", 9), ("reward", 6), ("started", 11)):
-            evals.add_column(label, width=width)
-        table.focus()
+        self.query_one("#ckpt-table", VirtualTable).focus()
         self._catalog = RunCatalog(self.wb.root)
         self.refresh_data()
         self.set_interval(max(2.0, self.wb.poll_s), self.refresh_data)
@@ -147,13 +156,11 @@ class CheckpointsScreen(WorkbenchScreen):
             return
         if [c.step for c in checkpoints] != [c.step for c in self.checkpoints]:
             self.checkpoints = checkpoints
-            table = self.query_one("#ckpt-table", DataTable)
-            row = table.cursor_row
-            table.clear()
-            for c in checkpoints:
-                table.add_row(str(c.step), when(c.saved_at), reward_text(c.reward), num(c.eval_reward),
-                              format_size(c.size_bytes), key=str(c.step))
-            table.move_cursor(row=row if row >= 0 else 0, animate=False)
+            self.query_one("#ckpt-table", VirtualTable).set_rows(
+                [(str(c.step), when(c.saved_at), reward_text(c.reward), num(c.eval_reward), format_size(c.size_bytes))
+                 for c in checkpoints], keys=[str(c.step) for c in checkpoints],
+                sort_values=[(float(c.step), c.saved_at.timestamp() if c.saved_at else None, c.reward, c.eval_reward,
+                              float(c.size_bytes) if c.size_bytes is not None else None) for c in checkpoints])
         self.evals = evals
         self._render_evals()
         self.sweep = sweep
@@ -164,33 +171,32 @@ class CheckpointsScreen(WorkbenchScreen):
 
     def _read(self) -> tuple[list[CheckpointInfo], list[tuple[str, RunInfo]], list[SweepPoint]]:
         assert self._catalog is not None
-        return (list_checkpoint_infos(self.run.path), evals_of_run(self._catalog.scan(), self.run, self.wb.root),
+        runs = self._catalog.scan()
+        return (list_checkpoint_infos(self.run.path),
+                evals_of_run(runs, self.run, self.wb.root, self._catalog.sweep_labels(self.run.path)),
                 newest_sweep(self.run.path))
 
     def _render_evals(self) -> None:
-        table = self.query_one("#ckpt-evals", DataTable)
-        row = table.cursor_row
-        table.clear()
-        for label, run in self.evals:
-            table.add_row("●" if run.key in self.marked else " ", label, status_text(run.status), run.progress,
-                          reward_text(run.reward), when(run.created_at), key=run.key)
-        if self.evals:
-            table.move_cursor(row=min(max(row, 0), len(self.evals) - 1), animate=False)
+        self.query_one("#ckpt-evals", VirtualTable).set_rows(
+            [("●" if run.key in self.marked else " ", label, status_text(run.status), run.progress,
+              reward_text(run.reward), when(run.created_at)) for label, run in self.evals],
+            keys=[run.key for _, run in self.evals],
+            sort_values=[("●" if run.key in self.marked else None, _step_order(label), run.status,
+                          run.done / run.total if run.done is not None and run.total else None, run.reward,
+                          run.created_at.timestamp() if run.created_at else None) for label, run in self.evals])
         if not self.checkpoints:
             self.query_one("#evals-title", Static).update(Text("no complete checkpoints yet", style="dim"))
 
     def _current_eval(self) -> RunInfo | None:
-        table = self.query_one("#ckpt-evals", DataTable)
-        if not self.evals or not 0 <= table.cursor_row < len(self.evals):
-            return None
-        return self.evals[table.cursor_row][1]
+        index = self.query_one("#ckpt-evals", VirtualTable).cursor_index
+        return None if index is None or index >= len(self.evals) else self.evals[index][1]
 
     def action_evaluate(self) -> None:
-        table = self.query_one("#ckpt-table", DataTable)
-        if not self.checkpoints:
+        index = self.query_one("#ckpt-table", VirtualTable).cursor_index
+        if not self.checkpoints or index is None:
             self.notify("no checkpoints yet", severity="warning")
             return
-        checkpoint = self.checkpoints[max(0, table.cursor_row)]
+        checkpoint = self.checkpoints[index]
         envs = self.run.metadata.get("env_ids") or ([self.run.env] if self.run.env != "-" else [])
 
         def launch(spec: LaunchSpec | None) -> None:
@@ -215,7 +221,7 @@ class CheckpointsScreen(WorkbenchScreen):
         self.app.push_screen(EvalCheckpointScreen(None, [str(e) for e in envs], run_dir=self.run.path), launch)
 
     def action_mark(self) -> None:
-        self.query_one("#ckpt-evals", DataTable).focus()
+        self.query_one("#ckpt-evals", VirtualTable).focus()
         run = self._current_eval()
         if run is None:
             return
@@ -230,7 +236,11 @@ class CheckpointsScreen(WorkbenchScreen):
         (label_a, a), (label_b, b) = sorted(chosen, key=lambda item: item[1].created_at.timestamp() if item[1].created_at else 0)
         self.open("compare", a, b, labels=(label_a, label_b))
 
-    @on(DataTable.RowSelected, "#ckpt-evals")
+    @on(VirtualTable.Selected, "#ckpt-table")
+    def _checkpoint_chosen(self, event: VirtualTable.Selected) -> None:
+        self.action_evaluate()
+
+    @on(VirtualTable.Selected, "#ckpt-evals")
     def action_open_eval(self) -> None:
         run = self._current_eval()
         if run is not None:

@@ -6,16 +6,20 @@ from __future__ import annotations
 import asyncio
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from workbench.tui.data.gepa import GepaRun, load_gepa_run
 from workbench.tui.data.runs import RunInfo
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import clip, num, reward_text
+from workbench.tui.widgets.virtual_table import VirtualTable
+
+CANDIDATE_COLUMNS = (("#", 3), ("score", 6), ("parents", 7), ("calls", 6), ("prompt", 40))
+PARETO_COLUMNS = (("example", 8), ("best", 6), ("candidates reaching it", 50))
 
 
 def diff_text(lines: list[str]) -> Text:
@@ -33,7 +37,7 @@ class GepaScreen(WorkbenchScreen):
         Binding("2", "tab('pareto')", "Pareto"),
         Binding("3", "tab('best')", "Best prompt"),
         Binding("4", "tab('diff')", "Diff"),
-        Binding("g", "logs", "Log", show=False),
+        Binding("t", "logs", "Log", show=False),
     ]
 
     def __init__(self, run: RunInfo) -> None:
@@ -45,9 +49,9 @@ class GepaScreen(WorkbenchScreen):
         yield Static(id="gepa-title", classes="screen-title")
         with TabbedContent(id="gepa-tabs"):
             with TabPane("Candidates", id="candidates"):
-                yield DataTable(id="gepa-candidates", cursor_type="row", zebra_stripes=True)
+                yield VirtualTable(CANDIDATE_COLUMNS, id="gepa-candidates", open_label="Show prompt")
             with TabPane("Pareto", id="pareto"):
-                yield DataTable(id="gepa-pareto", cursor_type="row", zebra_stripes=True)
+                yield VirtualTable(PARETO_COLUMNS, id="gepa-pareto")
             with TabPane("Best prompt", id="best"):
                 with VerticalScroll():
                     yield Static(id="gepa-best", classes="prompt-text")
@@ -57,13 +61,7 @@ class GepaScreen(WorkbenchScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        candidates = self.query_one("#gepa-candidates", DataTable)
-        for label, width in (("#", 3), ("score", 6), ("parents", 7), ("calls", 6), ("prompt", 40)):
-            candidates.add_column(label, width=width)
-        pareto = self.query_one("#gepa-pareto", DataTable)
-        for label, width in (("example", 8), ("best", 6), ("candidates reaching it", 50)):
-            pareto.add_column(label, width=width)
-        candidates.focus()
+        self.query_one("#gepa-candidates", VirtualTable).focus()
         self.load()
         if self.run.is_live:
             self.set_interval(max(2.0, self.wb.poll_s), self.load)
@@ -78,21 +76,30 @@ class GepaScreen(WorkbenchScreen):
             f"[b]GEPA[/b] · {self.run.env} · {self.run.model} · {gepa.status}\n"
             f"seed {num(gepa.seed_score)} → best {num(gepa.best_score)} · {len(gepa.candidates)} candidates · "
             f"{gepa.metric_calls if gepa.metric_calls is not None else '-'} metric calls")
-        table = self.query_one("#gepa-candidates", DataTable)
-        table.clear()
+        rows = []
         for c in gepa.candidates:
             first_line = (c.prompt or "-").strip().splitlines()[0] if (c.prompt or "").strip() else "-"
             marker = Text(f"{c.index}", style="bold green" if c.index == best else "")
-            table.add_row(marker, reward_text(c.score), ",".join(map(str, c.parents)) or "-",
-                          "-" if c.metric_calls is None else str(c.metric_calls), clip(first_line, 40))
-        pareto = self.query_one("#gepa-pareto", DataTable)
-        pareto.clear()
-        for row in gepa.frontier:
-            pareto.add_row(row.example, reward_text(row.best_score), clip(", ".join(row.candidates) or "-", 50))
+            rows.append((marker, reward_text(c.score), ",".join(map(str, c.parents)) or "-",
+                         "-" if c.metric_calls is None else str(c.metric_calls), clip(first_line, 40)))
+        self.query_one("#gepa-candidates", VirtualTable).set_rows(rows, keys=[str(c.index) for c in gepa.candidates])
+        self.query_one("#gepa-pareto", VirtualTable).set_rows(
+            [(row.example, reward_text(row.best_score), clip(", ".join(row.candidates) or "-", 50)) for row in gepa.frontier],
+            keys=[str(row.example) for row in gepa.frontier])
         self.query_one("#gepa-best", Static).update(Text(gepa.best_prompt) if gepa.best_prompt else Text("-", style="dim"))
         diff = gepa.prompt_diff()
         self.query_one("#gepa-diff", Static).update(
             diff_text(diff) if diff else Text("- (no seed or best prompt yet, or they are identical)", style="dim"))
+
+    @on(VirtualTable.Selected, "#gepa-candidates")
+    def _candidate_chosen(self, event: VirtualTable.Selected) -> None:
+        """Enter on a candidate: its whole prompt, on the prompt tab (the best one is shown otherwise)."""
+        if self.gepa is None or event.index >= len(self.gepa.candidates):
+            return
+        candidate = self.gepa.candidates[event.index]
+        self.query_one("#gepa-best", Static).update(Text.assemble(
+            (f"candidate {candidate.index} · score {num(candidate.score)}\n\n", "bold"), candidate.prompt or "-"))
+        self.action_tab("best")
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

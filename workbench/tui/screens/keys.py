@@ -60,7 +60,7 @@ class KeysScreen(ModalScreen[None]):
             box.border_title = f"Keys · {self.title_text}"
             table: DataTable = DataTable(id="keys-table", cursor_type="row", zebra_stripes=True)
             yield table
-            yield Static("ctrl+p: command palette (every action by name) · escape: close", classes="hint")
+            yield Static("ctrl+p or : command palette (every action by name) · escape: close", classes="hint")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -1,19 +1,32 @@
-"""Launch: start a config from configs/{eval,rl,gepa}, or an eval from env + model + n + r, as a
-child `workbench` process. The screen closes with the `Launch`, and Runs shows it at once."""
+"""Launch: start an eval, a training run or a GEPA run as a child `workbench` process — from a
+config in configs/{eval,rl,gepa}, or from a form — with extra `--set KEY=VALUE` overrides.
+
+Nothing starts on the first Enter / ctrl+s: the screen shows the whole command first, and a second
+Enter / ctrl+s (or the Start button) starts it; escape goes back to editing. The screen closes with
+the `Launch`, and Runs shows it at once. What the commands look like is `launcher`'s business."""
 
 from __future__ import annotations
-
-import shlex
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
-from workbench.tui.launcher import LaunchSpec, config_spec, eval_args, list_configs
+from workbench.tui.launcher import (
+    LaunchSpec,
+    config_spec,
+    eval_args,
+    extra_args,
+    gepa_args,
+    list_configs,
+    set_args,
+    with_args,
+)
 from workbench.tui.screens.base import WorkbenchScreen
+
+TABS = ("configs", "eval", "train", "gepa")
 
 
 def environment_ids() -> list[str]:
@@ -23,82 +36,188 @@ def environment_ids() -> list[str]:
     return [source.name.replace("_", "-") for source in available_environments()]
 
 
+def config_path(spec: LaunchSpec) -> str:
+    """The config file a config's command runs (its first line may add flags after it)."""
+    return next((arg for arg in spec.args if arg.endswith(".toml")), spec.args[-1])
+
+
+def positive(text: str, what: str, *, allow_all: bool = False) -> int:
+    """A count typed in a form: a positive integer (or -1 for all). ValueError naming the field."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{what}: a whole number, got '{text}'") from None
+    if value >= 1 or (allow_all and value == -1):
+        return value
+    raise ValueError(f"{what} must be at least 1" + (" (or -1 for all)" if allow_all else ""))
+
+
 class LaunchScreen(WorkbenchScreen):
+    """Tabs: Configs (any config, by its first line), Eval, Train (an RL config), GEPA."""
+
+    DEFAULT_CSS = """
+    LaunchScreen #launch-tabs { height: 1fr; }
+    LaunchScreen .launch-form { height: 1fr; padding: 0 2; }
+    LaunchScreen .launch-field { height: 1; margin-top: 1; }
+    LaunchScreen .launch-label { width: 18; color: $text-muted; }
+    LaunchScreen .launch-field Input, LaunchScreen .launch-field Select { width: 1fr; }
+    LaunchScreen .launch-form Button { margin-top: 1; }
+    LaunchScreen #config-pane { height: 1fr; }
+    LaunchScreen #config-list { height: 1fr; }
+    LaunchScreen #config-pane .launch-field { padding: 0 1; }
+    LaunchScreen #launch-confirm { height: auto; padding: 0 1; border: round $warning; display: none; }
+    LaunchScreen.confirming #launch-confirm { display: block; }
+    LaunchScreen.confirming #launch-preview { display: none; }
+    LaunchScreen #confirm-command { height: auto; text-style: bold; }
+    LaunchScreen #confirm-buttons { height: auto; margin-top: 1; }
+    LaunchScreen #confirm-buttons Button { margin-right: 2; }
+    """
+
     BINDINGS = [
         Binding("ctrl+s", "launch", "Launch", priority=True),
         Binding("ctrl+o", "tab('configs')", "Configs tab", show=False),
         Binding("ctrl+e", "tab('eval')", "Eval tab", show=False),
+        Binding("ctrl+t", "tab('train')", "Train tab", show=False),
+        Binding("ctrl+g", "tab('gepa')", "GEPA tab", show=False),
     ]
+
+    def __init__(self, tab: str | None = None) -> None:
+        super().__init__()
+        self.initial_tab = tab if tab in TABS else None
+        self.confirming: LaunchSpec | None = None  # the command shown for confirmation
 
     def compose(self) -> ComposeResult:
         configs = list_configs(self.wb.root)
         self.specs = [config_spec(path, self.wb.root) for path in configs]
+        self.train_specs = [spec for spec in self.specs if spec.kind == "train"]
+        envs = environment_ids()
         yield Static("[b]Launch[/b] · start a run as a child process (it keeps running if you quit)",
                      classes="screen-title")
-        with TabbedContent(id="launch-tabs", initial="configs" if configs else "eval"):
+        with TabbedContent(id="launch-tabs", initial=self.initial_tab or ("configs" if configs else "eval")):
             with TabPane("Configs", id="configs"):
-                if configs:
-                    yield OptionList(*[Option(f"{spec.kind:<5} {spec.args[-1]}", id=str(i))
-                                       for i, spec in enumerate(self.specs)], id="config-list")
-                else:
-                    yield Static("No configs in configs/{eval,rl,gepa}/. Use the Eval tab, or add a TOML "
-                                 "whose first line is the command that runs it.", classes="empty")
-            with TabPane("Eval", id="eval"):
-                with Vertical(id="eval-form"):
-                    envs = environment_ids()
-                    with Horizontal(classes="field"):
-                        yield Label("environment", classes="field-label")
-                        default = "reverse-text" if "reverse-text" in envs else envs[0] if envs else Select.BLANK
-                        yield Select([(e, e) for e in envs], value=default,
-                                     allow_blank=not envs, id="eval-env", compact=True)
-                    yield from self._field("model", "eval-model", "tiny", "tiny, a model folder or checkpoint, an endpoint id")
-                    yield from self._field("examples (-n)", "eval-n", "20", "", type_="integer")
-                    yield from self._field("rollouts (-r)", "eval-r", "4", "", type_="integer")
-                    yield from self._field("more args", "eval-extra", "", "e.g. -b http://127.0.0.1:8000/v1 -t 64")
-                    yield Button("Launch eval (ctrl+s)", id="eval-launch", variant="primary", compact=True)
+                with Vertical(id="config-pane"):
+                    if configs:
+                        yield OptionList(*[Option(f"{spec.kind:<5} {config_path(spec)}", id=str(i))
+                                           for i, spec in enumerate(self.specs)], id="config-list")
+                    else:
+                        yield Static("No configs in configs/{eval,rl,gepa}/. Use the Eval, Train or GEPA tab, or add "
+                                     "a TOML whose first line is the command that runs it.", classes="empty")
+                    yield from self._field("overrides", "config-set", "", "KEY=VALUE ... (--set), e.g. max_steps=20")
+            with TabPane("Eval", id="eval"), VerticalScroll(id="eval-form", classes="launch-form"):
+                yield from self._env_field("eval-env", envs)
+                yield from self._field("model", "eval-model", "tiny", "tiny, a model folder or checkpoint, an endpoint id")
+                yield from self._field("examples (-n)", "eval-n", "20", "", type_="integer")
+                yield from self._field("rollouts (-r)", "eval-r", "4", "", type_="integer")
+                yield from self._field("overrides", "eval-set", "", "KEY=VALUE ... (--set), e.g. max_tokens=64")
+                yield from self._field("more args", "eval-extra", "", "e.g. -b http://127.0.0.1:8000/v1 -t 64")
+                yield Button("Launch eval (ctrl+s)", id="eval-launch", variant="primary", compact=True)
+            with TabPane("Train", id="train"), VerticalScroll(id="train-form", classes="launch-form"):
+                with Horizontal(classes="launch-field"):
+                    yield Label("config", classes="launch-label")
+                    options = [(config_path(spec), config_path(spec)) for spec in self.train_specs]
+                    yield Select(options, value=options[0][1] if options else Select.NULL, allow_blank=not options,
+                                 prompt="no configs in configs/rl/", id="train-config", compact=True)
+                yield from self._field("overrides", "train-set", "", "KEY=VALUE ... (--set), e.g. max_steps=20 seed=1")
+                yield from self._field("more args", "train-extra", "", "e.g. --nproc 2")
+                yield Button("Launch training (ctrl+s)", id="train-launch", variant="primary", compact=True)
+            with TabPane("GEPA", id="gepa"), VerticalScroll(id="gepa-form", classes="launch-form"):
+                yield from self._env_field("gepa-env", envs)
+                yield from self._field("model (-m)", "gepa-model", "tiny", "the model whose prompt is optimized")
+                yield from self._field("reflection (-M)", "gepa-reflection", "", "reflection model (default: the model)")
+                yield from self._field("budget (-B)", "gepa-budget", "300", "metric calls", type_="integer")
+                yield from self._field("train ex. (-n)", "gepa-n", "50", "", type_="integer")
+                yield from self._field("val ex. (-N)", "gepa-val", "30", "", type_="integer")
+                yield from self._field("overrides", "gepa-set", "", "KEY=VALUE ... (--set), e.g. minibatch_size=4")
+                yield from self._field("more args", "gepa-extra", "", "e.g. -b http://127.0.0.1:8000/v1")
+                yield Button("Launch GEPA (ctrl+s)", id="gepa-launch", variant="primary", compact=True)
         yield Static(id="launch-preview", classes="preview")
+        with Vertical(id="launch-confirm") as box:
+            box.border_title = "Start this?"
+            yield Static(id="confirm-command")
+            with Horizontal(id="confirm-buttons"):
+                yield Button("Start (enter)", id="confirm-start", variant="success", compact=True)
+                yield Button("Edit (escape)", id="confirm-edit", compact=True)
         yield Footer()
 
     @staticmethod
     def _field(label: str, id: str, value: str, placeholder: str, type_: str = "text") -> ComposeResult:
-        with Horizontal(classes="field"):
-            yield Label(label, classes="field-label")
+        with Horizontal(classes="launch-field"):
+            yield Label(label, classes="launch-label")
             yield Input(value, placeholder=placeholder, id=id, type=type_, compact=True)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _env_field(id: str, envs: list[str]) -> ComposeResult:
+        with Horizontal(classes="launch-field"):
+            yield Label("environment", classes="launch-label")
+            default = "reverse-text" if "reverse-text" in envs else envs[0] if envs else Select.NULL
+            yield Select([(e, e) for e in envs], value=default, allow_blank=not envs, id=id, compact=True)
 
     def on_mount(self) -> None:
         self._preview()
-        if self.specs:
-            self.query_one("#config-list", OptionList).focus()
-        else:
-            self.query_one("#eval-env").focus()
+        self._focus_tab(self.query_one(TabbedContent).active)
+
+    def _focus_tab(self, tab: str) -> None:
+        first = {"configs": "#config-list" if self.specs else "#config-set", "eval": "#eval-env",
+                 "train": "#train-config", "gepa": "#gepa-env"}[tab]
+        self.query_one(first).focus()
 
     def action_tab(self, tab: str) -> None:
+        if self.confirming is not None:
+            return
         self.query_one(TabbedContent).active = tab
+        self._focus_tab(tab)
         self._preview()
 
     # ----- building the command -----------------------------------------------------------
-    def eval_spec(self) -> LaunchSpec:
-        env = self.query_one("#eval-env", Select).value
-        if env is Select.BLANK or not isinstance(env, str):
+    def _value(self, id: str) -> str:
+        return self.query_one(f"#{id}", Input).value.strip()
+
+    def _env(self, id: str) -> str:
+        env = self.query_one(f"#{id}", Select).value
+        if env is Select.NULL or not isinstance(env, str):
             raise ValueError("pick an environment")
-        model = self.query_one("#eval-model", Input).value.strip() or "tiny"
-        n = int(self.query_one("#eval-n", Input).value or 0)
-        r = int(self.query_one("#eval-r", Input).value or 0)
-        if n == 0 or n < -1 or r < 1:
-            raise ValueError("examples must be positive (or -1 for all) and rollouts at least 1")
-        extra = shlex.split(self.query_one("#eval-extra", Input).value)
+        return env
+
+    def eval_spec(self) -> LaunchSpec:
+        env = self._env("eval-env")
+        model = self._value("eval-model") or "tiny"
+        n = positive(self._value("eval-n"), "examples", allow_all=True)
+        r = positive(self._value("eval-r"), "rollouts")
+        extra = set_args(self._value("eval-set")) + extra_args(self._value("eval-extra"))
         return LaunchSpec("eval", eval_args(env, model, n, r, extra), env, model)
+
+    def train_spec(self) -> LaunchSpec:
+        chosen = self.query_one("#train-config", Select).value
+        spec = next((spec for spec in self.train_specs if config_path(spec) == chosen), None)
+        if spec is None:
+            raise ValueError("no training config: add one to configs/rl/ (workbench setup writes examples)")
+        extra = set_args(self._value("train-set")) + extra_args(self._value("train-extra"))
+        return with_args(spec, extra)  # the config's own command, and more
+
+    def gepa_spec(self) -> LaunchSpec:
+        env = self._env("gepa-env")
+        model = self._value("gepa-model") or "tiny"
+        args = gepa_args(env, model, self._value("gepa-reflection") or None,
+                         positive(self._value("gepa-budget"), "budget"),
+                         positive(self._value("gepa-n"), "train examples", allow_all=True),
+                         positive(self._value("gepa-val"), "validation examples", allow_all=True),
+                         set_args(self._value("gepa-set")) + extra_args(self._value("gepa-extra")))
+        return LaunchSpec("gepa", args, env, model)
 
     def config_spec(self) -> LaunchSpec | None:
         if not self.specs:
             return None
         index = self.query_one("#config-list", OptionList).highlighted
-        return self.specs[index] if index is not None else None
+        if index is None:
+            return None
+        return with_args(self.specs[index], set_args(self._value("config-set")))
 
     def current_spec(self) -> LaunchSpec | None:
-        if self.query_one(TabbedContent).active == "configs":
+        """The command of the active tab; ValueError (one line, for the user) when a field is wrong."""
+        tab = self.query_one(TabbedContent).active
+        if tab == "configs":
             return self.config_spec()
-        return self.eval_spec()
+        return {"eval": self.eval_spec, "train": self.train_spec, "gepa": self.gepa_spec}[tab]()
 
     def _preview(self) -> None:
         try:
@@ -115,18 +234,50 @@ class LaunchScreen(WorkbenchScreen):
     def _changed(self) -> None:
         self._preview()
 
-    # ----- starting it ----------------------------------------------------------------------
+    # ----- confirming, then starting ----------------------------------------------------------
     @on(OptionList.OptionSelected, "#config-list")
-    @on(Button.Pressed, "#eval-launch")
+    @on(Button.Pressed, "#eval-launch, #train-launch, #gepa-launch")
     @on(Input.Submitted)
     def action_launch(self) -> None:
+        """First press: show the command. Second press (or the Start button): start it."""
+        if self.confirming is not None:
+            self._start(self.confirming)
+            return
         try:
             spec = self.current_spec()
         except ValueError as exc:
             self.notify(str(exc), severity="error")
             return
         if spec is None:
+            self.notify("pick a config first", severity="warning")
             return
+        self.confirming = spec
+        self.query_one("#confirm-command", Static).update(f"$ {spec.command}")
+        self.query_one(TabbedContent).disabled = True  # nothing changes under the shown command
+        self.add_class("confirming")
+        self.query_one("#confirm-start", Button).focus()
+
+    @on(Button.Pressed, "#confirm-start")
+    def _start_pressed(self) -> None:
+        if self.confirming is not None:
+            self._start(self.confirming)
+
+    @on(Button.Pressed, "#confirm-edit")
+    def _edit_pressed(self) -> None:
+        self.action_back()
+
+    def action_back(self) -> None:
+        """Escape: from the confirmation back to editing; from editing back to Runs."""
+        if self.confirming is None:
+            super().action_back()
+            return
+        self.confirming = None
+        self.remove_class("confirming")
+        tabs = self.query_one(TabbedContent)
+        tabs.disabled = False
+        self._focus_tab(tabs.active)
+
+    def _start(self, spec: LaunchSpec) -> None:
         try:
             launch = self.wb.launcher.start(spec)
         except OSError as exc:

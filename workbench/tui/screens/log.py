@@ -1,5 +1,6 @@
-"""Logs of a run: the child's own output (for runs launched from the TUI) and the run's run.log,
-followed live; `x` stops the run."""
+"""Logs of a run: the child's own output (for runs launched from the TUI: the same lines the CLI
+prints in a terminal, as they happen) and the run's run.log, followed live; `x` stops the run
+after a confirmation."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from workbench.tui.widgets.log_tail import LogTail
 
 
 class LogScreen(WorkbenchScreen):
-    """Tabs of (label, path) logs (`Launcher.logs_of`), each followed live."""
+    """Tabs of (label, path) logs (`Launcher.logs_of`), each followed live. `label` names the run
+    in the stop question ("train reverse-text"); `note` is a line above the logs (why it failed)."""
+
+    DEFAULT_CSS = """
+    LogScreen #log-note { height: auto; padding: 0 1; color: $error; }
+    """
 
     BINDINGS = [
         Binding("x", "stop", "Stop run"),
@@ -23,14 +29,19 @@ class LogScreen(WorkbenchScreen):
         Binding("2", "tab(1)", "Second log", show=False),
     ]
 
-    def __init__(self, logs: list[tuple[str, Path]], *, title: str, pid: int | None = None) -> None:
+    def __init__(self, logs: list[tuple[str, Path]], *, title: str, pid: int | None = None, label: str | None = None,
+                 note: str | None = None) -> None:
         super().__init__()
         self.logs = logs
         self.title_text = title
         self.pid = pid
+        self.label = label or title
+        self.note = note
 
     def compose(self) -> ComposeResult:
-        yield Static(f"[b]Log[/b] · {self.title_text}", classes="screen-title")
+        yield Static(f"[b]Log[/b] · {self.title_text}", classes="screen-title", markup=True)
+        if self.note:
+            yield Static(self.note, id="log-note", markup=False)
         with TabbedContent(id="log-tabs"):
             for index, (label, path) in enumerate(self.logs):
                 with TabPane(label, id=f"log-{index}"):
@@ -46,8 +57,18 @@ class LogScreen(WorkbenchScreen):
             self.query_one(f"#log-{index} LogTail").focus()
 
     def action_stop(self) -> None:
-        if not self.pid or not pid_alive(self.pid):
+        pid = self.pid
+        if not pid or not pid_alive(pid):
             self.notify("not running", severity="warning")
             return
-        if self.wb.launcher.stop(self.pid):
-            self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")
+
+        def answered(yes: object) -> None:
+            if yes is not True:
+                return
+            if self.wb.launcher.stop(pid):
+                self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")
+            else:
+                self.notify("the process is already gone", severity="warning")
+
+        self.open("confirm", f"Stop {self.label} (pid {pid})? It saves what it finished.", title="Stop run",
+                  yes="Stop", no="Keep running", callback=answered)

@@ -36,8 +36,8 @@ class TrainMonitorScreen(WorkbenchScreen):
         Binding("3", "tab('log')", "Log"),
         Binding("r", "rollouts", "All rollouts", show=False),
         Binding("v", "variance", "Reward variance", show=False),
-        Binding("k", "checkpoints", "Checkpoints"),
-        Binding("g", "logs", "Full logs", show=False),
+        Binding("K", "checkpoints", "Checkpoints"),
+        Binding("t", "logs", "Full logs", show=False),
         Binding("x", "stop", "Stop"),
     ]
 
@@ -145,20 +145,18 @@ class TrainMonitorScreen(WorkbenchScreen):
         if index is None:
             return
         groups = index.groups()
-        rewards = [r.reward for r in index.rollouts]
-        mean = sum(rewards) / len(rewards) if rewards else None
         self.query_one("#latest-title", Static).update(
-            f"step {self.latest_step} · {len(groups)} groups · {len(rewards)} rollouts · mean {num(mean)} · "
+            f"step {self.latest_step} · {len(groups)} groups · {len(index)} rollouts · mean {num(index.reward_mean)} · "
             "Enter: open in Rollouts")
         self.query_one("#latest-groups", GroupsTable).show(groups)
 
     @on(GroupsTable.Highlighted, "#latest-groups")
     def _latest_highlighted(self, event: GroupsTable.Highlighted) -> None:
-        if self.latest is None or not event.group.rollouts:
+        group = event.group
+        if self.latest is None or not group.size:
             return
-        light = event.group.rollouts[0]
-        rollout = self.latest.load(light.example_id, light.rollout_index)
-        self.query_one("#latest-breakdown", RewardBreakdown).show(rollout, len(event.group.rollouts))
+        rollout = self.latest.load(group.example_id, self.latest.rollout_index_at(group, 0))
+        self.query_one("#latest-breakdown", RewardBreakdown).show(rollout, group.size)
         self.query_one("#latest-conversation", ConversationView).rollout = rollout
 
     @on(GroupsTable.Chosen, "#latest-groups")
@@ -208,8 +206,15 @@ class TrainMonitorScreen(WorkbenchScreen):
             self.open("log", logs, title=f"train · {self.run.run_id}", pid=live_pid)
 
     def action_stop(self) -> None:
-        if not self.run.is_live or not self.run.pid:
+        """`x`: Ctrl-C the training run, once confirmed."""
+        pid = self.run.pid
+        if not self.run.is_live or not pid:
             self.notify(f"not running ({self.run.status})", severity="warning")
             return
-        if self.wb.launcher.stop(self.run.pid):
-            self.notify("sent Ctrl-C: training finishes this step, writes a checkpoint and stops", title="stopping")
+
+        def answered(yes: object) -> None:
+            if yes is True and self.wb.launcher.stop(pid):
+                self.notify("sent Ctrl-C: training finishes this step, writes a checkpoint and stops", title="stopping")
+
+        self.open("confirm", f"Stop training {self.run.env} (pid {pid})? It finishes this step and writes a checkpoint.",
+                  title="Stop run", yes="Stop", no="Keep running", callback=answered)

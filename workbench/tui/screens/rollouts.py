@@ -1,5 +1,6 @@
 """Rollouts: the groups of a rollouts file (eval results, or one training step's samples) with
 mean and std of reward, and the selected rollout's full conversation and reward breakdown.
+Enter on a group opens the Group view (all its rollouts in one table); `#` jumps to an example.
 
 Opening is lazy (`RolloutIndex`): only byte offsets and light rollouts are read up front, the
 conversation of one rollout is read when it is shown. Filters and search run in a thread.
@@ -20,7 +21,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Static
 
 from workbench.store.files import read_json
-from workbench.tui.data.rollout_index import RolloutFilter, RolloutIndex, parse_reward_range
+from workbench.tui.data.rollout_index import GroupRow, RolloutFilter, RolloutIndex, parse_reward_range
 from workbench.tui.data.runs import RunInfo, run_from_metadata
 from workbench.tui.data.training import step_rollout_files
 from workbench.tui.screens.base import WorkbenchScreen
@@ -28,7 +29,7 @@ from workbench.tui.widgets.conversation import ConversationView, RewardBreakdown
 from workbench.tui.widgets.format import num
 from workbench.tui.widgets.groups_table import GroupsTable
 from workbench.tui.widgets.prompt_bar import PromptBar
-from workbench.types import Group, Rollout
+from workbench.types import Rollout
 
 
 class RolloutsScreen(WorkbenchScreen):
@@ -42,6 +43,7 @@ class RolloutsScreen(WorkbenchScreen):
         Binding("z", "toggle('zero_variance')", "Zero variance", show=False),
         Binding("r", "reward_range", "Reward range", show=False),
         Binding("slash", "search", "Search"),
+        Binding("number_sign", "jump", "Jump to example"),
         Binding("a", "clear_filters", "Clear filters", show=False),
         Binding("y", "copy", "Copy JSON"),
         Binding("v", "variance", "Variance"),
@@ -58,7 +60,7 @@ class RolloutsScreen(WorkbenchScreen):
         self.focus_example = focus_example
         self.index = RolloutIndex(path)
         self.filter = RolloutFilter()
-        self.group: Group | None = None
+        self.group: GroupRow | None = None
         self.position = 0  # rollout shown within the group
         self.rollout: Rollout | None = None
         self.loaded = False  # set once the first view is on screen (tests, benchmark)
@@ -117,7 +119,7 @@ class RolloutsScreen(WorkbenchScreen):
         if not groups:
             self.notify("no groups match these filters (a clears them)", severity="warning")
 
-    def _show_groups(self, groups: list[Group], select: int | None) -> None:
+    def _show_groups(self, groups: list[GroupRow], select: int | None) -> None:
         if self.closing:
             return
         table = self.query_one(GroupsTable)
@@ -131,11 +133,9 @@ class RolloutsScreen(WorkbenchScreen):
 
     def _update_title(self) -> None:
         groups = self.index.groups()
-        rewards = [r.reward for r in self.index.rollouts]
-        mean = sum(rewards) / len(rewards) if rewards else None
         run = self.run
-        head = f"[b]Rollouts[/b] · {run.kind} · {run.env} · {run.model} · {run.status}" if run else "[b]Rollouts[/b]"
-        body = f"{self.label}: {len(groups)} groups · {len(rewards)} rollouts · mean {num(mean)}"
+        head = f"[b]Rollouts[/b] · {run.kind} · {run.env} · {run.model_label} · {run.status}" if run else "[b]Rollouts[/b]"
+        body = f"{self.label}: {len(groups)} groups · {len(self.index)} rollouts · mean {num(self.index.reward_mean)}"
         shown = f" · showing {self._shown}" if self.filter.active else ""
         self.query_one("#rollouts-title", Static).update(f"{head}\n{body} · filter: {self.filter.describe()}{shown}")
 
@@ -146,28 +146,38 @@ class RolloutsScreen(WorkbenchScreen):
         self.group = event.group
         if not same:
             self.position = 0
-        self.position = min(self.position, len(event.group.rollouts) - 1)
+        self.position = min(self.position, event.group.size - 1)
         if not same or self.rollout is None:
             self._show_rollout()
 
     @on(GroupsTable.Chosen)
-    def _group_chosen(self) -> None:
-        self.query_one(ConversationView).focus()
+    def _group_chosen(self, event: GroupsTable.Chosen) -> None:
+        """Open the Group view; the rollout chosen there is shown here, its conversation focused."""
+        group = event.group
+
+        def chosen(rollout_index: object) -> None:
+            if not isinstance(rollout_index, int) or self.group is None or self.group.example_id != group.example_id:
+                return
+            indices = [self.index.rollout_index_at(self.group, i) for i in range(self.group.size)]
+            self.position = indices.index(rollout_index) if rollout_index in indices else 0
+            self._show_rollout()
+            self.query_one(ConversationView).focus()
+
+        title = f"{self.run.kind} · {self.run.env} · {self.run.model_label} · {self.label}" if self.run else self.label
+        self.open("group", self.index, group.example_id, title=title, position=self.position, callback=chosen)
 
     def _show_rollout(self) -> None:
         group = self.group
-        if group is None or not group.rollouts:
+        if group is None or not group.size:
             return
-        light = group.rollouts[self.position]
-        self.rollout = self.index.load(light.example_id, light.rollout_index)
-        self.query_one(RewardBreakdown).show(self.rollout, len(group.rollouts))
+        self.rollout = self.index.load(group.example_id, self.index.rollout_index_at(group, self.position))
+        self.query_one(RewardBreakdown).show(self.rollout, group.size)
         self.query_one(ConversationView).rollout = self.rollout
 
     def action_rollout(self, step: int) -> None:
         if self.group is None:
             return
-        size = len(self.group.rollouts)
-        self.position = (self.position + step) % size
+        self.position = (self.position + step) % self.group.size
         self._show_rollout()
 
     def action_example(self, step: int) -> None:
@@ -177,6 +187,9 @@ class RolloutsScreen(WorkbenchScreen):
 
     def select_example(self, example_id: int) -> None:
         """Show `example_id` (clearing filters that hide it)."""
+        if self.index.group(example_id) is None:
+            self.notify(f"example {example_id} is not in {self.label}", severity="warning")
+            return
         if not self.query_one(GroupsTable).select_example(example_id):
             self.filter = RolloutFilter()
             self.focus_example = example_id
@@ -191,6 +204,9 @@ class RolloutsScreen(WorkbenchScreen):
         self.filter = RolloutFilter()
         self.apply_filter()
 
+    def action_jump(self) -> None:
+        self.query_one(PromptBar).ask("jump", "example id (Enter to jump)")
+
     def action_search(self) -> None:
         self.query_one(PromptBar).ask("search", "text in prompts, completions, answers, errors (Enter to apply)",
                                       self.filter.search)
@@ -202,6 +218,12 @@ class RolloutsScreen(WorkbenchScreen):
 
     @on(PromptBar.Answered)
     def _answered(self, event: PromptBar.Answered) -> None:
+        if event.purpose == "jump":
+            try:
+                self.select_example(int(event.value.strip()))
+            except ValueError:
+                self.notify(f"example id: not a number: {event.value.strip()!r}", severity="error")
+            return
         if event.purpose == "search":
             self.filter = replace(self.filter, search=event.value.strip())
         else:
@@ -220,7 +242,7 @@ class RolloutsScreen(WorkbenchScreen):
         record = self.index.record(self.rollout.example_id, self.rollout.rollout_index)
         text = json.dumps(record, indent=2, ensure_ascii=False)
         self.app.copy_to_clipboard(text)
-        self.notify(f"example {self.rollout.example_id} rollout {self.rollout.rollout_index} "
+        self.notify(f"example {self.rollout.example_id} rollout {self.rollout.rollout_index + 1} "
                     f"copied as JSON ({len(text):,} characters)", title="copied")
 
     def action_variance(self) -> None:

@@ -28,15 +28,23 @@ class RunsScreen(WorkbenchScreen):
         Binding("slash", "search", "Search"),
         Binding("f", "kind_filter", "Kind"),
         Binding("s", "status_filter", "Status"),
-        Binding("g", "log", "Log"),
+        Binding("t", "log", "Log"),
         Binding("x", "stop", "Stop"),
         Binding("space", "mark", "Mark for compare", show=False),
         Binding("c", "compare", "Compare marked evals", show=False),
         Binding("r", "rollouts", "Rollouts", show=False),
         Binding("v", "variance", "Reward variance", show=False),
-        Binding("k", "checkpoints", "Checkpoints", show=False),
+        Binding("K", "checkpoints", "Checkpoints", show=False),
+        Binding("C", "compare(True)", "Compare marked evals anyway", show=False),
         Binding("escape", "clear_filters", "Clear filters", show=False),
     ]
+    # Keyless actions the command palette (ctrl+p or :) finds by name: (title, action, help).
+    PALETTE_COMMANDS = (
+        ("Launch eval", "launch('eval')", "Evaluate a model on an environment (Launch screen, Eval form)"),
+        ("Launch training", "launch('train')", "Train from an RL config in configs/rl (Launch screen, Train form)"),
+        ("Launch GEPA run", "launch('gepa')", "Optimize an environment's system prompt (Launch screen, GEPA form)"),
+        ("Launch a config", "launch('configs')", "Run any config in configs/{eval,rl,gepa} (Launch screen)"),
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -51,6 +59,8 @@ class RunsScreen(WorkbenchScreen):
     def compose(self) -> ComposeResult:
         yield Static(id="runs-summary", classes="screen-title")
         yield RunsTable(id="runs-table")
+        yield Static("[b]space[/b] mark · [b]c[/b] compare · [b]r[/b] rollouts · [b]v[/b] variance · "
+                     "[b]K[/b] checkpoints · [b]o[/b]/[b]O[/b] sort · [b]?[/b] all keys", id="runs-hint", classes="hint")
         yield Static("No runs yet. Press [b]l[/b] to launch one, or run "
                      "`workbench eval run reverse-text -m tiny` in this workspace.", id="runs-empty", classes="empty")
         yield PromptBar(id="runs-prompt")
@@ -84,7 +94,7 @@ class RunsScreen(WorkbenchScreen):
         launcher = self.wb.launcher
         launcher.poll()
         runs = self.wb.catalog.scan()
-        return launcher.pending_rows(runs) + runs
+        return launcher.rows(runs)
 
     def _render_runs(self, select: str | None = None) -> None:
         visible = filter_runs(self.all_runs, self.kind, self.status, self.query_text)
@@ -120,8 +130,8 @@ class RunsScreen(WorkbenchScreen):
             self.open_run(self.current)
 
     def open_run(self, run: RunInfo) -> None:
-        if run.is_launch:
-            self.action_log()
+        if run.is_launch:  # still starting, or ended before it wrote a run folder: its output says why
+            self.action_log(run)
         elif run.kind == "train":
             self.open("monitor", run)
         elif run.kind == "gepa":
@@ -156,8 +166,8 @@ class RunsScreen(WorkbenchScreen):
         if run is not None:
             self.open("checkpoints", run)
 
-    def action_log(self) -> None:
-        run = self.current
+    def action_log(self, run: RunInfo | None = None) -> None:
+        run = run or self.current
         if run is None:
             return
         logs = self.wb.launcher.logs_of(run)
@@ -165,9 +175,13 @@ class RunsScreen(WorkbenchScreen):
             self.notify("no log for this run", severity="warning")
             return
         live_pid = run.pid if run.is_live else None
-        self.open("log", logs, title=f"{run.kind} · {run.env} · {run.model}", pid=live_pid)
+        error = run.metadata.get("error")
+        note = f"{run.status}: {error}" if run.status in ("failed", "died") and isinstance(error, str) else None
+        self.open("log", logs, title=f"{run.kind} · {run.env} · {run.model}", pid=live_pid,
+                  label=f"{run.kind} {run.env}", note=note)
 
-    def action_launch(self) -> None:
+    def action_launch(self, tab: str | None = None) -> None:
+        """`l`: the Launch screen (on `tab`: configs, eval, train or gepa — the palette's Launch ...)."""
         def launched(launch: object) -> None:
             if isinstance(launch, Launch):
                 self.notify(f"started: {launch.command}", title="launched")
@@ -176,19 +190,28 @@ class RunsScreen(WorkbenchScreen):
                 self.query_text = ""
                 self.refresh_runs()
 
-        self.open("launch", callback=launched)
+        self.open("launch", tab=tab, callback=launched)
 
     def action_stop(self) -> None:
+        """`x`: Ctrl-C the run under the cursor, once confirmed (it keeps what it finished)."""
         run = self.current
         if run is None:
             return
-        if not run.is_live or not run.pid:
+        pid = run.pid
+        if not run.is_live or not pid:
             self.notify(f"not running ({run.status})", severity="warning")
             return
-        if self.wb.launcher.stop(run.pid):
-            self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")
-        else:
-            self.notify("the process is already gone", severity="warning")
+
+        def answered(yes: object) -> None:
+            if yes is not True:
+                return
+            if self.wb.launcher.stop(pid):
+                self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")
+            else:
+                self.notify("the process is already gone", severity="warning")
+
+        self.open("confirm", f"Stop {run.kind} {run.env} (pid {pid})? It saves what it finished.", title="Stop run",
+                  yes="Stop", no="Keep running", callback=answered)
 
     # ----- marks and compare --------------------------------------------------------------
     def action_mark(self) -> None:
@@ -201,13 +224,14 @@ class RunsScreen(WorkbenchScreen):
         if table.cursor_row < table.row_count - 1:
             table.move_cursor(row=table.cursor_row + 1, animate=False)
 
-    def action_compare(self) -> None:
+    def action_compare(self, force: bool = False) -> None:
+        """Compare the two marked evals, older as A; `C` (force) also pairs runs whose examples differ."""
         chosen = [r for r in self.all_runs if r.key in self.marked and r.kind == "eval"]
         if len(chosen) != 2:
             self.notify("mark exactly two eval runs with space, then press c", severity="warning")
             return
         older, newer = sorted(chosen, key=lambda r: (r.created_at.timestamp() if r.created_at else 0, r.run_id))
-        self.open("compare", older, newer)
+        self.open("compare", older, newer, force=force)
 
     # ----- filters ------------------------------------------------------------------------
     def action_search(self) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Static
 
@@ -20,12 +21,15 @@ from workbench.tui.data.variance import VarianceReport, difficulty, variance_rep
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import num, reward_text
 from workbench.tui.widgets.histogram import BarChart
+from workbench.tui.widgets.prompt_bar import PromptBar
 from workbench.tui.widgets.virtual_table import VirtualTable
 
 DIFFICULTY_STYLE = {"too easy": "yellow", "in range": "green", "too hard": "red"}
 
 
 class VarianceScreen(WorkbenchScreen):
+    BINDINGS = [Binding("number_sign", "jump", "Jump to example")]
+
     def __init__(self, path: Path, *, run: RunInfo | None = None, label: str = "results",
                  index: RolloutIndex | None = None) -> None:
         super().__init__()
@@ -43,7 +47,9 @@ class VarianceScreen(WorkbenchScreen):
             with Vertical(id="variance-left"):
                 yield BarChart(id="std-histogram", bar_width=18)
                 yield Static(id="variance-shares")
-            yield VirtualTable((("example", 7), ("mean", 5), ("std", 5), ("verdict", 8)), id="variance-table")
+            yield VirtualTable((("example", 7), ("mean", 5), ("std", 5), ("verdict", 8)), id="variance-table",
+                               open_label="Show in Rollouts")
+        yield PromptBar(id="variance-prompt")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -53,7 +59,7 @@ class VarianceScreen(WorkbenchScreen):
     @work(group="variance")
     async def load(self) -> None:
         await asyncio.to_thread(self.index.refresh)
-        report = await asyncio.to_thread(variance_report, self.index.groups())
+        report = await asyncio.to_thread(lambda: variance_report(self.index.load_groups()))
         self.report = report
         if self.closing:
             return
@@ -64,7 +70,16 @@ class VarianceScreen(WorkbenchScreen):
             verdict = difficulty(group)
             rows.append((str(group.example_id), reward_text(group.mean), f"{group.std:.3f}",
                          Text(verdict, style=DIFFICULTY_STYLE[verdict])))
-        self.query_one("#variance-table", VirtualTable).set_rows(rows)
+        self.query_one("#variance-table", VirtualTable).set_rows(rows, keys=[str(g.example_id) for g in report.by_variance])
+
+    def action_jump(self) -> None:
+        self.query_one(PromptBar).ask("jump", "example id (Enter to jump)")
+
+    @on(PromptBar.Answered)
+    def _answered(self, event: PromptBar.Answered) -> None:
+        value = event.value.strip()
+        if not self.query_one("#variance-table", VirtualTable).select_key(value):
+            self.notify(f"example {value or '?'} is not in this run", severity="warning")
 
     @staticmethod
     def _shares(report: VarianceReport) -> Text:

@@ -92,8 +92,14 @@ class MessageBlock(Static):
     def __init__(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
         super().__init__(message_body(message), classes=_classes(message, in_prompt))
         self.border_title = message_title(message, tool_names)
-        if in_prompt:
-            self.border_subtitle = "prompt"
+        self.border_subtitle = "prompt" if in_prompt else None
+
+    def show(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
+        """Show another message in this block (see `ConversationView._update_in_place`)."""
+        self.update(message_body(message))
+        self.set_classes(_classes(message, in_prompt))
+        self.border_title = message_title(message, tool_names)
+        self.border_subtitle = "prompt" if in_prompt else None
 
 
 class ThinkingFold(Collapsible):
@@ -131,7 +137,7 @@ class ConversationView(VerticalScroll, can_focus=True):
 
     BINDINGS = [Binding("h", "toggle_thinking", "Thinking")]
 
-    rollout: reactive[Rollout | None] = reactive(None, recompose=True)
+    rollout: reactive[Rollout | None] = reactive(None)
 
     def compose(self) -> ComposeResult:
         rollout = self.rollout
@@ -146,8 +152,27 @@ class ConversationView(VerticalScroll, can_focus=True):
         if not rollout.completion:
             yield Static("(no completion)", classes="empty")
 
-    def watch_rollout(self) -> None:
+    async def watch_rollout(self, rollout: Rollout | None) -> None:
+        if not self._update_in_place(rollout):
+            await self.recompose()
         self.scroll_home(animate=False)
+
+    def _update_in_place(self, rollout: Rollout | None) -> bool:
+        """Show `rollout` in the blocks already mounted when it has the same shape (the common
+        case while scrolling one environment's rollouts: system, user, assistant). Mounting a
+        conversation's widgets anew is what makes a frame slow; updating their text is not."""
+        if rollout is None or not rollout.completion:
+            return False
+        messages = [(m, True) for m in rollout.prompt] + [(m, False) for m in rollout.completion]
+        blocks = list(self.children)
+        if len(blocks) != len(messages) or not all(type(b) is MessageBlock for b in blocks) or any(
+                m.get("reasoning_content") for m, _ in messages):
+            return False
+        names = tool_call_names([m for m, _ in messages])
+        for block, (message, in_prompt) in zip(blocks, messages, strict=True):
+            assert isinstance(block, MessageBlock)
+            block.show(message, in_prompt=in_prompt, tool_names=names)
+        return True
 
     def action_toggle_thinking(self) -> None:
         """Open every fold when any is closed, else close them all."""

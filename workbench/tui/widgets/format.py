@@ -45,3 +45,17 @@ def reward_text(value: float | None) -> Text:
     if value is None:
         return Text("-", style="dim")
     return Text(f"{value:.3f}", style=reward_color(value))
+
+
+def clip_head(text: str, width: int) -> str:
+    """Like `clip`, but a checkpoint label ('<run> step 12', '<run> base') keeps its step, which
+    is what tells two of them apart: the run name is shortened instead."""
+    if len(text) <= width:
+        return text
+    run, sep, tail = text.rpartition(" step ")
+    if not sep:
+        run, sep, tail = text.rpartition(" base")
+    if sep and len(sep) + len(tail) < width - 1:
+        suffix = sep + tail
+        return run[: width - len(suffix) - 1] + "…" + suffix
+    return clip(text, width)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from textual import events
 from textual_plotext import PlotextPlot
+
+from workbench.tui.widgets.format import clip
 
 Line = tuple[str, list[float], list[float]]  # (legend label, steps, values)
 
@@ -18,6 +21,9 @@ class MetricPlot(PlotextPlot):
     def on_mount(self) -> None:
         self._draw()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._draw()  # the title is fitted to the width (plotext drops a title that does not fit)
+
     def show(self, lines: list[Line]) -> None:
         lines = [line for line in lines if line[1]]
         if lines == self.lines:
@@ -32,7 +38,8 @@ class MetricPlot(PlotextPlot):
         if self.lines:
             label, _, values = self.lines[0]
             latest = f" {values[-1]:.4g}"
-        plt.title(f"{self.title}{latest}" if self.lines else f"{self.title} (no data yet)")
+        title = f"{self.title}{latest}" if self.lines else f"{self.title} (no data yet)"
+        plt.title(clip(title, max(self.size.width - 4, 8)) if self.size.width else title)
         for label, steps, values in self.lines:
             marker = "braille" if len(steps) > 1 else "dot"
             plt.plot(steps, values, marker=marker, label=label if len(self.lines) > 1 else None)
