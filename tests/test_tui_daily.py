@@ -249,3 +249,35 @@ async def test_monitor_stop_asks_first(ws):
         await pilot.press("n")  # kept running: nothing was signalled (the run's keepalive pid lives on)
         await wait_for(pilot, lambda: app.screen is monitor)
         assert monitor.run.is_live
+
+
+async def test_keys_and_palette_name_the_table_keys(ws):
+    app = app_for(ws["root"])
+    async with app.run_test(size=SIZE) as pilot:
+        await runs_table(pilot, app)
+        await pilot.press("question_mark")
+        rows = {(key, action, where) for key, action, where in app.screen.rows}
+        assert {("o", "Sort by next column", "table"), ("O", "Reverse sort", "table"), ("g", "First row", "table"),
+                ("G", "Last row", "table")} <= rows
+        await pilot.press("escape")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Sort by next column" in titles and len(titles) == len(set(titles))
+
+
+async def test_long_log_lines_scroll_sideways_at_80x24(workspace: Path):
+    run = make_train_run(workspace, steps=2, status="finished")
+    tail = "the end of a very long line"
+    with (run / "run.log").open("a") as f:
+        f.write("2026-01-02T03:04:09+00:00 " + "x" * 150 + " " + tail + "\n")
+    app = app_for(workspace)
+    async with app.run_test(size=SIZE) as pilot:
+        table = await runs_table(pilot, app, count=1)
+        table.move_cursor(0)
+        await pilot.press("t")
+        log = app.screen.query_one("LogTail")
+        await wait_for(pilot, lambda: log.line_count == 4)
+        assert tail not in text_of(log) and log.max_scroll_x > 0
+        await pilot.press("end")  # the newest line, and along it with the arrow keys
+        for _ in range(log.max_scroll_x):
+            await pilot.press("right")
+        assert tail in text_of(log)

@@ -23,7 +23,7 @@ from textual.screen import Screen, ScreenResultCallbackType
 from workbench.tui.data.runs import RunCatalog, RunInfo
 from workbench.tui.launcher import Launcher
 from workbench.tui.screens.confirm import ConfirmScreen
-from workbench.tui.screens.keys import KeysScreen, key_rows, screen_bindings
+from workbench.tui.screens.keys import KeysScreen, key_rows, screen_bindings, table_bindings
 from workbench.tui.screens.runs import RunsScreen
 
 ScreenFactory = Callable[..., Screen[Any]]
@@ -139,7 +139,7 @@ class WorkbenchApp(App[None]):
                 seen.add(command.title)
                 yield command
         actions: set[str] = set()
-        for _, active in screen_bindings(screen):
+        for _, active in [*screen_bindings(screen), *table_bindings(screen)]:
             binding = active.binding
             if (not active.enabled or binding.action in actions or binding.action in ("quit", "palette")
                     or binding.description in seen):

@@ -38,11 +38,32 @@ def screen_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
     return found
 
 
+# A table's keys worth naming (cursor moves by arrow keys need no introduction).
+TABLE_ACTIONS = {"sort", "reverse_sort", "first", "last"}
+
+
+def table_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
+    """(key, binding) of the focused table's own keys: sort, reverse sort, first and last row."""
+    focused = screen.focused
+    if focused is None:
+        return []
+    found: dict[str, tuple[str, ActiveBinding]] = {}  # by action: its shortest key (g, not home)
+    for key, bindings in focused._bindings.key_to_bindings.items():
+        for binding in bindings:
+            if binding.description and binding.action in TABLE_ACTIONS and (
+                    binding.action not in found or len(key) < len(found[binding.action][0])):
+                found[binding.action] = (key, ActiveBinding(focused, binding, True, binding.tooltip))
+    return list(found.values())
+
+
 def key_rows(screen: Screen, key_display: Callable[[Binding], str]) -> list[tuple[str, str, str]]:
-    """(key, what it does, where) for each described key of `screen`, screen keys first."""
+    """(key, what it does, where) for each described key of `screen`, screen keys first, then
+    the focused table's, then the global ones."""
+    order = {"screen": 0, "table": 1, "global": 2}
     rows = [(key_display(active.binding), active.binding.description, "global" if active.node is screen.app else "screen")
             for _, active in screen_bindings(screen)]
-    return sorted(rows, key=lambda row: row[2] == "global")
+    rows += [(key_display(active.binding), active.binding.description, "table") for _, active in table_bindings(screen)]
+    return sorted(rows, key=lambda row: order[row[2]])
 
 
 class KeysScreen(ModalScreen[None]):
