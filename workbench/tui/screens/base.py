@@ -58,6 +58,21 @@ class WorkbenchScreen(Screen[object]):
         (Textual's `display` is false for a node that is closing, closed or being pruned.)"""
         return not self.display
 
+    def confirm_stop(self, pid: int, what: str, *, consequence: str = "It saves what it finished.",
+                     stopping: str = "sent Ctrl-C: the run saves what it finished and stops") -> None:
+        """Ask "Stop <what> (pid N)? <consequence>" and, on yes, Ctrl-C the run (`x` on every screen)."""
+
+        def answered(yes: object) -> None:
+            if yes is not True:
+                return
+            if self.wb.launcher.stop(pid):
+                self.notify(stopping, title="stopping")
+            else:
+                self.notify("the process is already gone", severity="warning")
+
+        self.open("confirm", f"Stop {what} (pid {pid})? {consequence}", title="Stop run", yes="Stop", no="Keep running",
+                  callback=answered)
+
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1 and self is not self.app.screen_stack[0]:
             self.dismiss(None)

@@ -61,14 +61,4 @@ class LogScreen(WorkbenchScreen):
         if not pid or not pid_alive(pid):
             self.notify("not running", severity="warning")
             return
-
-        def answered(yes: object) -> None:
-            if yes is not True:
-                return
-            if self.wb.launcher.stop(pid):
-                self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")
-            else:
-                self.notify("the process is already gone", severity="warning")
-
-        self.open("confirm", f"Stop {self.label} (pid {pid})? It saves what it finished.", title="Stop run",
-                  yes="Stop", no="Keep running", callback=answered)
+        self.confirm_stop(pid, self.label)

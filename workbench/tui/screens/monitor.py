@@ -211,10 +211,5 @@ class TrainMonitorScreen(WorkbenchScreen):
         if not self.run.is_live or not pid:
             self.notify(f"not running ({self.run.status})", severity="warning")
             return
-
-        def answered(yes: object) -> None:
-            if yes is True and self.wb.launcher.stop(pid):
-                self.notify("sent Ctrl-C: training finishes this step, writes a checkpoint and stops", title="stopping")
-
-        self.open("confirm", f"Stop training {self.run.env} (pid {pid})? It finishes this step and writes a checkpoint.",
-                  title="Stop run", yes="Stop", no="Keep running", callback=answered)
+        self.confirm_stop(pid, f"training {self.run.env}", consequence="It finishes this step and writes a checkpoint.",
+                          stopping="sent Ctrl-C: training finishes this step, writes a checkpoint and stops")

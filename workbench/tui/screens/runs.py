@@ -201,17 +201,7 @@ class RunsScreen(WorkbenchScreen):
         if not run.is_live or not pid:
             self.notify(f"not running ({run.status})", severity="warning")
             return
-
-        def answered(yes: object) -> None:
-            if yes is not True:
-                return
-            if self.wb.launcher.stop(pid):
-                self.notify("sent Ctrl-C: the run saves what it finished and stops", title="stopping")
-            else:
-                self.notify("the process is already gone", severity="warning")
-
-        self.open("confirm", f"Stop {run.kind} {run.env} (pid {pid})? It saves what it finished.", title="Stop run",
-                  yes="Stop", no="Keep running", callback=answered)
+        self.confirm_stop(pid, f"{run.kind} {run.env}")
 
     # ----- marks and compare --------------------------------------------------------------
     def action_mark(self) -> None:
