@@ -149,6 +149,112 @@ def print_summary(result: GepaResult, config: Any) -> None:
         table.add_row("error", f"[red]{escape(result.error)}[/]")
     console.print(table)
     console.print(Panel(escape(result.best_prompt), title="best prompt", title_align="left"))
-    console.print(f"[dim]saved to {result.run_dir}[/]")
-    console.print(f"[dim]check the gain: workbench eval run {config.env_id} -m {config.model} "
-                  f"-a '{{\"system_prompt\": <the text of best_prompt.txt>}}'[/]")
+    console.print(f"[dim]saved to {result.run_dir}[/]", soft_wrap=True)
+    console.print(f"[dim]check the gain on held-out examples: workbench gepa verify {result.run_dir}[/]", soft_wrap=True)
+    console.print(f"[dim]make it the environment's default: workbench gepa apply {result.run_dir}[/]", soft_wrap=True)
+
+
+RunArg = Annotated[str, typer.Argument(help="A GEPA run: its folder, or its run id.", show_default=False)]
+
+
+def _load_run(run: str) -> tuple[Any, Any, str]:
+    """(run folder, its metadata, its best prompt) of a finished or stopped GEPA run."""
+    from workbench.gepa.service import find_gepa_run
+    from workbench.store.runs import GepaRun, read_run_metadata
+
+    run_dir = find_gepa_run(run, None)
+    try:
+        meta = read_run_metadata(run_dir, "gepa")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {run_dir}/metadata.json: {exc}") from exc
+    best_file = run_dir / "best_prompt.txt"
+    if not isinstance(meta, GepaRun) or not best_file.is_file():
+        raise UserError(f"{run_dir} has no best_prompt.txt yet (the run scored no candidate)")
+    return run_dir, meta, best_file.read_text(encoding="utf-8").rstrip("\n")
+
+
+@app.command("apply")
+def apply(run: RunArg) -> None:
+    """Make a run's best prompt the environment's default system prompt, so `eval run ENV` (with
+    no -a) uses it. Rewrites only the default (`DEFAULT_SYSTEM_PROMPT = ...` or what
+    load_environment's `system_prompt` defaults to) in the workspace's environment file; for an
+    installed or bundled environment it prints the -a form to use instead.
+
+    Example:
+
+      workbench gepa apply environments/reverse_text/outputs/gepa/<env>--<model>/<run_id>
+    """
+    import json
+    import shlex
+
+    from rich.markup import escape
+
+    from workbench.cli.render import console
+    from workbench.gepa.apply import apply_prompt
+
+    _, meta, best = _load_run(run)
+    applied = apply_prompt(meta.env_id, best)
+    if applied.path is None:
+        console.print(f"[yellow]not written: {escape(applied.reason)}[/]; use the prompt with -a:", soft_wrap=True)
+        console.print(f"workbench eval run {meta.env_id} -m {meta.model} -a "
+                      f"{escape(shlex.quote(json.dumps({'system_prompt': best})))}", soft_wrap=True, highlight=False)
+        return
+    if applied.previous == best:
+        console.print(f"{applied.target} in {applied.path} already is this prompt", soft_wrap=True)
+        return
+    console.print(f"[green]wrote the best prompt to {applied.target} in {applied.path}[/]", soft_wrap=True)
+    if applied.previous is not None:
+        console.print(f"[dim]it replaced:[/] {escape(applied.previous)}", soft_wrap=True, highlight=False)
+    console.print(f"[dim]now `workbench eval run {meta.env_id} -m {meta.model}` uses it[/]", soft_wrap=True)
+
+
+@app.command("verify")
+def verify(
+    run: RunArg,
+    num_examples: Annotated[int, typer.Option("--num-examples", "-n", help="Held-out examples (eval split rows the run never used).")] = 20,
+    rollouts: Annotated[int, typer.Option("--rollouts-per-example", "-r", help="Rollouts per example.")] = 2,
+    model: o.Model = None,
+    api_base_url: o.BaseUrl = None,
+    api_key_var: o.ApiKeyVar = None,
+    max_concurrent: o.MaxConcurrent = None,
+) -> None:
+    """Evaluate the seed prompt and the best prompt of a GEPA run on held-out examples (eval rows
+    past the ones the run validated on), same examples and seed, and print the difference with
+    a 95% confidence interval (paired bootstrap over examples). The two evaluations are ordinary
+    eval runs: open them side by side with Compare in `workbench tui`.
+
+    Example:
+
+      workbench gepa verify environments/reverse_text/outputs/gepa/<env>--<model>/<run_id> -n 50
+    """
+    from workbench.cli.embedded import ensure_embedded_model
+    from workbench.cli.render import RichReporter, console
+    from workbench.envs.loader import load_environment
+    from workbench.evaluate.config import EvalConfig
+    from workbench.evaluate.prompts import compare_prompts
+    from workbench.gepa.config import GepaConfig
+    from workbench.gepa.heldout import held_out_start
+
+    if num_examples < 1 or rollouts < 1:
+        raise UserError("-n and -r must be at least 1")
+    run_dir, meta, best = _load_run(run)
+    gepa = GepaConfig.model_validate(meta.config)
+    env_args = {k: v for k, v in gepa.env_args.items() if k != "system_prompt"}
+    env = load_environment(gepa.env_id, **env_args)
+    start = held_out_start(meta, env.rows("train"), env.rows("eval"))
+    config = EvalConfig(env_id=gepa.env_id, env_args=env_args, model=model or gepa.model, num_examples=num_examples,
+                        rollouts_per_example=rollouts, example_offset=start,
+                        max_concurrent=max_concurrent or gepa.max_concurrent, max_tokens=gepa.max_tokens,
+                        temperature=gepa.temperature, sampling_args=gepa.sampling_args,
+                        api_base_url=api_base_url or (None if model else gepa.api_base_url),
+                        api_key_var=api_key_var or gepa.api_key_var, endpoints_path=gepa.endpoints_path,
+                        seed=gepa.seed)
+    ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
+    check = compare_prompts(config, (meta.seed_prompt, best), ("seed", "best"), RichReporter())
+    d = check.difference
+    color = {"better": "green", "worse": "red"}.get(d.verdict, "yellow")
+    console.print(f"held-out examples {start}..{start + d.n - 1} of {gepa.env_id} (n={d.n}, r={rollouts}, seed {gepa.seed})",
+                  soft_wrap=True)
+    console.print(f"seed prompt {d.mean_a:.4f} → best prompt {d.mean_b:.4f}: [{color}]{d.diff:+.4f} "
+                  f"(95% CI {d.low:+.4f} to {d.high:+.4f}) · {d.verdict}[/]", soft_wrap=True)
+    console.print(f"[dim]eval runs: {check.runs[0]} (seed), {check.runs[1]} (best)[/]", soft_wrap=True)

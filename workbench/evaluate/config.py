@@ -25,6 +25,7 @@ class EvalConfig(BaseModel):
     env_args: dict[str, Any] = Field(default_factory=dict, description="Arguments for the env's load_environment (-a).")
     model: str = Field("tiny", description="'tiny', a local model folder or checkpoint, a Hugging Face id, an endpoint id, or the served model name with -b (-m).")
     num_examples: int = Field(5, description="Examples from the eval split; -1 for all (-n).")
+    example_offset: int = Field(0, ge=0, description="Skip this many examples at the start of the eval split (held-out checks: `gepa verify` starts past the examples GEPA validated on).")
     rollouts_per_example: int = Field(3, ge=1, description="Rollouts per example; groups give reward variance (-r).")
     max_concurrent: int = Field(32, ge=1, description="Rollouts in flight at once (-c).")
     max_tokens: int | None = Field(None, ge=1, description="Max tokens per model turn (-t).")

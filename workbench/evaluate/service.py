@@ -63,7 +63,9 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
                                             "verbose": config.verbose})
     env = load_environment(config.env_id, **config.env_args)
     sampling = sampling_for(config, env.sampling_args)
-    examples = env.get_examples(config.num_examples, split="eval")
+    examples = env.get_examples(config.num_examples, split="eval", offset=config.example_offset)
+    if not examples:
+        raise UserError(f"environment '{config.env_id}' has no eval examples past the first {config.example_offset}")
     if config.num_examples > len(examples):
         reporter.message(f"the eval split has only {len(examples)} examples; using all of them")
     owns_client = client is None

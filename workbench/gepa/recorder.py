@@ -10,7 +10,6 @@ interrupted run always has them current:
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from workbench.events import Reporter
 from workbench.gepa.adapter import Budget, BudgetSpent, WorkbenchAdapter
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
 from workbench.gepa.reflection import ReflectionEvent
+from workbench.store.files import write_text_atomic
 from workbench.store.runs import RUN_LOG, GepaRun, RunLog, now_iso, write_run_metadata
 from workbench.types import Group
 
@@ -219,13 +219,9 @@ class RunRecorder:
         if snap is not None:
             meta.iterations, meta.seed_score, meta.best_score = snap.iterations, snap.seed_score, snap.best_score
             meta.best_candidate, meta.num_candidates, meta.candidates = snap.best_index, len(snap.candidates), snap.candidates
-            _write_text(self.run_dir / "best_prompt.txt", snap.best_prompt + "\n")
-            _write_text(self.run_dir / "pareto_frontier.jsonl",
+            write_text_atomic(self.run_dir / "best_prompt.txt", snap.best_prompt + "\n")
+            write_text_atomic(self.run_dir / "pareto_frontier.jsonl",
                         "".join(orjson.dumps(row).decode() + "\n" for row in snap.frontier))
         write_run_metadata(self.run_dir, meta)
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

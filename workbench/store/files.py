@@ -1,4 +1,4 @@
-"""Small file helpers: atomic JSON writes and JSON-lines reading that tolerates a torn last line."""
+"""Small file helpers: atomic JSON and text writes and JSON-lines reading that tolerates a torn last line."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write to a temporary file and rename: readers never see a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """The same for text (a prompt, an environment's source)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 

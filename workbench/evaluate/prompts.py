@@ -1,0 +1,42 @@
+"""`compare_prompts`: evaluate one environment with two system prompts on the same examples, same
+seed, and say whether the second is better — the "Verify improvement" step of prompt
+optimization (`workbench gepa verify`), done as two ordinary eval runs (their folders show in
+`eval show` and the TUI, where Compare puts them side by side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.engine.paired import PairedDifference, paired_difference
+from workbench.errors import UserError
+from workbench.evaluate.config import EvalConfig
+from workbench.evaluate.service import run_eval
+from workbench.events import Reporter
+
+SYSTEM_PROMPT_ARG = "system_prompt"  # what a prompt-optimizable env's load_environment takes
+
+
+@dataclass(frozen=True)
+class PromptCheck:
+    labels: tuple[str, str]
+    runs: tuple[Path, Path]  # the two eval run folders
+    difference: PairedDifference
+
+
+def compare_prompts(config: EvalConfig, prompts: tuple[str, str], labels: tuple[str, str],
+                    reporter: Reporter) -> PromptCheck:
+    """Evaluate `config` with each prompt as the env's `system_prompt` (A first), then the paired
+    difference of B over A. A run that did not finish (Ctrl-C, a server that went away) is no
+    result: UserError names its folder."""
+    runs, means = [], []
+    for prompt, label in zip(prompts, labels, strict=True):
+        reporter.message(f"evaluating the {label} prompt on {config.num_examples} examples "
+                         f"(from example {config.example_offset})")
+        result = run_eval(config.model_copy(update={"env_args": {**config.env_args, SYSTEM_PROMPT_ARG: prompt}}), reporter)
+        if result.status != "finished":
+            raise UserError(f"the {label} prompt's evaluation {result.status}: {result.run_dir}")
+        runs.append(result.run_dir)
+        means.append({g.example_id: g.mean for g in result.groups})
+    return PromptCheck(labels, (runs[0], runs[1]), paired_difference(means[0], means[1], seed=config.seed or 0))
