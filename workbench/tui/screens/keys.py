@@ -9,8 +9,11 @@ from textual.app import ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
+from workbench.tui.widgets.virtual_table import VirtualTable
+
+KEY_COLUMNS = (("key", 9), ("action", 44), ("where", 6))
 # Textual's own screen bindings that say nothing about this app.
 HIDDEN_ACTIONS = {"screen.copy_text", "screen.maximize", "screen.minimize", "command_palette"}
 
@@ -79,16 +82,16 @@ class KeysScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="keys-box") as box:
             box.border_title = f"Keys · {self.title_text}"
-            table: DataTable = DataTable(id="keys-table", cursor_type="row", zebra_stripes=True)
-            yield table
+            yield VirtualTable(KEY_COLUMNS, id="keys-table", open_label="Close")
             yield Static("ctrl+p or : command palette (every action by name) · escape: close", classes="hint")
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("key", "action", "where")
-        for row in self.rows:
-            table.add_row(*row)
+        table = self.query_one(VirtualTable)
+        table.set_rows(self.rows)
         table.focus()
+
+    def on_virtual_table_selected(self) -> None:
+        self.dismiss(None)
 
     def action_close(self) -> None:
         self.dismiss(None)
