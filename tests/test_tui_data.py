@@ -218,3 +218,17 @@ def test_tui_never_imports_torch():
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
     assert result.returncode == 0, result.stderr
+
+
+def test_index_reads_in_chunks_smaller_than_a_line(varied_run: Path, monkeypatch: pytest.MonkeyPatch):
+    """Memory stays bounded by reading a chunk at a time; a line longer than a chunk is still read whole."""
+    import workbench.tui.data.rollout_index as rollout_index
+
+    monkeypatch.setattr(rollout_index, "CHUNK", 100)  # far shorter than one record
+    index = RolloutIndex(varied_run / "results.jsonl")
+    assert index.refresh()
+    reference = {g.example_id: g for g in read_groups(varied_run)}
+    assert len(index) == sum(len(g.rollouts) for g in reference.values())
+    assert [g.mean for g in index.groups()] == pytest.approx([reference[i].mean for i in sorted(reference)])
+    word = index.load(5, 0).prompt[-1]["content"]
+    assert 5 in index.search(word.upper())
