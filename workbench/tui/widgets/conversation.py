@@ -164,13 +164,12 @@ class ConversationView(VerticalScroll, can_focus=True):
         if rollout is None or not rollout.completion:
             return False
         messages = [(m, True) for m in rollout.prompt] + [(m, False) for m in rollout.completion]
-        blocks = list(self.children)
-        if len(blocks) != len(messages) or not all(type(b) is MessageBlock for b in blocks) or any(
+        blocks = [child for child in self.children if type(child) is MessageBlock]
+        if len(blocks) != len(self.children) or len(blocks) != len(messages) or any(
                 m.get("reasoning_content") for m, _ in messages):
             return False
         names = tool_call_names([m for m, _ in messages])
         for block, (message, in_prompt) in zip(blocks, messages, strict=True):
-            assert isinstance(block, MessageBlock)
             block.show(message, in_prompt=in_prompt, tool_names=names)
         return True
 
