@@ -281,3 +281,20 @@ async def test_long_log_lines_scroll_sideways_at_80x24(workspace: Path):
         for _ in range(log.max_scroll_x):
             await pilot.press("right")
         assert tail in text_of(log)
+
+
+async def test_a_held_key_moves_at_once_and_the_conversation_follows_where_it_stops(ws):
+    """Repeated keys only move the cursor; the conversation is drawn once they pause, and it is
+    the rollout the cursor stopped on (never a stale one)."""
+    from textual import events
+
+    app = app_for(ws["root"])
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_rollouts(pilot, app, ws["varied"])
+        table = screen.query_one(GroupsTable)
+        view = screen.query_one(ConversationView)
+        for _ in range(7):  # what a terminal sends while j is held: repeats queued faster than frames
+            app.post_message(events.Key("j", "j"))
+        await wait_for(pilot, lambda: table.cursor_row == 7)
+        await wait_for(pilot, lambda: view.rollout is screen.rollout and screen.rollout.example_id == 7)
+        assert "example 7 · rollout 1/4" in text_of(screen.query_one("#breakdown"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +31,11 @@ from workbench.tui.widgets.format import num
 from workbench.tui.widgets.groups_table import GroupsTable
 from workbench.tui.widgets.prompt_bar import PromptBar
 from workbench.types import Rollout
+
+# While the cursor runs down the groups (a held key repeats every ~30 ms), the conversation is
+# drawn once the keys pause this long: laying out a conversation is what makes a frame slow,
+# the table line alone is cheap. A single move draws at once.
+SETTLE_S = 0.06
 
 
 class RolloutsScreen(WorkbenchScreen):
@@ -67,6 +73,8 @@ class RolloutsScreen(WorkbenchScreen):
         self._lock = asyncio.Lock()
         self._shown = 0
         self._live: Timer | None = None
+        self._moved_at = 0.0  # when the cursor last moved to another group (time.monotonic)
+        self._settle: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="rollouts-title", classes="screen-title")
@@ -148,7 +156,7 @@ class RolloutsScreen(WorkbenchScreen):
             self.position = 0
         self.position = min(self.position, event.group.size - 1)
         if not same or self.rollout is None:
-            self._show_rollout()
+            self._show_rollout(moving=True)
 
     @on(GroupsTable.Chosen)
     def _group_chosen(self, event: GroupsTable.Chosen) -> None:
@@ -166,13 +174,30 @@ class RolloutsScreen(WorkbenchScreen):
         title = f"{self.run.kind} · {self.run.env} · {self.run.model_label} · {self.label}" if self.run else self.label
         self.open("group", self.index, group.example_id, title=title, position=self.position, callback=chosen)
 
-    def _show_rollout(self) -> None:
+    def _show_rollout(self, moving: bool = False) -> None:
+        """Show the group's rollout at `position`; `moving` (the cursor just moved to this group):
+        when it had moved a moment before too, draw once the keys pause (SETTLE_S)."""
         group = self.group
         if group is None or not group.size:
             return
         self.rollout = self.index.load(group.example_id, self.index.rollout_index_at(group, self.position))
-        self.query_one(RewardBreakdown).show(self.rollout, group.size)
-        self.query_one(ConversationView).rollout = self.rollout
+        if self._settle is not None:
+            self._settle.stop()
+            self._settle = None
+        now = time.monotonic()
+        rapid = moving and now - self._moved_at < SETTLE_S
+        if moving:
+            self._moved_at = now
+        if rapid:
+            self._settle = self.set_timer(SETTLE_S, self._draw_rollout)
+        else:
+            self._draw_rollout()
+
+    def _draw_rollout(self) -> None:
+        self._settle = None
+        if self.rollout is not None and self.group is not None and not self.closing:
+            self.query_one(RewardBreakdown).show(self.rollout, self.group.size)
+            self.query_one(ConversationView).rollout = self.rollout
 
     def action_rollout(self, step: int) -> None:
         if self.group is None:
