@@ -87,20 +87,25 @@ async def time_open(root: Path, run_dir: Path, scroll: int = 0) -> tuple[float, 
         await pilot.pause()  # one more frame: the conversation is laid out
         opened = time.perf_counter() - started
         frames = []
+        from textual import events
+
+        from workbench.tui.widgets.conversation import ConversationView
+        from workbench.tui.widgets.groups_table import GroupsTable
+
+        table = screen.query_one(GroupsTable)
         for _ in range(scroll):
-            before = time.perf_counter()
-            await pilot.press("j")
+            # One key, as a terminal delivers it (Pilot.press adds ~80 ms of its own waiting), until
+            # it is handled, the conversation updated and the app idle again.
+            before, row = time.perf_counter(), table.cursor_row
+            app.post_message(events.Key("j", "j"))
+            while table.cursor_row == row:
+                await asyncio.sleep(0.0005)
             await pilot.pause()
             frames.append(time.perf_counter() - before)
+            await asyncio.sleep(SETTLE_MS / 1000 + 0.01)  # spaced presses: each one draws its conversation
         if scroll:
-            from textual import events
-
-            from workbench.tui.widgets.conversation import ConversationView
-            from workbench.tui.widgets.groups_table import GroupsTable
-
             # A held key: the terminal repeats it (~30 Hz) whatever the app is doing, so the events
             # queue up while a frame is slow. Post them all at once, then time until all are handled.
-            table = screen.query_one(GroupsTable)
             target = table.cursor_row + HELD_KEYS
             before = time.perf_counter()
             for _ in range(HELD_KEYS):
