@@ -289,13 +289,14 @@ class Launcher:
             return "stopped", None
         return "failed", launch.error or f"exited with code {code}"
 
-    def pending_rows(self, runs: list[RunInfo]) -> list[RunInfo]:
+    def pending_rows(self, runs: list[RunInfo], every: list[Launch] | None = None) -> list[RunInfo]:
         """Rows for launches whose run folder has not appeared: still starting, or ended without one
         (this session's, whatever the outcome; earlier sessions' when they failed — a config error
-        stays listed, with its error, until its record is deleted), so a launch shows up at once."""
+        stays listed, with its error, until its record is deleted), so a launch shows up at once.
+        `every`: the launch records when the caller has read them already (`_all`)."""
         run_pids = {r.pid for r in runs if r.pid}
         rows = []
-        for launch in self._all():
+        for launch in self._all() if every is None else every:
             if launch.pid in run_pids:
                 continue
             status, error = self.status_of(launch)
@@ -314,14 +315,16 @@ class Launcher:
         launches. A launched run is placed by its launch time, so when its folder appears its row
         takes the place of the pending row it replaces instead of jumping to wherever its own
         start time (seconds later, after loading) would sort it."""
-        launched = {launch.pid: parse_time(launch.started_at) for launch in self.launches()}
+        every = self._all()  # read the records once per refresh (this runs every second)
+        launched = {launch.pid: parse_time(launch.started_at) for launch in every
+                    if launch.id in self._session or self.is_running(launch)}  # = self.launches()
 
         def when(run: RunInfo) -> float:
             stamp = launched.get(run.pid) if run.pid and not run.is_launch else None
             stamp = stamp or run.created_at
             return stamp.timestamp() if stamp else 0.0
 
-        return sorted([*self.pending_rows(runs), *runs], key=lambda run: (when(run), run.run_id), reverse=True)
+        return sorted([*self.pending_rows(runs, every), *runs], key=lambda run: (when(run), run.run_id), reverse=True)
 
     def live_count(self, runs: list[RunInfo]) -> int:
         """How many runs are going: children of this session still alive, and runs in the workspace

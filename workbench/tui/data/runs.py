@@ -167,6 +167,8 @@ class RunCatalog:
         for run in runs:
             if run.kind == "train":
                 labels.update(self.sweep_labels(run.path))
+        if not labels:  # no sweeps: nothing to resolve (this runs every second)
+            return
         for run in runs:
             if run.kind == "eval":
                 label = labels.get(run.path.resolve())
