@@ -67,8 +67,8 @@ class Reflection:
         return [Completion(message={"role": "assistant", "content": reply}, finish_reason="stop")]
 
 
-def workbench(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
+def workbench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}, **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -177,9 +177,10 @@ def test_a_gepa_evaluation_that_lost_rollouts_to_the_server_is_not_scored():
     the iteration and goes on) and its metric calls are given back to the budget."""
     from tests.servers import ScriptedBackend
     from workbench.engine import RetryPolicy
-    from workbench.gepa.adapter import Budget, DataItem, ServerFailures, WorkbenchAdapter
+    from workbench.gepa.adapter import WorkbenchAdapter
     from workbench.gepa.bridge import AsyncBridge
     from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
+    from workbench.gepa.scoring import Budget, CandidateScorer, DataItem, ServerFailures
     from workbench.types import Completion
 
     envs = PromptedEnvs("reverse-text", {})
@@ -195,8 +196,8 @@ def test_a_gepa_evaluation_that_lost_rollouts_to_the_server_is_not_scored():
 
     budget = Budget(20)
     with AsyncBridge() as bridge:
-        adapter = WorkbenchAdapter(envs, ScriptedBackend(script), bridge, SamplingParams(), budget=budget,
-                                   max_concurrent=1, retry=RetryPolicy(max_attempts=2, base_delay_s=0.001))
+        adapter = WorkbenchAdapter(CandidateScorer(envs, ScriptedBackend(script), bridge, SamplingParams(), budget=budget,
+                                                   max_concurrent=1, retry=RetryPolicy(max_attempts=2, base_delay_s=0.001)))
         batch = [DataItem("train", i) for i in range(3)]
         with pytest.raises(ServerFailures, match="1 of 3 rollouts failed on the model server"):
             adapter.evaluate(batch, {SYSTEM_PROMPT_COMPONENT: envs.seed_prompt})

@@ -28,6 +28,13 @@ TINY_DEMO_SHARES = {"reverse_text": 0.85, "alphabet_sort": 0.15}
 # is a prompt-independent skill RL picks up in minutes on a CPU and that carries over to
 # held-out prompts (on top of sharpening the reversals themselves). 0 = always formatted.
 TINY_UNFORMATTED_SHARES = {"reverse_text": 0.5}
+# Share of each env's demonstrations that open with 1-3 solved examples as earlier turns
+# (few-shot, as verifiers' `few_shot` renders them), always formatted. Without them the model
+# has never seen a second assistant turn in this env and answers any few-shot prompt with a
+# closing tag; with them it learns to copy the format the examples show, so prompt optimizers
+# that pick demonstrations (DSPy's bootstrap / MIPROv2) have something to find.
+TINY_FEW_SHOT_SHARES = {"reverse_text": 0.2}
+TINY_MAX_SHOTS = 3
 # tiny-qwen learns formats, not tasks: always formatted, with a short thinking block in most
 # assistant turns, and math-python's reference tool calls so it emits <tool_call> too.
 TINY_QWEN_DEMO_SHARES = {"reverse_text": 0.5, "alphabet_sort": 0.15, "math_python": 0.35}
@@ -99,9 +106,17 @@ def tiny_demonstrations(total: int) -> list[list[dict]]:
         count = int(total * share)
         env = _bundled_env(name, count)
         unformatted = TINY_UNFORMATTED_SHARES.get(name, 0.0)
+        few_shot = TINY_FEW_SHOT_SHARES.get(name, 0.0)
         pick = random.Random(name)
-        for example in env.get_examples(count, split="train"):
+        examples = env.get_examples(count, split="train")
+        for example in examples:
             reference = env.reference_completion(example)
+            if pick.random() < few_shot:
+                k = pick.randint(1, TINY_MAX_SHOTS)
+                shots = [shot for shot in pick.sample(examples, k + 1) if shot is not example][:k]
+                turns = [m for shot in shots for m in (shot.prompt[-1], *env.reference_completion(shot))]
+                demos.append([*example.prompt[:-1], *turns, example.prompt[-1], *reference])
+                continue
             if pick.random() < unformatted:
                 reference = [{"role": "assistant", "content": example.answer}]
             demos.append(example.prompt + reference)

@@ -96,10 +96,12 @@ def load_environment(
     max_turns: int = 3,
     names_per_turn: int = 2,
     system_prompt: str = SYSTEM_PROMPT,
+    few_shot: list[dict] | None = None,
     seed: int = 0,
 ) -> AlphabetSortEnv:
     """min_turns/max_turns: turns per example (uniform); names_per_turn: names added each turn;
-    system_prompt: the instruction (GEPA optimizes it); seed: data seed (eval uses seed+1)."""
+    system_prompt: the instruction (GEPA optimizes it); few_shot: few-shot turns shown before each
+    question, as verifiers' few_shot; seed: data seed (eval uses seed+1)."""
     if not 1 <= min_turns <= max_turns:
         raise ValueError(f"need 1 <= min_turns <= max_turns, got min_turns={min_turns}, max_turns={max_turns}")
     if max_turns * names_per_turn > len(NAMES):
@@ -111,6 +113,7 @@ def load_environment(
         dataset=lambda: make_rows(num_train_examples, seed, min_turns, max_turns, names_per_turn),
         eval_dataset=lambda: make_rows(num_eval_examples, seed + 1, min_turns, max_turns, names_per_turn),
         system_prompt=system_prompt,
+        few_shot=few_shot,
         parser=parser,
         rubric=rubric,
         max_turns=max_turns,

@@ -52,10 +52,12 @@ def load_environment(
     num_eval_examples: int = 200,
     max_words: int = 3,
     system_prompt: str = SYSTEM_PROMPT,
+    few_shot: list[dict] | None = None,
     seed: int = 0,
 ) -> ReverseTextEnv:
     """num_train_examples/num_eval_examples: split sizes; max_words: phrase length (1..max_words
-    words); system_prompt: the instruction (GEPA optimizes it); seed: data seed (eval uses seed+1)."""
+    words); system_prompt: the instruction (GEPA optimizes it); few_shot: few-shot turns shown
+    before each question, as verifiers' few_shot; seed: data seed (eval uses seed+1)."""
     parser = XMLParser(["reversed_text"], answer_field="reversed_text")
     format_reward = parser.get_format_reward_func()
     rubric = Rubric([lcs_reward, format_reward], weights=[1.0, 0.0], parser=parser)
@@ -63,6 +65,7 @@ def load_environment(
         dataset=lambda: make_rows(num_train_examples, seed, max_words),
         eval_dataset=lambda: make_rows(num_eval_examples, seed + 1, max_words),
         system_prompt=system_prompt,
+        few_shot=few_shot,
         parser=parser,
         rubric=rubric,
     )

@@ -26,6 +26,7 @@ ReflectionKeyVar = Annotated[str | None, typer.Option("--reflection-api-key-var"
 ReflectionSampling = Annotated[str | None, typer.Option("--reflection-sampling-args", help='Reflection sampling settings as JSON, e.g. \'{"temperature": 0.7}\'. \\[default: max_tokens 2048]', show_default=False)]
 OutputDir = Annotated[str | None, typer.Option("--output-dir", "-o", help="Run folder to write. \\[default: environments/<env>/outputs/gepa/<env>--<model>/<run_id>]", show_default=False)]
 Resume = Annotated[str | None, typer.Option("--resume", "-R", help="Continue an interrupted run: its folder, or 'latest' for this env and model. -B raises its budget.", show_default=False)]
+Optimizer = Annotated[str | None, typer.Option("--optimizer", help="gepa (reflection + Pareto frontier), or DSPy's miprov2 (instructions proposed by -M + few-shot demos, Bayesian search) or bootstrap (few-shot demos from the model's own good rollouts, random search); the DSPy ones need pip install -e '.[dspy]'. \\[default: gepa]", show_default=False)]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
 
 
@@ -33,6 +34,7 @@ DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan
 def run(
     target: Annotated[str | None, typer.Argument(help="An environment id (reverse-text, owner/name) or a GEPA config .toml.", show_default=False)] = None,
     model: o.Model = None,
+    optimizer: Optimizer = None,
     reflection_model: ReflectionModel = None,
     max_calls: MaxCalls = None,
     num_train: NumTrain = None,
@@ -69,13 +71,15 @@ def run(
 
       workbench gepa run wordle -m MODEL -M REFLECTION_MODEL -B 1000 -n 200 -N 100
 
+      workbench gepa run reverse-text --optimizer bootstrap -B 300 -n 40 -N 32
+
       workbench gepa run configs/gepa/my-env.toml --dry-run
 
       workbench gepa run --resume environments/reverse_text/outputs/gepa/<env>--<model>/<run_id>
     """
     from workbench.gepa.config import GepaConfig
 
-    flags = o.given(model=model, reflection_model=reflection_model, max_calls=max_calls, num_train=num_train,
+    flags = o.given(model=model, optimizer=optimizer, reflection_model=reflection_model, max_calls=max_calls, num_train=num_train,
                     num_val=num_val, minibatch_size=minibatch_size, perfect_score=perfect_score,
                     max_concurrent=max_concurrent, max_tokens=max_tokens, temperature=temperature,
                     api_base_url=api_base_url, api_key_var=api_key_var, endpoints_path=endpoints_path,
@@ -131,7 +135,7 @@ def print_summary(result: GepaResult, config: Any) -> None:
     def score(value: float | None) -> str:
         return "-" if value is None else f"{value:.4f}"
 
-    table = Table(title=f"gepa · {config.env_id} · {config.model} · {result.status}", show_header=False,
+    table = Table(title=f"{result.optimizer} · {config.env_id} · {config.model} · {result.status}", show_header=False,
                   title_justify="left", box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -142,13 +146,20 @@ def print_summary(result: GepaResult, config: Any) -> None:
     table.add_row("validation score", f"seed {score(result.seed_score)} → best {score(result.best_score)}{gain}")
     table.add_row("metric calls", f"{result.metric_calls_used} of {result.max_calls}")
     accepted = max(result.num_candidates - 1, 0)
-    table.add_row("candidates", f"the seed + {accepted} accepted, over {result.iterations} iterations")
+    if result.optimizer == "gepa":
+        table.add_row("candidates", f"the seed + {accepted} accepted, over {result.iterations} iterations")
+    else:
+        table.add_row("candidates", f"the seed + {accepted} more, each scored on the validation set")
     if result.stopped_early:
         table.add_row("stopped early", result.stopped_early)
     if result.error:
         table.add_row("error", f"[red]{escape(result.error)}[/]")
     console.print(table)
     console.print(Panel(escape(result.best_prompt), title="best prompt", title_align="left"))
+    if result.best_few_shot:
+        turns = "\n".join(f"[bold]{m.get('role')}[/]: {escape(str(m.get('content') or ''))}" for m in result.best_few_shot)
+        console.print(Panel(turns, title=f"few-shot turns before each question ({len(result.best_few_shot)} messages, "
+                            "best_few_shot.json)", title_align="left"))
     console.print(f"[dim]saved to {result.run_dir}[/]", soft_wrap=True)
     console.print(f"[dim]check the gain on held-out examples: workbench gepa verify {result.run_dir}[/]", soft_wrap=True)
     console.print(f"[dim]make it the environment's default: workbench gepa apply {result.run_dir}[/]", soft_wrap=True)
@@ -177,35 +188,81 @@ def _load_run(run: str) -> tuple[Any, Any, str]:
 def apply(run: RunArg) -> None:
     """Make a run's best prompt the environment's default system prompt, so `eval run ENV` (with
     no -a) uses it. Rewrites only the default (`DEFAULT_SYSTEM_PROMPT = ...` or what
-    load_environment's `system_prompt` defaults to) in the workspace's environment file; for an
+    load_environment's `system_prompt` defaults to) in the workspace's environment file; for a
+    DSPy run whose demonstrations are few-shot turns, the default of `few_shot` too. For an
     installed or bundled environment it prints the -a form to use instead.
 
     Example:
 
       workbench gepa apply environments/reverse_text/outputs/gepa/<env>--<model>/<run_id>
     """
+    from rich.markup import escape
+
+    from workbench.cli.render import console
+    from workbench.gepa.apply import apply_defaults
+
+    run_dir, meta, best = _load_run(run)
+    args = _candidate_args(best, _best_few_shot(run_dir, meta) or None)
+    applied = apply_defaults(meta.env_id, args)
+    if applied[0].path is None:
+        console.print(f"[yellow]not written: {escape(applied[0].reason)}[/]; use the "
+                      f"{'prompt' if len(args) == 1 else 'prompt and few-shot turns'} with -a:", soft_wrap=True)
+        console.print(_eval_command(meta, args), soft_wrap=True, highlight=False)
+        return
+    path = applied[0].path
+    if not any(a.changed for a in applied):
+        what = "this prompt" if len(args) == 1 else "this prompt and these few-shot turns"
+        console.print(f"{' and '.join(a.target for a in applied)} in {path} already {'is' if len(args) == 1 else 'hold'} "
+                      f"{what}", soft_wrap=True)
+        return
+    for a in applied:
+        if not a.changed:
+            console.print(f"[dim]{a.target} in {path} already is the best one[/]", soft_wrap=True)
+        elif a.arg == "few_shot":
+            console.print(f"[green]wrote the best few-shot turns ({len(args['few_shot'])} messages) to {a.target} in "
+                          f"{path}[/]", soft_wrap=True)
+        else:
+            console.print(f"[green]wrote the best prompt to {a.target} in {path}[/]", soft_wrap=True)
+            if isinstance(a.previous, str):
+                console.print(f"[dim]it replaced:[/] {escape(a.previous)}", soft_wrap=True, highlight=False)
+    console.print(f"[dim]now `workbench eval run {meta.env_id} -m {meta.model}` uses "
+                  f"{'it' if len(args) == 1 else 'them'}[/]", soft_wrap=True)
+
+
+def _best_few_shot(run_dir: Any, meta: Any) -> list[dict[str, Any]] | None:
+    """The best candidate's few-shot turns when the run shows demonstrations as turns (DSPy runs
+    with demos_as 'turns'), else None: GEPA runs and 'system' runs carry everything in the prompt.
+    best_few_shot.json is read first (it sits beside best_prompt.txt), else the metadata's copy."""
+    import json
+
+    if getattr(meta, "demos_as", None) != "turns":
+        return None
+    path = run_dir / "best_few_shot.json"
+    if not path.is_file():
+        return list(meta.best_few_shot)
+    try:
+        turns = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(turns, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in turns):
+        raise UserError(f"{path} is not a list of chat messages ({{\"role\": ..., \"content\": ...}})")
+    return turns
+
+
+def _candidate_args(prompt: str, few_shot: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The env arguments that make a candidate: its system prompt, and its few-shot turns when
+    the run has them (None: a run without turns, whose env may not take `few_shot` at all)."""
+    return {"system_prompt": prompt} if few_shot is None else {"system_prompt": prompt, "few_shot": few_shot}
+
+
+def _eval_command(meta: Any, env_args: dict[str, Any]) -> str:
+    """`workbench eval run ENV -m MODEL -a '{...}'`, shell-quoted and markup-escaped."""
     import json
     import shlex
 
     from rich.markup import escape
 
-    from workbench.cli.render import console
-    from workbench.gepa.apply import apply_prompt
-
-    _, meta, best = _load_run(run)
-    applied = apply_prompt(meta.env_id, best)
-    if applied.path is None:
-        console.print(f"[yellow]not written: {escape(applied.reason)}[/]; use the prompt with -a:", soft_wrap=True)
-        console.print(f"workbench eval run {meta.env_id} -m {meta.model} -a "
-                      f"{escape(shlex.quote(json.dumps({'system_prompt': best})))}", soft_wrap=True, highlight=False)
-        return
-    if applied.previous == best:
-        console.print(f"{applied.target} in {applied.path} already is this prompt", soft_wrap=True)
-        return
-    console.print(f"[green]wrote the best prompt to {applied.target} in {applied.path}[/]", soft_wrap=True)
-    if applied.previous is not None:
-        console.print(f"[dim]it replaced:[/] {escape(applied.previous)}", soft_wrap=True, highlight=False)
-    console.print(f"[dim]now `workbench eval run {meta.env_id} -m {meta.model}` uses it[/]", soft_wrap=True)
+    return f"workbench eval run {meta.env_id} -m {meta.model} -a {escape(shlex.quote(json.dumps(env_args)))}"
 
 
 @app.command("verify")
@@ -220,8 +277,9 @@ def verify(
 ) -> None:
     """Evaluate the seed prompt and the best prompt of a GEPA run on held-out examples (eval rows
     past the ones the run validated on), same examples and seed, and print the difference with
-    a 95% confidence interval (paired bootstrap over examples). The two evaluations are ordinary
-    eval runs: open them side by side with Compare in `workbench tui`.
+    a 95% confidence interval (paired bootstrap over examples). For a DSPy run with few-shot
+    turns, the best side uses the best candidate's turns and the seed side none. The two
+    evaluations are ordinary eval runs: open them side by side with Compare in `workbench tui`.
 
     Example:
 
@@ -231,15 +289,17 @@ def verify(
     from workbench.cli.render import RichReporter, console
     from workbench.envs.loader import load_environment
     from workbench.evaluate.config import EvalConfig
-    from workbench.evaluate.prompts import compare_prompts
+    from workbench.evaluate.prompts import compare_env_args
     from workbench.gepa.config import GepaConfig
     from workbench.gepa.heldout import held_out_start
 
     if num_examples < 1 or rollouts < 1:
         raise UserError("-n and -r must be at least 1")
     run_dir, meta, best = _load_run(run)
+    few_shot = _best_few_shot(run_dir, meta)
     gepa = GepaConfig.model_validate(meta.config)
-    env_args = {k: v for k, v in gepa.env_args.items() if k != "system_prompt"}
+    # the candidates' own arguments are each side's overlay, not the run's
+    env_args = {k: v for k, v in gepa.env_args.items() if k not in ("system_prompt", "few_shot")}
     env = load_environment(gepa.env_id, **env_args)
     start = held_out_start(meta, env.rows("train"), env.rows("eval"))
     config = EvalConfig(env_id=gepa.env_id, env_args=env_args, model=model or gepa.model, num_examples=num_examples,
@@ -250,7 +310,10 @@ def verify(
                         api_key_var=api_key_var or gepa.api_key_var, endpoints_path=gepa.endpoints_path,
                         seed=gepa.seed)
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
-    check = compare_prompts(config, (meta.seed_prompt, best), ("seed", "best"), RichReporter())
+    # A run with turns passes few_shot on both sides: the seed candidate's is [] (explicitly, so an
+    # env whose default `gepa apply` already set to the best turns still shows the seed without them).
+    seed_args = _candidate_args(meta.seed_prompt, None if few_shot is None else [])
+    check = compare_env_args(config, (seed_args, _candidate_args(best, few_shot)), ("seed", "best"), RichReporter())
     d = check.difference
     color = {"better": "green", "worse": "red"}.get(d.verdict, "yellow")
     console.print(f"held-out examples {start}..{start + d.n - 1} of {gepa.env_id} (n={d.n}, r={rollouts}, seed {gepa.seed})",

@@ -315,18 +315,12 @@ class _Loopback:
         return self._vf_client
 
     async def _start(self) -> Any:
-        from aiohttp import web
         from openai import AsyncOpenAI
         from verifiers import OpenAIChatCompletionsClient
 
-        from workbench.inference.server import create_app
+        from workbench.inference.loopback import serve_loopback
 
-        runner = web.AppRunner(create_app(self, served_model_name=BRIDGE_MODEL), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
+        loopback = await serve_loopback(self, BRIDGE_MODEL)  # type: ignore[arg-type]  # a Client in all but name
         # Retries and timeouts are the engine client's (behind the server): none on this side.
-        native = AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="workbench", max_retries=0,
-                             timeout=24 * 3600.0)
+        native = AsyncOpenAI(base_url=loopback.base_url, api_key="workbench", max_retries=0, timeout=24 * 3600.0)
         return OpenAIChatCompletionsClient(native)

@@ -1,104 +1,49 @@
-"""`WorkbenchAdapter`: the `gepa` library's GEPAAdapter over the shared rollout engine.
+"""`WorkbenchAdapter`: the `gepa` library's GEPAAdapter over the shared scorer (scoring.py).
 
 - A candidate is `{"system_prompt": ...}`; a data instance is a `DataItem` (split + row index).
-- `evaluate` loads the env with the candidate prompt and runs one rollout per example through
-  `run_rollouts` (usual concurrency, retries, errors recorded on the rollout, never raised);
-  an example's score is its rollout's reward.
+- `evaluate` scores the candidate prompt with `CandidateScorer` (one rollout per example through
+  `run_rollouts`, errors recorded on the rollout, never raised); an example's score is its
+  rollout's reward.
 - `make_reflective_dataset` gives the reflection model, per example: the input, the output, the
   expected answer, each reward function's score, the error (if any) and the requested state
   columns.
-- `Budget` counts metric calls exactly as gepa does (one per example evaluated) and refuses an
-  evaluation that would pass `max_calls`: gepa itself only checks its budget between
-  iterations, so without this the last iteration could overshoot by a whole validation pass.
-- A model server's failure is never a score: an evaluation in which any rollout failed on the
-  server (after the retries) raises `ServerFailures` instead (gepa records the iteration as
-  failed and goes on; its calls are not spent), and a server that is gone (`ServerGone`) is kept
-  in `server_gone` so the run stops, resumable, at the end of the iteration.
+- The scorer's `Budget` counts metric calls exactly as gepa does (one per example evaluated).
+  A batch with server failures raises `ServerFailures` (gepa records the iteration as failed
+  and goes on; its calls are not spent); a server that is gone stops the run, resumable, at the
+  end of the iteration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from gepa import EvaluationBatch
 from gepa.core.adapter import ProposalFn
 
-from workbench.engine import RetryPolicy, run_rollouts
-from workbench.engine.retry import Notify
 from workbench.errors import ServerGone
-from workbench.gepa.bridge import AsyncBridge
-from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
-from workbench.inference.client import Client
-from workbench.types import Group, Message, Messages, Rollout, RolloutError, SamplingParams
+from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
+from workbench.gepa.scoring import Budget, BudgetSpent, Candidate, CandidateScorer, DataItem, ServerFailures
+from workbench.types import Message, Messages, Rollout
+
+__all__ = ["Budget", "BudgetSpent", "DataItem", "ServerFailures", "WorkbenchAdapter"]  # re-exported for callers
 
 FIELD_CHARS = 3000  # per reflective-dataset field: enough to judge an answer, bounded for the reflection prompt
 
 
-@dataclass(frozen=True)
-class DataItem:
-    """One example GEPA can ask for: row `index` of the env's `split` ('train' or 'eval')."""
-
-    split: str
-    index: int
-
-
-class BudgetSpent(Exception):
-    """An evaluation would pass the metric-call budget; gepa logs it and the run stops."""
-
-
-class ServerFailures(Exception):
-    """Rollouts of an evaluation failed on the model server: it has no score (see module doc)."""
-
-
-class Budget:
-    """Metric calls used of `max_calls` (one call = one example scored with one candidate)."""
-
-    def __init__(self, max_calls: int, used: int = 0) -> None:
-        self.max_calls = max_calls
-        self.used = used
-        self.exhausted = used >= max_calls
-
-    @property
-    def remaining(self) -> int:
-        return max(0, self.max_calls - self.used)
-
-    def spend(self, calls: int) -> None:
-        if self.used + calls > self.max_calls:
-            self.exhausted = True
-            raise BudgetSpent(f"{calls} more metric calls would pass the budget ({self.used} of {self.max_calls} used)")
-        self.used += calls
-
-    def refund(self, calls: int) -> None:
-        """Calls of an evaluation that produced no scores (gepa does not count those either)."""
-        self.used -= calls
-
-
 class WorkbenchAdapter:
-    """GEPAAdapter[DataItem, Rollout, dict] over `run_rollouts`. See module doc."""
+    """GEPAAdapter[DataItem, Rollout, dict] over `CandidateScorer`. See module doc."""
 
     propose_new_texts: ProposalFn | None = None  # reflection goes through the reflection strategy (reflection.py)
 
-    def __init__(self, envs: PromptedEnvs, client: Client, bridge: AsyncBridge, sampling: SamplingParams, *,
-                 budget: Budget, max_concurrent: int = 32, state_columns: Sequence[str] = (),
-                 perfect_score: float | None = 1.0, retry: RetryPolicy | None = None,
-                 on_group: Callable[[Group], None] | None = None, notify: Notify | None = None) -> None:
-        self.envs = envs
-        self.client = client
-        self.bridge = bridge
-        self.sampling = sampling
-        self.budget = budget
-        self.max_concurrent = max_concurrent
-        self.state_columns = list(state_columns)
+    def __init__(self, scorer: CandidateScorer, perfect_score: float | None = 1.0) -> None:
+        self.scorer = scorer
         self.perfect_score = perfect_score
-        self.retry = retry
-        self.on_group = on_group
-        self.notify = notify
-        self.server_gone: ServerGone | None = None
-        self.rollouts = 0
-        self.rollout_errors = 0
         self._replay: tuple[str, dict[int, float]] | None = None
+
+    @property
+    def server_gone(self) -> ServerGone | None:
+        return self.scorer.server_gone
 
     # ----- resume ---------------------------------------------------------------------------
     def replay_seed_scores(self, prompt: str, scores_by_index: dict[int, float]) -> None:
@@ -124,17 +69,7 @@ class WorkbenchAdapter:
         replayed = self._replayed(batch, prompt, capture_traces)
         if replayed is not None:
             return replayed
-        self.budget.spend(len(batch))
-        try:
-            rollouts = self._rollouts(batch, prompt)
-        except ServerGone as exc:
-            self.budget.refund(len(batch))
-            self.server_gone = exc
-            raise
-        if lost := sum(r.error is not None and r.error.infrastructure for r in rollouts):
-            self.budget.refund(len(batch))
-            raise ServerFailures(f"{lost} of {len(rollouts)} rollouts failed on the model server (connection, "
-                                 "timeout, 5xx after retries): this evaluation is not scored")
+        rollouts = self.scorer.score(batch, Candidate(prompt))
         return EvaluationBatch(
             outputs=[output_record(r, item.split) for r, item in zip(rollouts, batch, strict=True)],
             scores=[float(r.reward) for r in rollouts],
@@ -146,49 +81,6 @@ class WorkbenchAdapter:
         rollouts: list[Rollout] = eval_batch.trajectories or []
         records = [reflective_record(r, self.perfect_score) for r in rollouts]
         return {name: records for name in components_to_update}
-
-    # ----- rollouts -------------------------------------------------------------------------
-    def _rollouts(self, batch: list[DataItem], prompt: str) -> list[Rollout]:
-        """One rollout per item, in batch order (a repeated item is run once and shared)."""
-        done: dict[DataItem, Rollout] = {}
-        for split in dict.fromkeys(item.split for item in batch):
-            indices = list(dict.fromkeys(item.index for item in batch if item.split == split))
-            for rollout in self._run_split(split, indices, prompt):
-                done[DataItem(split, rollout.example_id)] = rollout
-        return [done[item] for item in batch]
-
-    def _run_split(self, split: str, indices: list[int], prompt: str) -> list[Rollout]:
-        rows = self.envs.rows(split)
-        collected: list[Rollout] = []
-
-        def on_group(group: Group) -> None:
-            collected.extend(group.rollouts)
-            self.rollouts += len(group.rollouts)
-            self.rollout_errors += sum(r.error is not None for r in group.rollouts)
-            if self.on_group is not None:
-                self.on_group(group)
-
-        try:
-            env, examples = self.envs.examples(prompt, split, indices)
-            self.bridge.run(run_rollouts(env, self.client, examples, rollouts_per_example=1, sampling=self.sampling,
-                                         max_concurrent=self.max_concurrent, on_group=on_group,
-                                         state_columns=self.state_columns, retry=self.retry, notify=self.notify))
-        except ServerGone:
-            raise
-        except Exception as exc:  # the env refuses this prompt (rollout errors are recorded by the engine itself)
-            error = RolloutError.from_exception(exc, "env")
-            seen = {r.example_id for r in collected}
-            for i in indices:
-                if i not in seen:  # every example left scores 0 with the error on it; the run goes on
-                    on_group(Group(i, [failed_rollout(i, rows[i], error)]))
-        return collected
-
-
-def failed_rollout(index: int, row: dict[str, Any], error: RolloutError) -> Rollout:
-    """A rollout that could not run (the env failed to load with the candidate prompt)."""
-    prompt = [{"role": "user", "content": str(row.get("question", row.get("prompt", "")))}]
-    return Rollout(example_id=index, rollout_index=0, prompt=prompt, answer=str(row.get("answer", "")),
-                   reward=0.0, error=error, stop_condition="error")
 
 
 # ----- what GEPA and the reflection model see ---------------------------------------------------

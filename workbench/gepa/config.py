@@ -57,6 +57,11 @@ class GepaConfig(BaseModel):
     reflection_base_url: str | None = Field(None, description="Base URL of the reflection model's server. Default: the endpoint registry entry named by reflection_model if there is one, else the policy's server (-b).")
     reflection_api_key_var: str | None = Field(None, description="Name of the environment variable holding the reflection server's API key; defaults to -k when the reflection model runs on the policy's server.")
     reflection_sampling_args: dict[str, Any] = Field(default_factory=dict, description=f"Reflection sampling settings as JSON, e.g. temperature; max_tokens defaults to {DEFAULT_REFLECTION_MAX_TOKENS}.")
+    optimizer: Literal["gepa", "miprov2", "bootstrap"] = Field("gepa", description="Which optimizer searches: 'gepa' (reflection + Pareto frontier), or DSPy's 'miprov2' (instructions from -M plus few-shot demos, Bayesian search) or 'bootstrap' (few-shot demos from the model's own good rollouts, random search); the DSPy ones need the dspy extra.")
+    max_demos: int = Field(4, ge=1, description="DSPy optimizers: few-shot demonstrations per candidate, at most.")
+    demo_threshold: float | None = Field(None, description="DSPy optimizers: the reward a rollout needs to become a demonstration; default: any reward above 0.")
+    num_candidates: int | None = Field(None, ge=0, description="DSPy optimizers: candidates to search (bootstrap: shuffled demo sets, default up to 6; miprov2: instructions and demo sets, default 3), within -B.")
+    num_trials: int | None = Field(None, ge=1, description="miprov2: Bayesian-search trials, each scored on the validation set; default: as many as -B allows, at most num_candidates².")
     seed: int = Field(0, description="Seed of GEPA's sampling (minibatches, candidate choice) and of the policy's sampling.")
     output_dir: str | None = Field(None, description="Run folder to write (-o); default environments/<env>/outputs/gepa/<env>--<model>/<run_id>/.")
 

@@ -68,19 +68,9 @@ def build_plan(config: GepaConfig) -> Plan:
     run.add("run folder", c.output_dir or f"{gepa_runs_dir(c.env_id, c.model)}/<run_id>")
     run.add("seed", c.seed)
 
-    budget = PlanSection("Budget (metric calls: one rollout of one example)")
-    budget.add("max_calls", c.max_calls)
+    run.add("optimizer", c.optimizer if c.optimizer == "gepa" else f"{c.optimizer} (DSPy)")
+    budget = gepa_budget(c, warnings) if c.optimizer == "gepa" else dspy_budget(c, warnings)
     val = "all" if c.num_val == -1 else c.num_val
-    budget.add("seed evaluation", f"{val} calls (every validation example)")
-    per_try = 2 * c.minibatch_size
-    budget.add("per iteration", f"{per_try} calls (parent and proposal on a minibatch of {c.minibatch_size}) "
-                                f"+ {val} when the proposal is accepted")
-    if c.num_val != -1:
-        if c.max_calls < c.num_val:
-            warnings.append(f"max_calls ({c.max_calls}) is below num_val ({c.num_val}): the seed prompt's "
-                            f"evaluation alone needs {c.num_val} calls")
-        else:
-            budget.add("iterations", f"at most {(c.max_calls - c.num_val) // per_try}")
 
     data = PlanSection("Data")
     data.add("train", f"{'all' if c.num_train == -1 else c.num_train} examples of the train split (reflection minibatches)")
@@ -98,6 +88,57 @@ def build_plan(config: GepaConfig) -> Plan:
     sampling.add("reflection", " · ".join(f"{k} {v}" for k, v in reflection.items()))
 
     out = PlanSection("Outputs")
-    out.add("files", "best_prompt.txt, pareto_frontier.jsonl, metadata.json, run.log")
-    out.add("resumable state", "gepa_state/ (the gepa library's run_dir): resume with --resume RUN_FOLDER")
+    if c.optimizer == "gepa":
+        out.add("files", "best_prompt.txt, pareto_frontier.jsonl, metadata.json, run.log")
+        out.add("resumable state", "gepa_state/ (the gepa library's run_dir): resume with --resume RUN_FOLDER")
+    else:
+        out.add("files", "best_prompt.txt, best_few_shot.json (demos as turns), pareto_frontier.jsonl, metadata.json, run.log")
+        out.add("resumable state", "none: a DSPy run cannot be resumed (Ctrl-C keeps what was scored)")
     return Plan([run, budget, data, sampling, out], notes, warnings)
+
+
+def gepa_budget(c: GepaConfig, warnings: list[str]) -> PlanSection:
+    budget = PlanSection("Budget (metric calls: one rollout of one example)")
+    budget.add("max_calls", c.max_calls)
+    val = "all" if c.num_val == -1 else c.num_val
+    budget.add("seed evaluation", f"{val} calls (every validation example)")
+    per_try = 2 * c.minibatch_size
+    budget.add("per iteration", f"{per_try} calls (parent and proposal on a minibatch of {c.minibatch_size}) "
+                                f"+ {val} when the proposal is accepted")
+    if c.num_val != -1:
+        if c.max_calls < c.num_val:
+            warnings.append(f"max_calls ({c.max_calls}) is below num_val ({c.num_val}): the seed prompt's "
+                            f"evaluation alone needs {c.num_val} calls")
+        else:
+            budget.add("iterations", f"at most {(c.max_calls - c.num_val) // per_try}")
+    return budget
+
+
+def dspy_budget(c: GepaConfig, warnings: list[str]) -> PlanSection:
+    """The settings DSPy's optimizer gets from the budget (dspy_optimizers.plan_calls)."""
+    from importlib.util import find_spec
+
+    from workbench.gepa.dspy_optimizers import plan_calls
+    from workbench.gepa.dspy_support import INSTALL
+
+    budget = PlanSection("Budget (metric calls: one rollout of one example)")
+    budget.add("max_calls", c.max_calls)
+    if find_spec("dspy") is None:
+        warnings.append(f"--optimizer {c.optimizer} needs DSPy, which is not installed: {INSTALL}")
+    budget.add("demonstrations", f"up to {c.max_demos} per candidate, from rollouts with reward "
+                                 f"{'above 0' if c.demo_threshold is None else f'>= {c.demo_threshold:g}'}")
+    if c.num_train == -1 or c.num_val == -1:
+        budget.add("search", "sized from the split sizes when the run starts")
+        return budget
+    try:
+        plan = plan_calls(c.optimizer, c.max_calls, c.num_train, c.num_val, c.num_candidates, c.num_trials)
+    except UserError as exc:
+        warnings.append(str(exc))
+        return budget
+    if plan.optimizer == "bootstrap":
+        budget.add("search", f"the seed prompt, 1 bootstrapped demo set and {plan.candidates} shuffled ones")
+    else:
+        budget.add("search", f"{plan.candidates} instructions (the seed + {plan.candidates - 1} proposed by the reflection "
+                             f"model) × {plan.candidates} demo sets, {plan.trials} trials")
+    budget.add("at most", f"{plan.bound} calls: {plan.breakdown}")
+    return budget

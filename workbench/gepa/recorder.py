@@ -20,7 +20,7 @@ import orjson
 
 from workbench.errors import ServerGone
 from workbench.events import Reporter
-from workbench.gepa.adapter import Budget, BudgetSpent, WorkbenchAdapter
+from workbench.gepa.scoring import Budget, BudgetSpent, CandidateScorer
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
 from workbench.gepa.reflection import ReflectionEvent
 from workbench.store.files import write_text_atomic
@@ -95,12 +95,12 @@ class RunRecorder:
     """gepa callbacks (on_*) plus the adapter's and reflector's events → files, log, reporter."""
 
     def __init__(self, run_dir: Path, metadata: GepaRun, reporter: Reporter, budget: Budget,
-                 adapter: WorkbenchAdapter | None = None) -> None:
+                 scorer: CandidateScorer | None = None) -> None:
         self.run_dir = run_dir
         self.metadata = metadata
         self.reporter = reporter
         self.budget = budget
-        self.adapter = adapter
+        self.scorer = scorer
         self.log = GepaLog(run_dir / RUN_LOG)
         self.snapshot: Snapshot | None = None
         self.iteration = 0
@@ -190,7 +190,7 @@ class RunRecorder:
         self.take_snapshot(state)
         if self.budget.exhausted or self.budget.remaining < minibatch_size or self.error_streak >= MAX_ERROR_STREAK:
             return True
-        if self.adapter is not None and self.adapter.server_gone is not None:
+        if self.scorer is not None and self.scorer.server_gone is not None:
             return True
         best = self.snapshot.best_score if self.snapshot else None
         if perfect_score is not None and best is not None and best >= perfect_score:
@@ -212,9 +212,9 @@ class RunRecorder:
         meta.elapsed_s = round(self._elapsed_before + time.monotonic() - self._started, 3)
         meta.metric_calls_used = self.budget.used
         meta.max_calls = self.budget.max_calls
-        if self.adapter is not None:
-            meta.rollouts = self.adapter.rollouts
-            meta.rollout_errors = self.adapter.rollout_errors
+        if self.scorer is not None:
+            meta.rollouts = self.scorer.rollouts
+            meta.rollout_errors = self.scorer.rollout_errors
         snap = self.snapshot
         if snap is not None:
             meta.iterations, meta.seed_score, meta.best_score = snap.iterations, snap.seed_score, snap.best_score

@@ -12,7 +12,7 @@ Folder: environments/<env>/outputs/gepa/<env>--<model>/<run_id>/ (DESIGN §9), o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,8 @@ class GepaResult:
     iterations: int
     error: str | None = None
     stopped_early: str | None = None  # why the run ended before its budget, if it did
+    optimizer: str = "gepa"
+    best_few_shot: list[dict[str, Any]] = field(default_factory=list)  # DSPy runs: the best candidate's few-shot turns
 
 
 def run_gepa(config: GepaConfig, reporter: Reporter | None = None, *, resume: str | None = None) -> GepaResult:
@@ -57,6 +59,13 @@ def run_gepa(config: GepaConfig, reporter: Reporter | None = None, *, resume: st
     from workbench.gepa.bridge import AsyncBridge
 
     reporter = reporter or NullReporter()
+    if config.optimizer != "gepa":
+        if resume is not None:
+            raise UserError(f"--optimizer {config.optimizer} runs cannot be resumed (DSPy keeps no state to continue "
+                            f"from); start a new run")
+        from workbench.gepa.dspy_service import run_dspy
+
+        return run_dspy(config, reporter)
     run_dir, config, saved = resolve_run_folder(config, resume)
     envs = PromptedEnvs(config.env_id, config.env_args)
     trainset, valset = datasets(envs, config, reporter)
@@ -86,7 +95,8 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
               run_dir: Path, saved: GepaRun | None, reporter: Reporter) -> GepaResult:
     import gepa
 
-    from workbench.gepa.adapter import Budget, ServerFailures, WorkbenchAdapter, scores_by_index
+    from workbench.gepa.adapter import WorkbenchAdapter, scores_by_index
+    from workbench.gepa.scoring import Budget, CandidateScorer, ServerFailures
     from workbench.gepa.recorder import MAX_ERROR_STREAK, RunRecorder
     from workbench.gepa.reflection import ReflectionModel, Reflector
 
@@ -100,12 +110,12 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
     budget = Budget(config.max_calls, used=state.total_num_evals if state is not None else 0)
     metadata = run_metadata(config, run_dir, saved, seed_prompt, len(trainset), len(valset))
     recorder = RunRecorder(run_dir, metadata, reporter, budget)
-    adapter = WorkbenchAdapter(envs, policy, bridge, sampling, budget=budget, max_concurrent=config.max_concurrent,
-                               state_columns=config.state_columns, perfect_score=config.perfect_score,
-                               on_group=recorder.group_done, notify=recorder.notice)
+    scorer = CandidateScorer(envs, policy, bridge, sampling, budget=budget, max_concurrent=config.max_concurrent,
+                             state_columns=config.state_columns, on_group=recorder.group_done, notify=recorder.notice)
     if saved is not None:
-        adapter.rollouts, adapter.rollout_errors = saved.rollouts, saved.rollout_errors
-    recorder.adapter = adapter
+        scorer.rollouts, scorer.rollout_errors = saved.rollouts, saved.rollout_errors
+    adapter = WorkbenchAdapter(scorer, perfect_score=config.perfect_score)
+    recorder.scorer = scorer
     if state is not None:
         adapter.replay_seed_scores(seed_prompt, scores_by_index(state.prog_candidate_val_subscores[0]))
         recorder.take_snapshot(state)

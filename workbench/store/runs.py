@@ -123,6 +123,14 @@ class GepaRun(RunMetadata):
     events: list[dict[str, Any]] = Field(default_factory=list, description="Recent reflection problems and errors.")
     iteration_errors: int = 0
     stopped_early: str | None = None
+    # Which optimizer wrote the run: "gepa" (the library's reflective search) or a DSPy optimizer
+    # ("miprov2", "bootstrap"). DSPy candidates carry few-shot demonstrations besides the prompt:
+    # as earlier turns (`few_shot`, also in best_few_shot.json) when the env takes a `few_shot`
+    # argument ("turns"), else rendered into the system prompt itself ("system").
+    optimizer: str = "gepa"
+    optimizer_version: str | None = None
+    demos_as: Literal["turns", "system"] | None = None
+    best_few_shot: list[dict[str, Any]] = Field(default_factory=list, description="The best candidate's few-shot turns (demos_as 'turns').")
 
     def progress(self) -> tuple[int | None, int | None]:
         return self.metric_calls_used, self.max_calls if self.max_calls is not None else self.config.get("max_calls")

@@ -1,5 +1,7 @@
 """GEPA run reader: candidates with scores, the Pareto frontier, the best prompt and its diff
 against the seed prompt, from `metadata.json`, `pareto_frontier.jsonl` and `best_prompt.txt`.
+Runs of DSPy optimizers (metadata `optimizer`: "miprov2", "bootstrap") have the same layout; their
+candidates may carry few-shot turns (`few_shot`, and `best_few_shot.json` for the best one).
 
 Read defensively: a key that is missing (an older or newer writer, a run still starting) shows
 as '-' instead of failing, and a few spellings of each key are accepted.
@@ -14,6 +16,8 @@ from typing import Any
 
 from workbench.store.files import iter_jsonl, read_json
 from workbench.types import is_number
+
+OPTIMIZER_NAMES = {"gepa": "GEPA", "miprov2": "MIPROv2", "bootstrap": "BootstrapFewShot"}  # how the header names them
 
 
 def first(data: Any, *keys: str, default: Any = None) -> Any:
@@ -43,6 +47,35 @@ def prompt_text(value: Any) -> str | None:
     return None
 
 
+def few_shot_turns(value: Any) -> list[dict[str, Any]]:
+    """Few-shot turns: the chat messages in `value` that have a role (anything else is dropped)."""
+    if not isinstance(value, list):
+        return []
+    return [m for m in value if isinstance(m, dict) and isinstance(m.get("role"), str)]
+
+
+def few_shot_lines(turns: list[dict[str, Any]]) -> list[str]:
+    """The turns as text: a 'few-shot turns:' heading, then 'role: content' per message, the
+    content's later lines indented under it. Empty when there are none."""
+    if not turns:
+        return []
+    lines = [f"few-shot turns ({len(turns)} messages):"]
+    for message in turns:
+        content = message.get("content")
+        text = content if isinstance(content, str) else "" if content is None else str(content)
+        first_line, *rest = text.split("\n") or [""]
+        lines.append(f"  {message['role']}: {first_line}")
+        lines.extend(f"    {line}" for line in rest)
+    return lines
+
+
+def candidate_text(prompt: str | None, turns: list[dict[str, Any]]) -> str | None:
+    """A candidate as text: its prompt, then its few-shot turns (if any) after a blank line."""
+    if not turns:
+        return prompt
+    return "\n".join([prompt or "-", "", *few_shot_lines(turns)])
+
+
 @dataclass
 class Candidate:
     index: int
@@ -50,6 +83,7 @@ class Candidate:
     prompt: str | None
     parents: list[int] = field(default_factory=list)
     metric_calls: int | None = None
+    few_shot: list[dict[str, Any]] = field(default_factory=list)  # DSPy candidates' demonstrations as turns
 
 
 @dataclass
@@ -67,10 +101,21 @@ class GepaRun:
     frontier: list[FrontierRow]
     best_prompt: str | None
     seed_prompt: str | None
+    best_few_shot: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def status(self) -> str:
         return str(self.metadata.get("status") or "-")
+
+    @property
+    def optimizer(self) -> str:
+        """Which optimizer wrote the run ("gepa" for runs from before DSPy optimizers existed)."""
+        value = self.metadata.get("optimizer")
+        return value if isinstance(value, str) and value else "gepa"
+
+    @property
+    def optimizer_name(self) -> str:
+        return OPTIMIZER_NAMES.get(self.optimizer.lower(), self.optimizer)
 
     @property
     def seed_score(self) -> float | None:
@@ -101,10 +146,12 @@ class GepaRun:
         return int(value) if isinstance(value, int | float) else None
 
     def prompt_diff(self) -> list[str]:
-        """Unified diff lines, seed prompt -> best prompt (empty when either is unknown)."""
-        if self.seed_prompt is None or self.best_prompt is None:
+        """Unified diff lines, seed prompt -> best prompt (empty when either is unknown). The best
+        candidate's few-shot turns, when it has some, are part of its text (the seed has none)."""
+        best = candidate_text(self.best_prompt, self.best_few_shot)
+        if self.seed_prompt is None or best is None:
             return []
-        return list(difflib.unified_diff(self.seed_prompt.splitlines(), self.best_prompt.splitlines(),
+        return list(difflib.unified_diff(self.seed_prompt.splitlines(), best.splitlines(),
                                          "seed prompt", "best prompt", lineterm=""))
 
 
@@ -125,7 +172,8 @@ def _candidates(meta: dict[str, Any]) -> list[Candidate]:
                 index=index if isinstance(index, int) else position,
                 score=_num(first(item, "score", "val_score", "val_aggregate_score", "mean_score", "reward_mean")),
                 prompt=prompt_text(first(item, "system_prompt", "prompt", "candidate", "text")),
-                parents=parents, metric_calls=int(calls) if isinstance(calls, int | float) else None))
+                parents=parents, metric_calls=int(calls) if isinstance(calls, int | float) else None,
+                few_shot=few_shot_turns(first(item, "few_shot", "demos"))))
         else:
             out.append(Candidate(index=position, score=None, prompt=prompt_text(item)))
     return out
@@ -142,6 +190,20 @@ def _frontier(path: Path) -> list[FrontierRow]:
     return rows
 
 
+def _best_few_shot(path: Path, meta: dict[str, Any], candidates: list[Candidate], best_index: int | None) -> list[dict[str, Any]]:
+    """The best candidate's few-shot turns: best_few_shot.json, else the metadata's, else the
+    best candidate's own. Empty for a run that rendered them into best_prompt.txt (demos_as
+    'system'): shown again under it, they would look like a second set."""
+    if meta.get("demos_as") == "system":
+        return []
+    try:
+        turns = few_shot_turns(read_json(path / "best_few_shot.json"))
+    except (OSError, ValueError):
+        turns = []
+    turns = turns or few_shot_turns(meta.get("best_few_shot"))
+    return turns or next((c.few_shot for c in candidates if c.index == best_index), [])
+
+
 def load_gepa_run(path: Path) -> GepaRun:
     try:
         meta = read_json(path / "metadata.json")
@@ -156,8 +218,8 @@ def load_gepa_run(path: Path) -> GepaRun:
             or prompt_text(first(config, "seed_prompt", "system_prompt")))
     if seed is None and candidates:
         seed = candidates[0].prompt
+    index = GepaRun(path, meta, candidates, [], None, seed).best_index
     if best is None:
-        run = GepaRun(path, meta, candidates, [], None, seed)
-        index = run.best_index
         best = next((c.prompt for c in candidates if c.index == index), None)
-    return GepaRun(path, meta, candidates, _frontier(path / "pareto_frontier.jsonl"), best, seed)
+    return GepaRun(path, meta, candidates, _frontier(path / "pareto_frontier.jsonl"), best, seed,
+                   _best_few_shot(path, meta, candidates, index))

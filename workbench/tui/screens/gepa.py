@@ -1,10 +1,14 @@
 """GEPA run: candidates with scores, the Pareto frontier (per validation example: best score and
-the candidates reaching it), the best prompt, and its diff against the seed prompt."""
+the candidates reaching it), the best prompt, and its diff against the seed prompt. Runs of the
+DSPy optimizers show the same way, their name in the title and each candidate's few-shot turns
+under its prompt."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+from rich.markup import escape
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -12,7 +16,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
-from workbench.tui.data.gepa import GepaRun, load_gepa_run
+from workbench.tui.data.gepa import GepaRun, few_shot_lines, load_gepa_run
 from workbench.tui.data.runs import RunInfo
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import clip, num, reward_text
@@ -29,6 +33,32 @@ def diff_text(lines: list[str]) -> Text:
             "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
         text.append(line + "\n", style=style)
     return text
+
+
+def candidate_view(prompt: str | None, turns: list[dict[str, Any]]) -> Text:
+    """A candidate's prompt, then its few-shot turns (if any) below it: a bold heading, each role in cyan."""
+    text = Text(prompt) if prompt else Text("-", style="dim")
+    lines = few_shot_lines(turns)
+    if lines:
+        text.append("\n\n" + lines[0] + "\n", style="bold")
+        for line in lines[1:]:
+            role, sep, rest = line.partition(": ")
+            if sep and not line.startswith("    "):  # a message's first line: its role in colour
+                text.append(role + sep, style="cyan")
+                text.append(rest + "\n")
+            else:
+                text.append(line + "\n")
+    return text
+
+
+def prompt_cell(prompt: str | None, turns: list[dict[str, Any]], width: int) -> str:
+    """The candidates table's prompt column: the prompt's first line, and how many few-shot
+    messages come with it."""
+    first_line = prompt.strip().splitlines()[0] if (prompt or "").strip() else "-"  # type: ignore[union-attr]
+    if not turns:
+        return clip(first_line, width)
+    tag = f" +{len(turns)} turns"
+    return clip(first_line, max(width - len(tag), 8)) + tag
 
 
 class GepaScreen(WorkbenchScreen):
@@ -72,21 +102,21 @@ class GepaScreen(WorkbenchScreen):
         if self.closing:
             return
         best = gepa.best_index
+        demos = f" · demos as {escape(str(gepa.metadata['demos_as']))}" if gepa.metadata.get("demos_as") else ""
         self.query_one("#gepa-title", Static).update(
-            f"[b]GEPA[/b] · {self.run.env} · {self.run.model} · {gepa.status}\n"
+            f"[b]{escape(gepa.optimizer_name)}[/b] · {self.run.env} · {self.run.model} · {gepa.status}{demos}\n"
             f"seed {num(gepa.seed_score)} → best {num(gepa.best_score)} · {len(gepa.candidates)} candidates · "
             f"{gepa.metric_calls if gepa.metric_calls is not None else '-'} metric calls")
         rows = []
         for c in gepa.candidates:
-            first_line = (c.prompt or "-").strip().splitlines()[0] if (c.prompt or "").strip() else "-"
             marker = Text(f"{c.index}", style="bold green" if c.index == best else "")
             rows.append((marker, reward_text(c.score), ",".join(map(str, c.parents)) or "-",
-                         "-" if c.metric_calls is None else str(c.metric_calls), clip(first_line, 40)))
+                         "-" if c.metric_calls is None else str(c.metric_calls), prompt_cell(c.prompt, c.few_shot, 40)))
         self.query_one("#gepa-candidates", VirtualTable).set_rows(rows, keys=[str(c.index) for c in gepa.candidates])
         self.query_one("#gepa-pareto", VirtualTable).set_rows(
             [(row.example, reward_text(row.best_score), clip(", ".join(row.candidates) or "-", 50)) for row in gepa.frontier],
             keys=[str(row.example) for row in gepa.frontier])
-        self.query_one("#gepa-best", Static).update(Text(gepa.best_prompt) if gepa.best_prompt else Text("-", style="dim"))
+        self.query_one("#gepa-best", Static).update(candidate_view(gepa.best_prompt, gepa.best_few_shot))
         diff = gepa.prompt_diff()
         self.query_one("#gepa-diff", Static).update(
             diff_text(diff) if diff else Text("- (no seed or best prompt yet, or they are identical)", style="dim"))
@@ -98,7 +128,8 @@ class GepaScreen(WorkbenchScreen):
             return
         candidate = self.gepa.candidates[event.index]
         self.query_one("#gepa-best", Static).update(Text.assemble(
-            (f"candidate {candidate.index} · score {num(candidate.score)}\n\n", "bold"), candidate.prompt or "-"))
+            (f"candidate {candidate.index} · score {num(candidate.score)}\n\n", "bold"),
+            candidate_view(candidate.prompt or "-", candidate.few_shot)))
         self.action_tab("best")
 
     def action_tab(self, tab: str) -> None:
