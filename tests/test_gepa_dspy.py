@@ -183,3 +183,37 @@ def test_plan_fits_the_budget_or_refuses():
         plan_calls("miprov2", 40, 12, 10, None, None)
     with pytest.raises(UserError, match="at least 2 candidates"):
         plan_calls("miprov2", 400, 12, 10, 1, None)
+
+
+class EitherReflection(PromptModel):
+    """A reflection model for both: DSPy's reply format when DSPy asks, else GEPA's (the current
+    instruction plus a KEYWORD sentence, in a ``` block)."""
+
+    def __call__(self, messages: list[dict[str, Any]], sampling: Any, tools: Any) -> list[Completion]:
+        if "Your output fields are" in messages[0]["content"]:
+            return super().__call__(messages, sampling, tools)
+        current = messages[-1]["content"].split("```")[1].strip()
+        reply = f"```\n{current}\nSay {KEYWORD}.\n```"
+        return [Completion(message={"role": "assistant", "content": reply}, finish_reason="stop")]
+
+
+def test_compare_runs_each_optimizer_verifies_it_and_saves_the_table(tmp_path: Path):
+    policy = FewShotPolicy()
+    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
+            serve_in_thread(make_app(ScriptedBackend(EitherReflection(), model="proposer"))) as r_url:
+        proc = workbench("gepa", "compare", "reverse-text", "-m", "policy", "-b", f"{p_url}/v1", "-M", "proposer",
+                         "--reflection-base-url", f"{r_url}/v1", "-B", "120", "-n", "12", "-N", "10", "-H", "8",
+                         "-r", "1", "--set", "demo_threshold=0.99", cwd=tmp_path)
+        out, err = finish(proc)
+    assert proc.returncode == 0, err
+    folder, = (tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
+    data = json.loads((folder / "comparison.json").read_text())
+    rows = {row["optimizer"]: row for row in data["rows"]}
+    assert list(rows) == ["gepa", "miprov2", "bootstrap"]
+    for row in rows.values():
+        assert row["status"] == "finished" and row["metric_calls"] <= row["max_calls"] == 120
+        assert row["heldout_best"] == pytest.approx(1.0) and row["heldout_seed"] < 0.8 and row["diff"] > 0
+        assert metadata(Path(row["run_dir"]))["optimizer"] == row["optimizer"]
+    assert rows["bootstrap"]["prompt_model_calls"] == 0 < rows["miprov2"]["prompt_model_calls"]
+    table = (folder / "comparison.md").read_text()
+    assert "| miprov2 |" in table and "held-out gain [95% CI]" in table and "| miprov2 |" in out

@@ -168,22 +168,6 @@ def print_summary(result: GepaResult, config: Any) -> None:
 RunArg = Annotated[str, typer.Argument(help="A GEPA run: its folder, or its run id.", show_default=False)]
 
 
-def _load_run(run: str) -> tuple[Any, Any, str]:
-    """(run folder, its metadata, its best prompt) of a finished or stopped GEPA run."""
-    from workbench.gepa.service import find_gepa_run
-    from workbench.store.runs import GepaRun, read_run_metadata
-
-    run_dir = find_gepa_run(run, None)
-    try:
-        meta = read_run_metadata(run_dir, "gepa")
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {run_dir}/metadata.json: {exc}") from exc
-    best_file = run_dir / "best_prompt.txt"
-    if not isinstance(meta, GepaRun) or not best_file.is_file():
-        raise UserError(f"{run_dir} has no best_prompt.txt yet (the run scored no candidate)")
-    return run_dir, meta, best_file.read_text(encoding="utf-8").rstrip("\n")
-
-
 @app.command("apply")
 def apply(run: RunArg) -> None:
     """Make a run's best prompt the environment's default system prompt, so `eval run ENV` (with
@@ -198,11 +182,14 @@ def apply(run: RunArg) -> None:
     """
     from rich.markup import escape
 
+    from workbench.cli.gepa_verify import best_few_shot, candidate_args, load_run
     from workbench.cli.render import console
     from workbench.gepa.apply import apply_defaults
 
-    run_dir, meta, best = _load_run(run)
-    args = _candidate_args(best, _best_few_shot(run_dir, meta) or None)
+    run_dir, meta, best = load_run(run)
+    # a run with demos as turns sets few_shot even when its best candidate has none ([]): the
+    # env's default then is exactly the best candidate, whatever an earlier apply left there
+    args = candidate_args(best, best_few_shot(run_dir, meta))
     applied = apply_defaults(meta.env_id, args)
     if applied[0].path is None:
         console.print(f"[yellow]not written: {escape(applied[0].reason)}[/]; use the "
@@ -227,32 +214,6 @@ def apply(run: RunArg) -> None:
                 console.print(f"[dim]it replaced:[/] {escape(a.previous)}", soft_wrap=True, highlight=False)
     console.print(f"[dim]now `workbench eval run {meta.env_id} -m {meta.model}` uses "
                   f"{'it' if len(args) == 1 else 'them'}[/]", soft_wrap=True)
-
-
-def _best_few_shot(run_dir: Any, meta: Any) -> list[dict[str, Any]] | None:
-    """The best candidate's few-shot turns when the run shows demonstrations as turns (DSPy runs
-    with demos_as 'turns'), else None: GEPA runs and 'system' runs carry everything in the prompt.
-    best_few_shot.json is read first (it sits beside best_prompt.txt), else the metadata's copy."""
-    import json
-
-    if getattr(meta, "demos_as", None) != "turns":
-        return None
-    path = run_dir / "best_few_shot.json"
-    if not path.is_file():
-        return list(meta.best_few_shot)
-    try:
-        turns = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(turns, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in turns):
-        raise UserError(f"{path} is not a list of chat messages ({{\"role\": ..., \"content\": ...}})")
-    return turns
-
-
-def _candidate_args(prompt: str, few_shot: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The env arguments that make a candidate: its system prompt, and its few-shot turns when
-    the run has them (None: a run without turns, whose env may not take `few_shot` at all)."""
-    return {"system_prompt": prompt} if few_shot is None else {"system_prompt": prompt, "few_shot": few_shot}
 
 
 def _eval_command(meta: Any, env_args: dict[str, Any]) -> str:
@@ -285,39 +246,56 @@ def verify(
 
       workbench gepa verify environments/reverse_text/outputs/gepa/<env>--<model>/<run_id> -n 50
     """
-    from workbench.cli.embedded import ensure_embedded_model
-    from workbench.cli.render import RichReporter, console
-    from workbench.envs.loader import load_environment
-    from workbench.evaluate.config import EvalConfig
-    from workbench.evaluate.prompts import compare_env_args
-    from workbench.gepa.config import GepaConfig
-    from workbench.gepa.heldout import held_out_start
+    from workbench.cli.gepa_verify import print_verification, verify_run
+    from workbench.cli.render import RichReporter
 
-    if num_examples < 1 or rollouts < 1:
-        raise UserError("-n and -r must be at least 1")
-    run_dir, meta, best = _load_run(run)
-    few_shot = _best_few_shot(run_dir, meta)
-    gepa = GepaConfig.model_validate(meta.config)
-    # the candidates' own arguments are each side's overlay, not the run's
-    env_args = {k: v for k, v in gepa.env_args.items() if k not in ("system_prompt", "few_shot")}
-    env = load_environment(gepa.env_id, **env_args)
-    start = held_out_start(meta, env.rows("train"), env.rows("eval"))
-    config = EvalConfig(env_id=gepa.env_id, env_args=env_args, model=model or gepa.model, num_examples=num_examples,
-                        rollouts_per_example=rollouts, example_offset=start,
-                        max_concurrent=max_concurrent or gepa.max_concurrent, max_tokens=gepa.max_tokens,
-                        temperature=gepa.temperature, sampling_args=gepa.sampling_args,
-                        api_base_url=api_base_url or (None if model else gepa.api_base_url),
-                        api_key_var=api_key_var or gepa.api_key_var, endpoints_path=gepa.endpoints_path,
-                        seed=gepa.seed)
+    verification = verify_run(run, num_examples, rollouts, model=model, api_base_url=api_base_url,
+                              api_key_var=api_key_var, max_concurrent=max_concurrent, reporter=RichReporter())
+    print_verification(verification)
+
+
+@app.command("compare")
+def compare(
+    target: Annotated[str, typer.Argument(help="An environment id or a GEPA config .toml (its optimizer is ignored).", show_default=False)],
+    model: o.Model = None,
+    reflection_model: ReflectionModel = None,
+    max_calls: MaxCalls = None,
+    num_train: NumTrain = None,
+    num_val: NumVal = None,
+    env_args: o.EnvArgs = None,
+    api_base_url: o.BaseUrl = None,
+    api_key_var: o.ApiKeyVar = None,
+    reflection_base_url: ReflectionBaseUrl = None,
+    seed: o.Seed = None,
+    sets: o.Sets = None,
+    optimizers: Annotated[str, typer.Option("--optimizers", help="Comma-separated optimizers to compare.")] = "gepa,miprov2,bootstrap",
+    heldout: Annotated[int, typer.Option("--heldout", "-H", help="Held-out examples (eval rows past the validation ones) each result is checked on.")] = 64,
+    rollouts: Annotated[int, typer.Option("--rollouts-per-example", "-r", help="Rollouts per held-out example.")] = 2,
+) -> None:
+    """Run GEPA, MIPROv2 and bootstrap on one environment with one budget, check each best
+    candidate against the seed on the same held-out examples, and print the table (held-out
+    reward and gain with a 95% CI, metric calls, prompt-model calls, wall time); saved as
+    comparison.md/.json under environments/<env>/outputs/gepa/compare/.
+
+    Example:
+
+      workbench gepa compare reverse-text -m tiny -B 200 -n 24 -N 16 --set demo_threshold=0.3
+    """
+    from workbench.cli.embedded import ensure_embedded_model
+    from workbench.cli.gepa_compare import compare_optimizers
+    from workbench.cli.render import RichReporter, console
+    from workbench.gepa.config import GepaConfig
+    from workbench.gepa.dspy_optimizers import OPTIMIZERS
+
+    chosen = [name.strip() for name in optimizers.split(",") if name.strip()]
+    if unknown := [name for name in chosen if name not in OPTIMIZERS]:
+        raise UserError(f"unknown optimizer '{unknown[0]}': choose from {', '.join(OPTIMIZERS)}")
+    flags = o.given(model=model, reflection_model=reflection_model, max_calls=max_calls, num_train=num_train,
+                    num_val=num_val, api_base_url=api_base_url, api_key_var=api_key_var,
+                    reflection_base_url=reflection_base_url, seed=seed,
+                    env_args=o.parse_json_object(env_args, "-a/--env-args"))
+    config = o.build_config(GepaConfig, target, flags, None, sets)
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
-    # A run with turns passes few_shot on both sides: the seed candidate's is [] (explicitly, so an
-    # env whose default `gepa apply` already set to the best turns still shows the seed without them).
-    seed_args = _candidate_args(meta.seed_prompt, None if few_shot is None else [])
-    check = compare_env_args(config, (seed_args, _candidate_args(best, few_shot)), ("seed", "best"), RichReporter())
-    d = check.difference
-    color = {"better": "green", "worse": "red"}.get(d.verdict, "yellow")
-    console.print(f"held-out examples {start}..{start + d.n - 1} of {gepa.env_id} (n={d.n}, r={rollouts}, seed {gepa.seed})",
-                  soft_wrap=True)
-    console.print(f"seed prompt {d.mean_a:.4f} → best prompt {d.mean_b:.4f}: [{color}]{d.diff:+.4f} "
-                  f"(95% CI {d.low:+.4f} to {d.high:+.4f}) · {d.verdict}[/]", soft_wrap=True)
-    console.print(f"[dim]eval runs: {check.runs[0]} (seed), {check.runs[1]} (best)[/]", soft_wrap=True)
+    folder, rows = compare_optimizers(config, chosen, heldout, rollouts, RichReporter(unit="calls"), RichReporter())
+    console.print((folder / "comparison.md").read_text(encoding="utf-8"), highlight=False, soft_wrap=True)
+    console.print(f"[dim]saved to {folder}[/]", soft_wrap=True)
