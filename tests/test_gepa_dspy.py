@@ -217,3 +217,19 @@ def test_compare_runs_each_optimizer_verifies_it_and_saves_the_table(tmp_path: P
     assert rows["bootstrap"]["prompt_model_calls"] == 0 < rows["miprov2"]["prompt_model_calls"]
     table = (folder / "comparison.md").read_text()
     assert "| miprov2 |" in table and "held-out gain [95% CI]" in table and "| miprov2 |" in out
+
+
+# ----- the offline proof: few-shot demonstrations lift the embedded tiny model -----------------
+@pytest.mark.slow
+def test_demonstrations_lift_the_tiny_models_held_out_reward(tiny_workspace: Path):
+    """DSPy's bootstrap and MIPROv2 on reverse-text with the tiny model, offline: the demos they
+    pick (the model's own good rollouts) raise held-out reward, with a 95% CI above zero.
+    Measured on 2 cores: seed 0.087 → 0.22 (bootstrap) / 0.21 (miprov2), CI low ≈ +0.1."""
+    proc = workbench("gepa", "compare", "reverse-text", "-m", "tiny", "--optimizers", "bootstrap,miprov2", "-B", "200",
+                     "-n", "24", "-N", "16", "-H", "64", "-r", "2", "--set", "demo_threshold=0.3", cwd=tiny_workspace)
+    out, err = finish(proc, timeout=900)
+    assert proc.returncode == 0, err
+    folder, = (tiny_workspace / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
+    for row in json.loads((folder / "comparison.json").read_text())["rows"]:
+        assert row["status"] == "finished" and row["metric_calls"] <= 200
+        assert row["ci_low"] > 0 and row["heldout_best"] > row["heldout_seed"], row
