@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers import ScriptedBackend, make_app, serve_in_thread
+from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
 from tests.test_gepa import finish, metadata, only_run, workbench
 from workbench.errors import UserError
@@ -141,6 +142,27 @@ def test_miprov2_with_a_prompt_model_that_cannot_follow_the_format_still_finishe
     assert meta["status"] == "finished" and meta["reflections"]["unusable"] >= 1 and meta["reflections"]["proposed"] == 0
     assert all(c["prompt"] == meta["seed_prompt"] for c in meta["candidates"])  # only demo sets were searched
     assert "unusable" in (only_run(tmp_path) / "run.log").read_text()
+
+
+def zero_shot(body: dict[str, Any]) -> bool:
+    """Admit requests without demonstrations; hold the rest (a candidate with demos being scored)."""
+    return not any(m.get("role") == "assistant" for m in body["messages"][:-1])
+
+
+def test_ctrl_c_stops_a_dspy_run_and_keeps_what_was_scored(tmp_path: Path):
+    policy = FewShotPolicy()
+    gate = Gate(zero_shot)
+    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"), middlewares=(gate.middleware,))) as url, gate:
+        proc = workbench(*dspy_args(url, "bootstrap", "-B", "80"), cwd=tmp_path)
+        gate.wait_held(proc=proc)  # the seed is scored, a bootstrapped candidate is being scored
+        proc.send_signal(signal.SIGINT)
+        out, err = finish(proc)
+        gate.open(drop_held=True)
+    assert proc.returncode == 130, err
+    assert "cannot be resumed" in err and "Traceback" not in err
+    meta = metadata(only_run(tmp_path))
+    assert meta["status"] == "stopped" and meta["candidates"][0]["val_examples"] == 10  # the seed's score is kept
+    assert meta["seed_score"] is not None and meta["metric_calls_used"] == policy.requests
 
 
 # ----- bad input: one line -------------------------------------------------------------------

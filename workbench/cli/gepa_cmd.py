@@ -117,6 +117,10 @@ def _run(config: Any, resume: str | None) -> None:
                           endpoints_file=config.endpoints_path)
     result = run_gepa(config, RichReporter(unit="calls"), resume=resume)
     print_summary(result, config)
+    if result.status == "stopped" and result.optimizer != "gepa":
+        err_console.print(f"[yellow]stopped: the candidates scored so far are saved in {result.run_dir} "
+                          f"({result.optimizer} runs cannot be resumed)[/]", soft_wrap=True)
+        raise typer.Exit(130)
     if result.status == "stopped":
         err_console.print(f"[yellow]stopped: saved up to the last finished iteration. Resume with "
                           f"`workbench gepa run --resume {result.run_dir}`[/]", soft_wrap=True)

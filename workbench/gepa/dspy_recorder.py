@@ -86,6 +86,10 @@ class DspyRecorder(RunRecorder):
             self.refresh()
 
     # ----- files -------------------------------------------------------------------------------
+    def calls_used(self) -> int:
+        """Calls that were scored: a stopped run's calls still in flight in DSPy's threads are not."""
+        return self.scorer.scored_calls if self.scorer is not None else self.budget.used
+
     def refresh(self) -> None:
         with self._lock:
             self.snapshot = self._snapshot()

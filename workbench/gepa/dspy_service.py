@@ -13,7 +13,12 @@ no labeled (gold-answer) demos, and no resume — Ctrl-C keeps what was scored, 
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from importlib.metadata import version
+from types import FrameType
 from typing import Any
 
 from workbench.engine.retry import preflight
@@ -97,37 +102,63 @@ def _optimize(dspy: Any, config: GepaConfig, plan: DspyPlan, envs: PromptedEnvs,
     reporter.start(f"{config.optimizer} {config.env_id} · {config.model}", plan.bound, 0)
     status, best = "failed", seed
     try:
-        with quiet_dspy(recorder.dspy_line), dspy.context(lm=prompt_lm):
+        with stop_on_interrupt(scorer), quiet_dspy(recorder.dspy_line), dspy.context(lm=prompt_lm):
             program = compile_program(dspy, plan, student, train, val, metric=metric, max_demos=config.max_demos,
                                       demo_threshold=config.demo_threshold, threads=config.max_concurrent,
                                       seed=config.seed, prompt_lm=prompt_lm, on_proposal=recorder.proposal)
+        if scorer.stop.is_set():  # DSPy's evaluation swallows a Ctrl-C and returns what it has
+            raise KeyboardInterrupt
         best = program.candidate()
         recorder.choose(best)
         _check_scores_are_whole(scorer)
         status = "finished"
     except KeyboardInterrupt:  # Ctrl-C: what was scored is kept
         status = "stopped"
-    except UserError as exc:
-        metadata.error = str(exc)
-        raise
-    except Exception as exc:  # DSPy's own failure: recorded, then shown as one line
-        metadata.error = f"{type(exc).__name__}: {exc}"
-        raise UserError(f"{config.optimizer} failed: {metadata.error}; see {run_dir}/run.log") from exc
+    except Exception as exc:
+        if scorer.stop.is_set():  # DSPy turned the Ctrl-C into its own "cancelled" error
+            status = "stopped"
+        elif isinstance(exc, UserError):
+            metadata.error = str(exc)
+            raise
+        else:  # DSPy's own failure: recorded, then shown as one line
+            metadata.error = f"{type(exc).__name__}: {exc}"
+            raise UserError(f"{config.optimizer} failed: {metadata.error}; see {run_dir}/run.log") from exc
     finally:
         reporter.finish()
         if recorder.snapshot is None:
             recorder.refresh()
         recorder.write(status)
         snap = recorder.snapshot
-        recorder.log.write(f"{status}: {scorer.budget.used}/{config.max_calls} metric calls, seed "
+        recorder.log.write(f"{status}: {scorer.scored_calls}/{config.max_calls} metric calls, seed "
                            f"{_fmt(snap.seed_score if snap else None)} -> best {_fmt(snap.best_score if snap else None)}")
     snap = recorder.snapshot
     assert snap is not None  # refreshed above
     return GepaResult(
         run_dir=run_dir, status=status, seed_prompt=seed.system_prompt, seed_score=snap.seed_score,
-        best_score=snap.best_score, best_prompt=snap.best_prompt, metric_calls_used=scorer.budget.used,
+        best_score=snap.best_score, best_prompt=snap.best_prompt, metric_calls_used=scorer.scored_calls,
         max_calls=config.max_calls, num_candidates=len(snap.candidates), iterations=snap.iterations,
         error=metadata.error, optimizer=config.optimizer, best_few_shot=list(metadata.best_few_shot))
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(scorer: CandidateScorer) -> Iterator[None]:
+    """Ctrl-C (or the TUI's stop, a SIGINT) stops the scorer as well as interrupting the main
+    thread: DSPy's worker threads would otherwise go on scoring, and its evaluation catches the
+    KeyboardInterrupt and carries on with partial scores."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        scorer.stop.set()
+        signal.default_int_handler(sig, frame)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _check_scores_are_whole(scorer: CandidateScorer) -> None:

@@ -204,13 +204,16 @@ class RunRecorder:
     def take_snapshot(self, state: Any) -> None:
         self.snapshot = snapshot_of(state)
 
+    def calls_used(self) -> int:
+        return self.budget.used
+
     def write(self, status: str | None = None) -> None:
         meta = self.metadata
         if status is not None:
             meta.status = status
         meta.updated_at = now_iso()
         meta.elapsed_s = round(self._elapsed_before + time.monotonic() - self._started, 3)
-        meta.metric_calls_used = self.budget.used
+        meta.metric_calls_used = self.calls_used()
         meta.max_calls = self.budget.max_calls
         if self.scorer is not None:
             meta.rollouts = self.scorer.rollouts

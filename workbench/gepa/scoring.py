@@ -55,6 +55,10 @@ class BudgetSpent(Exception):
     """A batch would pass the metric-call budget; the optimizer stops."""
 
 
+class Stopped(Exception):
+    """The user stopped the run (Ctrl-C): no more calls are scored."""
+
+
 class ServerFailures(Exception):
     """Rollouts of a batch failed on the model server: it has no score (see module doc)."""
 
@@ -104,12 +108,17 @@ class CandidateScorer:
         self.notify = notify
         self.on_scored = on_scored
         self.server_failures = 0  # batches lost to the server (not scored, refunded)
+        self.scored_calls = 0  # calls that produced scores (Budget.used also counts those in flight)
+        self._lock = threading.Lock()
+        self.stop = threading.Event()  # set on Ctrl-C: calls still queued in DSPy's threads are refused
         self.server_gone: ServerGone | None = None
         self.rollouts = 0
         self.rollout_errors = 0
 
     def score(self, batch: Sequence[DataItem], candidate: Candidate) -> list[Rollout]:
         """One rollout per item, in batch order (a repeated item is run once and shared)."""
+        if self.stop.is_set():
+            raise Stopped("the run was stopped")
         self.budget.spend(len(batch))
         try:
             rollouts = self._rollouts(batch, candidate)
@@ -117,11 +126,16 @@ class CandidateScorer:
             self.budget.refund(len(batch))
             self.server_gone = exc
             raise
+        except BaseException:  # interrupted (Ctrl-C, the loop shutting down): nothing was scored
+            self.budget.refund(len(batch))
+            raise
         if lost := sum(r.error is not None and r.error.infrastructure for r in rollouts):
             self.budget.refund(len(batch))
             self.server_failures += 1
             raise ServerFailures(f"{lost} of {len(rollouts)} rollouts failed on the model server (connection, "
                                  "timeout, 5xx after retries): this evaluation is not scored")
+        with self._lock:
+            self.scored_calls += len(batch)
         if self.on_scored is not None:
             self.on_scored(candidate, batch, rollouts)
         return rollouts
