@@ -127,10 +127,7 @@ def _optimize(dspy: Any, config: GepaConfig, plan: DspyPlan, envs: PromptedEnvs,
         reporter.finish()
         if recorder.snapshot is None:
             recorder.refresh()
-        recorder.write(status)
-        snap = recorder.snapshot
-        recorder.log.write(f"{status}: {scorer.scored_calls}/{config.max_calls} metric calls, seed "
-                           f"{_fmt(snap.seed_score if snap else None)} -> best {_fmt(snap.best_score if snap else None)}")
+        recorder.close(status)
     snap = recorder.snapshot
     assert snap is not None  # refreshed above
     return GepaResult(
@@ -151,7 +148,7 @@ def stop_on_interrupt(scorer: CandidateScorer) -> Iterator[None]:
     previous = signal.getsignal(signal.SIGINT)
 
     def handler(sig: int, frame: FrameType | None) -> None:
-        scorer.stop.set()
+        scorer.request_stop()  # DSPy's threads wait on rollouts: cancelled, so they return at once
         signal.default_int_handler(sig, frame)
 
     signal.signal(signal.SIGINT, handler)
@@ -170,7 +167,3 @@ def _check_scores_are_whole(scorer: CandidateScorer) -> None:
                         "0: the run is not saved as finished; run it again once the server is healthy")
     if scorer.budget.exhausted:  # the plan's bound is an upper bound: this is a bug, not a user error
         raise RuntimeError("the metric-call budget was reached before the optimizer finished")
-
-
-def _fmt(score: float | None) -> str:
-    return "-" if score is None else f"{score:.4f}"

@@ -207,6 +207,14 @@ class RunRecorder:
     def calls_used(self) -> int:
         return self.budget.used
 
+    def close(self, status: str) -> None:
+        """The run's last write, and its last log line."""
+        self.write(status)
+        snap = self.snapshot
+        seed, best = (snap.seed_score, snap.best_score) if snap else (None, None)
+        self.log.write(f"{status}: {self.calls_used()}/{self.budget.max_calls} metric calls, "
+                       f"seed {_fmt(seed)} -> best {_fmt(best)}")
+
     def write(self, status: str | None = None) -> None:
         meta = self.metadata
         if status is not None:
@@ -228,3 +236,7 @@ class RunRecorder:
         write_run_metadata(self.run_dir, meta)
 
 
+
+
+def _fmt(score: float | None) -> str:
+    return "-" if score is None else f"{score:.4f}"

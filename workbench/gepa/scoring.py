@@ -115,6 +115,11 @@ class CandidateScorer:
         self.rollouts = 0
         self.rollout_errors = 0
 
+    def request_stop(self) -> None:
+        """Refuse new calls and cancel those in flight (safe from a signal handler)."""
+        self.stop.set()
+        self.bridge.cancel_pending()
+
     def score(self, batch: Sequence[DataItem], candidate: Candidate) -> list[Rollout]:
         """One rollout per item, in batch order (a repeated item is run once and shared)."""
         if self.stop.is_set():

@@ -164,10 +164,7 @@ def _optimize(config: GepaConfig, envs: PromptedEnvs, trainset: list[Any], valse
         raise
     finally:
         reporter.finish()
-        recorder.write(status)
-        snap = recorder.snapshot
-        recorder.log.write(f"{status}: {budget.used}/{config.max_calls} metric calls, "
-                           f"seed {_fmt(snap.seed_score if snap else None)} -> best {_fmt(snap.best_score if snap else None)}")
+        recorder.close(status)
     snap = recorder.snapshot
     return GepaResult(
         run_dir=run_dir, status=status, seed_prompt=seed_prompt,
@@ -288,7 +285,3 @@ def run_metadata(config: GepaConfig, run_dir: Path, saved: GepaRun | None, seed_
         metadata.reflections, metadata.events = saved.reflections, saved.events
         metadata.iteration_errors = saved.iteration_errors
     return metadata
-
-
-def _fmt(score: float | None) -> str:
-    return "-" if score is None else f"{score:.4f}"
