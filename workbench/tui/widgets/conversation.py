@@ -17,6 +17,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.reactive import reactive
+from textual.visual import VisualType
+from textual.widget import Widget
 from textual.widgets import Collapsible, Static
 
 from workbench.tui.widgets.format import reward_color
@@ -86,6 +88,35 @@ def _classes(message: dict[str, Any], in_prompt: bool) -> str:
     return f"message -{role_class}" + (" -prompt" if in_prompt else "")
 
 
+def _same_text(a: object, b: object) -> bool:
+    """Both are Rich Text that draws the same (`Text.__eq__` ignores the base style)."""
+    return isinstance(a, Text) and isinstance(b, Text) and a == b and a.style == b.style
+
+
+def update_static(widget: Static, content: VisualType) -> None:
+    """Show `content` in `widget`, laying the screen out again only when its height changes.
+
+    `Static.update` asks for a layout by default: the whole screen is arranged again, every
+    scroll view on it (the groups table among them) repaints its scroll bars, and the layout
+    waits for a frame of its own. Moving the Rollouts cursor one row mostly shows text of the
+    same height (another answer to a prompt of the same shape): repainting this widget where
+    it is draws the same, for a fraction of the frame."""
+    if _same_text(content, widget.content):
+        return  # the same text (the system prompt of every rollout): nothing to redraw
+    region = widget.content_region
+    widget.update(content, layout=False)
+    if not region.width or widget.get_content_height(widget.container_size, widget.app.size, region.width) != region.height:
+        widget.refresh(layout=True)
+
+
+def _set_border_titles(widget: Widget, title: str, subtitle: str | None) -> None:
+    """Set border titles only when they change: each assignment repaints the widget."""
+    if widget.border_title != title:
+        widget.border_title = title
+    if widget.border_subtitle != subtitle:
+        widget.border_subtitle = subtitle
+
+
 class MessageBlock(Static):
     """One chat message in a bordered block titled with its role."""
 
@@ -96,10 +127,9 @@ class MessageBlock(Static):
 
     def show(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
         """Show another message in this block (see `ConversationView._update_in_place`)."""
-        self.update(message_body(message))
-        self.set_classes(_classes(message, in_prompt))
-        self.border_title = message_title(message, tool_names)
-        self.border_subtitle = "prompt" if in_prompt else None
+        update_static(self, message_body(message))
+        self.set_classes(_classes(message, in_prompt))  # a no-op when they are the same
+        _set_border_titles(self, message_title(message, tool_names), "prompt" if in_prompt else None)
 
 
 class ThinkingFold(Collapsible):
@@ -137,7 +167,9 @@ class ConversationView(VerticalScroll, can_focus=True):
 
     BINDINGS = [Binding("h", "toggle_thinking", "Thinking")]
 
-    rollout: reactive[Rollout | None] = reactive(None)
+    # No repaint of the view itself when the rollout changes: its blocks repaint what changed
+    # (a repaint of the whole view would redraw every block, changed or not).
+    rollout: reactive[Rollout | None] = reactive(None, repaint=False)
 
     def compose(self) -> ComposeResult:
         rollout = self.rollout
@@ -224,4 +256,4 @@ class RewardBreakdown(Static):
     """Reward total, per-function rewards and metrics, flags and usage of the shown rollout."""
 
     def show(self, rollout: Rollout | None, group_size: int = 1) -> None:
-        self.update(breakdown(rollout, group_size) if rollout is not None else "")
+        update_static(self, breakdown(rollout, group_size) if rollout is not None else "")
