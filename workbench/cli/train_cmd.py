@@ -19,7 +19,7 @@ DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan
 SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a config key (repeatable), value as TOML: --set max_steps=20 --set sampling.temperature=0.8 --set 'sampling.stop=[\"</a>\"]'.", show_default=False)]
 ResumeOption = Annotated[Path | None, typer.Option("--resume", help="Continue a run folder from its newest complete checkpoint, with its saved config.toml (CONFIG not needed).", show_default=False)]
 ResumeStepOption = Annotated[int | None, typer.Option("--resume-step", min=1, metavar="STEP", help="With --resume: continue from this step's checkpoint instead of the newest (prime-rl's --trainer.ckpt.resume-step); later checkpoints are set aside in checkpoints/set-aside-<time>/.", show_default=False)]
-NprocOption = Annotated[int, typer.Option("--nproc", min=1, metavar="N", help="Train with N processes on this machine (data parallel: DDP, or FSDP with data_parallel = \"fsdp\"): each takes 1/N of every step's rollouts; gloo on CPU, one GPU per process with CUDA. The same as `torchrun --nproc-per-node N -m workbench train CONFIG`.")]
+NprocOption = Annotated[int, typer.Option("--nproc", min=1, metavar="N", help="Train with N processes on this machine (data parallel: DDP, or FSDP with data_parallel = \"fsdp\"): each takes 1/N of every step's rollouts; gloo on CPU, one GPU per process with CUDA. The same as `torchrun --nproc-per-node N -m workbench train CONFIG`; several nodes: torchrun --nnodes (docs/distributed.md).")]
 
 
 def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOption = None, resume: ResumeOption = None,
@@ -72,8 +72,9 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
         console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
         print_outcome(result.run_dir)
         if result.status == "stopped":
-            again = f" --nproc {result.world_size}" if result.world_size > 1 else ""
-            err_console.print(f"[yellow]stopped with a checkpoint; continue with `workbench train --resume {result.run_dir}{again}`[/]")
+            from workbench.train.distributed import resume_hint
+
+            err_console.print(f"[yellow]stopped with a checkpoint; continue with {resume_hint(result.run_dir, result.world_size)}[/]")
     if result.status == "stopped":
         raise typer.Exit(130)
 

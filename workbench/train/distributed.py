@@ -2,10 +2,16 @@
 
     workbench train configs/rl/reverse-text.toml --nproc 2
     torchrun --nproc-per-node 2 -m workbench train configs/rl/reverse-text.toml
+    torchrun --nnodes 2 --nproc-per-node 8 --node-rank K --master-addr HEAD --master-port 29500 -m workbench train CONFIG
+                                                          # on each node K = 0, 1 (docs/distributed.md)
 
 Each process (rank) reads RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT (set by
 `--nproc`, see `workbench.train.launch`, or by torchrun) and joins one process group: gloo on
-CPU, NCCL with CUDA (rank r on cuda:LOCAL_RANK). Semantics:
+CPU, NCCL with CUDA (rank r on cuda:LOCAL_RANK). RANK is global and LOCAL_RANK is per node, so
+nothing here assumes one machine: several nodes are torchrun's rendezvous, then the same code
+(tests/test_train_multinode.py runs 2 "nodes" on 127.0.0.1). Across nodes the run folder must be
+on a filesystem every node sees at the same path: rank 0 writes it, every rank reads the
+checkpoint it resumes from. Semantics:
 
 - The global batch stays `batch_size`. Every rank draws the same examples for a step (the
   step's seeded rng) and rolls out and trains only its slice (`shard`: item i goes to rank
@@ -26,8 +32,8 @@ CPU, NCCL with CUDA (rank r on cuda:LOCAL_RANK). Semantics:
   loads the same checkpoint on every rank.
 - A Ctrl-C that reaches any rank stops every rank after the same step (`DistInfo.any`).
 
-Simplifications: one machine (no multi-node rendezvous beyond what torchrun's env vars give);
-FSDP runs in the policy's loaded dtype (no mixed-precision policy) and each rank first loads
+Simplifications: Workbench starts ranks on one machine only (`--nproc`); several nodes are
+started by torchrun (its rendezvous, its restarts), one torchrun per node. FSDP runs in the policy's loaded dtype (no mixed-precision policy) and each rank first loads
 the whole model; a single process (WORLD_SIZE unset or 1) never touches torch.distributed.
 """
 
@@ -134,6 +140,16 @@ def launched_world_size() -> int:
 def launched_rank() -> int:
     """This process's RANK before the process group exists (0 when not launched)."""
     return _env_int("RANK", 0)
+
+
+def resume_hint(run_dir: Path, world_size: int) -> str:
+    """How to continue a stopped run with as many processes as it had: `--nproc N` when Workbench
+    started the ranks (its launcher sets RUN_DIR_ENV), else the user's own torchrun command."""
+    if world_size <= 1:
+        return f"`workbench train --resume {run_dir}`"
+    if os.environ.get(RUN_DIR_ENV):
+        return f"`workbench train --resume {run_dir} --nproc {world_size}`"
+    return f"the same torchrun command on every node, with `-m workbench train --resume {run_dir}`"
 
 
 def init_distributed() -> DistInfo:

@@ -17,6 +17,12 @@ sets them, plus the run folder chosen here, so the parent can name it if a rank 
 
 Simplifications: one machine; a free port is picked by binding port 0 and releasing it (a
 tiny race with other programs); children die with this process (Linux PR_SET_PDEATHSIG).
+
+Several nodes are torchrun's job, not this launcher's: one `torchrun --nnodes N --node-rank K
+... -m workbench train CONFIG` per node (docs/distributed.md; tests/test_train_multinode.py runs
+two on 127.0.0.1). A `--nnodes` here would re-implement torchrun's rendezvous while watching only
+this node's ranks (a rank dying on another node would look like a lost peer, not a culprit), and
+torch, hence torchrun, is installed wherever Workbench trains.
 """
 
 from __future__ import annotations
