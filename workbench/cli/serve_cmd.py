@@ -33,6 +33,7 @@ def serve(
     max_loras: Annotated[int, typer.Option("--max-loras", min=1, help="Accepted for vLLM compatibility; here each batch uses one adapter and any number may be loaded.")] = 1,
     lora_modules: Annotated[list[str] | None, typer.Option("--lora-modules", help="NAME=PATH adapter to load at startup (repeatable; needs --enable-lora).", show_default=False)] = None,
     reasoning_parser: Annotated[str, typer.Option("--reasoning-parser", help="Split <think>…</think> out of replies into message.reasoning_content (as vLLM): qwen3, deepseek_r1, none, or auto (qwen3 when the vocabulary has <think> and </think> tokens).")] = "auto",
+    parent_pid: Annotated[int | None, typer.Option("--parent-pid", metavar="PID", help="Exit when process PID is gone (a training run that launched this server passes its own pid, so the server never outlives it, even after kill -9).", show_default=False)] = None,
 ) -> None:
     """Serve a model with /v1/chat/completions, /v1/models and /health (OpenAI-compatible),
     plus /update_weights {"weight_dir": FOLDER} to reload full weights in place.
@@ -46,9 +47,15 @@ def serve(
         raise UserError(f"--max-lora-rank must be one of {', '.join(map(str, _LORA_RANKS))}, got {max_lora_rank}")
     if reasoning_parser not in (*REASONING_CHOICES, "auto", "none"):
         raise UserError(f"--reasoning-parser must be one of {', '.join(REASONING_CHOICES)}, auto or none, got '{reasoning_parser}'")
+    if parent_pid is not None and parent_pid <= 0:
+        raise UserError(f"--parent-pid must be a process id (a positive number), got {parent_pid}")
     modules = parse_lora_modules(lora_modules or [])
     if modules and not enable_lora:
         raise UserError("--lora-modules needs --enable-lora")
+    if parent_pid is not None:  # first: loading the model takes seconds, and the parent may die meanwhile
+        from workbench.inference.parent_watch import watch_parent
+
+        watch_parent(parent_pid)
     from workbench.cli.embedded import ensure_embedded_model
     from workbench.inference.resolve import local_client, resolve_model_path
     from workbench.inference.server import run_server

@@ -1,5 +1,5 @@
 """Launch `vllm serve` and manage its process (training's `[inference] launch = true` builds on
-this in `workbench.train.vllm`).
+this in `workbench.train.vllm` and, for `workbench serve` replicas, `workbench.train.launch_servers`).
 
 `vllm_plan` turns serving settings (the `[inference]` and `[lora]` tables) into the exact command
 and environment:
@@ -17,7 +17,9 @@ The trainer then pushes each step's adapter with `weight_sync.WeightSync`.
 
 `ManagedServer` runs any such command in its own process group with its output in a log
 file, waits for `GET /health`, and stops the whole group (SIGTERM, then SIGKILL). It is
-independent of vLLM, so its tests run on a CPU with a stand-in executable.
+independent of vLLM, so its tests run on a CPU with a stand-in executable. A server that picks
+its own port (`workbench serve --port 0`) is found by its announcement line in the log
+(`announce`), which leaves no window between choosing a free port and binding it.
 
 vLLM is an optional extra (`pip install 'workbench[vllm]'`); nothing here imports it.
 Full fine-tuning with a launched vLLM: stock `vllm serve` has no route that reloads weights
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -194,6 +197,10 @@ class ManagedServer:
     stop_timeout_s: float = 30.0
     name: str = "vLLM"
     poll_s: float = 0.5
+    # When set, the server chooses its own port and prints its base URL: group 1 of this pattern,
+    # matched against the log, is the base URL (with /v1); `health_url` may then start empty.
+    announce: re.Pattern[str] | None = None
+    base_url: str | None = None  # known from the start, or read from the announcement
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _log: IO[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -214,29 +221,47 @@ class ManagedServer:
     def wait_until_healthy(self) -> None:
         """Return once `health_url` answers 200; ServerStartError if the process exits first
         or `startup_timeout_s` passes (the process is then stopped)."""
+        wait_until_all_healthy([self])
+
+    def ready(self, deadline: float) -> bool:
+        """One look: True once healthy, False while still starting; ServerStartError if the
+        process has exited or `deadline` (time.monotonic()) has passed (the process is then stopped)."""
         assert self.process is not None, "start() first"
-        deadline = time.monotonic() + self.startup_timeout_s
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                self._close_log()
-                raise ServerStartError(f"{self.name} exited with code {code} before it was ready; "
-                                       f"last lines of {self.log_path}:\n{self.log_tail()}")
-            if self._healthy():
-                return
-            if time.monotonic() >= deadline:
-                self.stop()
-                raise ServerStartError(f"{self.name} was not healthy at {self.health_url} after "
-                                       f"{self.startup_timeout_s:g}s (stopped it); last lines of {self.log_path}:\n"
-                                       f"{self.log_tail()}")
-            time.sleep(self.poll_s)
+        code = self.process.poll()
+        if code is not None:
+            self._close_log()
+            raise ServerStartError(f"{self.name} exited with code {code} before it was ready; "
+                                   f"last lines of {self.log_path}:\n{self.log_tail()}")
+        if self._healthy():
+            return True
+        if time.monotonic() >= deadline:
+            self.stop()
+            raise ServerStartError(f"{self.name} was not healthy at {self.health_url or '(no URL announced yet)'} after "
+                                   f"{self.startup_timeout_s:g}s (stopped it); last lines of {self.log_path}:\n"
+                                   f"{self.log_tail()}")
+        return False
 
     def _healthy(self) -> bool:
+        if not self.health_url and not self._read_announcement():
+            return False
         try:
             with urllib.request.urlopen(self.health_url, timeout=5) as response:
                 return bool(response.status == 200)
         except (urllib.error.URLError, OSError, ValueError):
             return False
+
+    def _read_announcement(self) -> bool:
+        if self.announce is None:
+            return False
+        try:
+            found = self.announce.search(self.log_path.read_text(errors="replace"))
+        except OSError:
+            return False
+        if found is None:
+            return False
+        self.base_url = found.group(1)
+        self.health_url = self.base_url.removesuffix("/v1") + "/health"
+        return True
 
     def stop(self) -> int | None:
         """SIGTERM the process group, SIGKILL it after `stop_timeout_s`; returns the exit code."""
@@ -290,3 +315,14 @@ class ManagedServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.stop)
+
+
+def wait_until_all_healthy(servers: Sequence[ManagedServer]) -> None:
+    """Wait for several started servers at once: return when every one is healthy, raise the
+    first ServerStartError as soon as any one fails (without waiting for the slow loaders)."""
+    started = time.monotonic()
+    pending = list(servers)
+    while pending:
+        pending = [server for server in pending if not server.ready(started + server.startup_timeout_s)]
+        if pending:
+            time.sleep(min(server.poll_s for server in pending))

@@ -244,11 +244,11 @@ def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
     if config.mode == "sft" and config.sft.data_path and not Path(config.sft.data_path).is_file():
         problems.append(f"sft.data_path '{config.sft.data_path}' does not exist")
     if config.inference.mode == "server" and config.inference.launch:
-        from workbench.inference.vllm_launch import INSTALL_HINT, vllm_unavailable_reason
+        # vLLM where it runs, `workbench serve` replicas elsewhere: only a model split across GPUs needs vLLM
+        from workbench.inference.vllm_launch import vllm_unavailable_reason
+        from workbench.train.placement import launch_blockers
 
-        reason = vllm_unavailable_reason()
-        if reason is not None:
-            problems.append(f"{INSTALL_HINT} ({reason})")
+        problems += launch_blockers(config, vllm_unavailable_reason())
     return problems
 
 

@@ -79,10 +79,10 @@ async def _train(config: TrainConfig, reporter: Reporter, resume: Path | None, d
         raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
                         "or choose another run_name/output_dir")
     checkpoint = _resume_point(run_dir, config, dist) if resume else None
-    async with contextlib.AsyncExitStack() as servers:
-        launched = []
+    async with contextlib.AsyncExitStack() as servers:  # launched inference servers stop when it closes
+        launched: list[str] = []
         if config.inference.mode == "server" and config.inference.launch:
-            launched.append(await _launch_inference(config, run_dir, servers, reporter))
+            config, launched = await _launch_inference(config, run_dir, servers, reporter)
         return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
 
 
@@ -100,16 +100,16 @@ def _resume_point(run_dir: Path, config: TrainConfig, dist: DistInfo) -> Path | 
     return checkpoint
 
 
-async def _launch_inference(config: TrainConfig, run_dir: Path, servers: contextlib.AsyncExitStack, reporter: Reporter) -> str:
-    """`[inference] launch = true`: start vLLM, wait for health, stop it when training ends.
-    Returns its base URL, which joins any inference.base_urls given."""
-    from workbench.train.vllm import launch_vllm
+async def _launch_inference(config: TrainConfig, run_dir: Path, servers: contextlib.AsyncExitStack,
+                            reporter: Reporter) -> tuple[TrainConfig, list[str]]:
+    """`[inference] launch = true`: start the run's inference servers (vLLM, or `workbench serve`
+    replicas without it: `launch_servers.py`), wait for health, stop them when `servers` closes.
+    Returns the config the run goes on with (the launched servers replace inference.base_urls)
+    and their base URLs."""
+    from workbench.train.launch_servers import launch_inference
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    server, plan = launch_vllm(config, run_dir)
-    reporter.message(f"starting vLLM for {plan.served_model_name} (log: {run_dir / 'vllm.log'})")
-    await servers.enter_async_context(server)
-    return plan.base_url
+    launched = await launch_inference(config, run_dir, servers, reporter)
+    return launched.config, launched.base_urls
 
 
 async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, checkpoint: Path | None,

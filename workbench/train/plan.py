@@ -6,10 +6,14 @@ this machine (GPU ids, parallelism, vLLM memory, dtypes) — found without impor
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
 from workbench.config.plan import Plan, PlanSection
+from workbench.train.placement import (
+    inference_placement, launch_backend, replica_command, replica_count, trainer_placement, vllm_installed,
+)
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, TrainConfig
 
 
@@ -169,17 +173,24 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
         out.add("eval", "off" + (f" (eval.interval = 0; eval.env {', '.join(env.id for env in e.env)} unused)" if e.env else ""))
     out.add("env_file", ", ".join(f"{p} ({'found' if Path(p).is_file() else 'MISSING'})" for p in c.env_file) or "none")
 
-    infra = PlanSection("Inference & hardware")
+    count = cuda_gpu_count() if gpu_count is None else gpu_count
     i = c.inference
+    backend = launch_backend(vllm_installed() and count != 0) if i.mode == "server" and i.launch else None
+    infra = PlanSection("Inference & hardware")
     if i.mode == "colocated":
         infra.add("inference", "colocated: the trainer's model generates the rollouts")
     else:
-        servers = [*i.base_urls, *(["launched vLLM"] if i.launch else [])]
-        infra.add("inference", f"server · {', '.join(servers)} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}")
+        if backend == "workbench serve":
+            infra.add("inference", f"server · {replica_count(i)} launched `workbench serve` replica(s) (see Placement)")
+        else:
+            servers = ["launched vLLM"] if backend else i.base_urls
+            infra.add("inference", f"server · {', '.join(servers)} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}")
         infra.add("async", f"generation runs up to {c.max_async_level} step(s) ahead of training; rollouts older than "
                            f"{c.max_off_policy_steps} step(s) are replaced; new weights pushed to every server after each step")
-        if i.launch:
-            infra.add("vLLM command", _vllm_command(c))
+        if i.launch:  # the vLLM line also on a CPU: what the same config runs on a GPU box
+            infra.add("vLLM command", _vllm_command(c) + ("" if backend == "vllm" else "  (on a machine with vLLM and a GPU)"))
+        if backend == "workbench serve":
+            infra.add("replica command", f"{shlex.join(replica_command(c, parent_pid=None))} --parent-pid <trainer pid>")
     vllm = {"model": i.model, "gpu_ids": i.gpu_ids or None, "tensor_parallel_size": i.tensor_parallel_size if i.tensor_parallel_size > 1 else None,
             "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len,
             "tool_call_parser": i.tool_call_parser, "enable_auto_tool_choice": i.enable_auto_tool_choice or None,
@@ -187,7 +198,6 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     shown = ", ".join(f"{k} {_fmt(v)}" for k, v in vllm.items() if v is not None)
     if shown:
         infra.add("inference settings", shown)
-    count = cuda_gpu_count() if gpu_count is None else gpu_count
     infra.add("this machine", "no CUDA GPU: CPU" if count == 0 else f"{count if count is not None else 'some'} CUDA GPU(s)")
     hw = {"num_gpus": c.num_gpus, "trainer_gpu_ids": c.trainer_gpu_ids or None,
           "pipeline_parallel_size": c.pipeline_parallel_size if c.pipeline_parallel_size > 1 else None,
@@ -195,7 +205,12 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     if shown_hw := ", ".join(f"{k} {_fmt(v)}" for k, v in hw.items() if v is not None):
         infra.add("requested", shown_hw)
 
-    return Plan([run, envs, steps, optim, out, infra], [*notes, *machine_notes(c, count)], warnings)
+    where = PlanSection("Placement (which process runs where)")
+    where.add("trainer", trainer_placement(c, count))
+    for label, value in inference_placement(c, count, backend):
+        where.add(label, value)
+
+    return Plan([run, envs, steps, optim, out, infra, where], [*notes, *machine_notes(c, count)], warnings)
 
 
 def _schedule(c: TrainConfig) -> str:
@@ -220,8 +235,6 @@ def _fmt(value: object) -> str:
 
 def _vllm_command(config: TrainConfig) -> str:
     """The `vllm serve ...` line a launch would run (port chosen at launch time)."""
-    import shlex
-
     from workbench.errors import UserError
     from workbench.train.vllm import plan_for_training
 

@@ -1,4 +1,5 @@
-"""`[inference] launch = true`: the vLLM server a training run starts for itself.
+"""`[inference] launch = true` where vLLM runs: the vLLM server a training run starts for itself
+(`launch_servers.py` chooses between it and `workbench serve` replicas).
 
 The command comes from `inference.vllm_launch.vllm_plan` with this run's `[inference]` and
 `[lora]` tables; `ManagedServer` runs it (own process group, log in the run folder, health wait)
@@ -13,6 +14,7 @@ from pathlib import Path
 from workbench.inference.vllm_launch import (
     VLLM_EXECUTABLE, LaunchPlan, ManagedServer, free_port, require_vllm, vllm_plan,
 )
+from workbench.train.placement import vllm_data_parallel_size
 from workbench.train.schema import TrainConfig
 
 
@@ -23,8 +25,10 @@ def plan_for_training(config: TrainConfig, *, port: int, host: str = "127.0.0.1"
     from workbench.inference.resolve import resolve_model_path
 
     name = config.inference.model or config.model
+    # prime-rl's inference_gpu_ids = [0, 1, 2] without a dp: three replicas (placement.py)
+    inference = config.inference.model_copy(update={"data_parallel_size": vllm_data_parallel_size(config.inference)})
     # max_async_level + 1 policy versions (one adapter each) can have rollouts in flight together
-    return vllm_plan(config.inference, model=str(resolve_model_path(name)), served_model_name=name, port=port,
+    return vllm_plan(inference, model=str(resolve_model_path(name)), served_model_name=name, port=port,
                      host=host, lora=config.lora, max_loras=config.max_async_level + 1, tokenizer=config.tokenizer,
                      executable=executable)
 

@@ -1,0 +1,66 @@
+"""Exit when the process that started us is gone: `workbench serve --parent-pid PID`.
+
+A training run with `[inference] launch = true` starts its `workbench serve` replicas each in a
+process group of their own (so a terminal's Ctrl-C reaches the trainer alone, and stopping a
+replica reaches everything it forked). The price: a group of children does not die with its
+parent. The trainer stops them on every exit it lives through (normal end, Ctrl-C, an error);
+this watchdog covers the one it does not — `kill -9` of the trainer.
+
+Why a polling thread and not Linux's PR_SET_PDEATHSIG: that signal fires when the *thread*
+that forked the child exits, and launchers start servers from worker threads (asyncio's
+`to_thread`) that come and go; it is also Linux-only. Polling `os.getppid()` every half second
+sees the parent's death on any POSIX system, whichever thread forked us: an orphan is
+re-parented (to init or a subreaper), so its parent pid changes the moment the parent dies,
+even while the dead parent is an unreaped zombie.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+POLL_S = 0.5
+
+
+def parent_gone(parent_pid: int, started_as_child: bool) -> bool:
+    """Whether `parent_pid` has died. As its child we trust our parent pid (a zombie parent
+    still answers kill(pid, 0)); otherwise we can only ask whether the pid exists."""
+    if started_as_child:
+        return os.getppid() != parent_pid
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, owned by someone else
+        return False
+    return False
+
+
+def watch_parent(parent_pid: int, *, poll_s: float = POLL_S) -> threading.Thread:
+    """Start a daemon thread that ends this process (and its process group, when this process
+    leads one) once `parent_pid` is gone. Returns the thread."""
+    started_as_child = os.getppid() == parent_pid
+    if not started_as_child and parent_gone(parent_pid, False):
+        _exit(parent_pid)
+
+    def run() -> None:
+        while not parent_gone(parent_pid, started_as_child):
+            time.sleep(poll_s)
+        _exit(parent_pid)
+
+    thread = threading.Thread(target=run, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _exit(parent_pid: int) -> None:
+    print(f"parent process {parent_pid} is gone: exiting", file=sys.stderr, flush=True)
+    if os.getpgrp() == os.getpid():  # we lead our own group (start_new_session): take our children along
+        try:
+            os.killpg(os.getpid(), signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(1)  # no graceful shutdown: nobody is left to talk to

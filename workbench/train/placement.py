@@ -1,0 +1,138 @@
+"""Which process of a training run runs where — decided from the config alone, without torch,
+so `--dry-run` can print it and the launcher (`launch_servers.py`) acts on the same answers.
+
+The processes are prime-rl's: the trainer (one process, or N ranks with --nproc/torchrun), and in
+server mode the inference servers. With `[inference] launch = true` the run starts them itself:
+
+- vLLM, where vLLM is installed and a CUDA GPU is visible: one `vllm serve` on `inference.gpu_ids`
+  with `--data-parallel-size` / `--tensor-parallel-size` (vLLM spreads its own replicas).
+- otherwise N `workbench serve MODEL --enable-lora` replicas on this machine, one process group
+  each, logging to `<run>/inference/replica_<i>.log`.
+
+N, the number of inference replicas, is prime-rl's data-parallel degree of inference
+(`[inference.parallel] dp`, vLLM's `--data-parallel-size`, here `inference.data_parallel_size`),
+so a prime-rl config means the same thing on a GPU box and on a laptop. When the config does not
+set it, it follows from what the config does say: `inference.gpu_ids` / tensor_parallel_size
+(prime-rl's `inference_gpu_ids = [0, 1, 2]` is three replicas; on a CPU each GPU id becomes a
+process), else the number of `inference.base_urls` (the servers `launch` starts in place of the
+ones listed, e.g. configs/rl/reverse-text-server.toml's two), else 1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Sequence
+from typing import Literal
+
+from workbench.train.schema import InferenceConfig, TrainConfig
+
+Backend = Literal["vllm", "workbench serve"]
+INFERENCE_DIR = "inference"  # in the run folder: replica logs and replicas.json
+REPLICAS_FILE = "replicas.json"
+# `workbench serve --port 0` picks a free port and prints this line; its URL is read from the log.
+SERVE_ANNOUNCE = r"Serving model '.*' at (http://\S+/v1)"
+
+
+def replica_log_name(index: int) -> str:
+    return f"replica_{index}.log"
+
+
+def replica_count(inference: InferenceConfig) -> int:
+    """How many inference replicas the run uses (see the module docstring for the rule)."""
+    if "data_parallel_size" in inference.model_fields_set or inference.data_parallel_size > 1:
+        return inference.data_parallel_size
+    if inference.gpu_ids:
+        return max(1, len(inference.gpu_ids) // inference.tensor_parallel_size)
+    return max(1, len(inference.base_urls))
+
+
+def vllm_data_parallel_size(inference: InferenceConfig) -> int:
+    """`--data-parallel-size` of a launched vLLM: as `replica_count`, except that base_urls do not
+    size it (one vLLM spreads its replicas over the GPUs it is given, not over URLs)."""
+    if "data_parallel_size" in inference.model_fields_set or inference.data_parallel_size > 1 or not inference.gpu_ids:
+        return inference.data_parallel_size
+    return max(1, len(inference.gpu_ids) // inference.tensor_parallel_size)
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def launch_backend(vllm_runs_here: bool) -> Backend:
+    """vLLM where it can run (installed, a CUDA GPU visible); `workbench serve` replicas elsewhere."""
+    return "vllm" if vllm_runs_here else "workbench serve"
+
+
+def launch_blockers(config: TrainConfig, vllm_reason: str | None) -> list[str]:
+    """Why `launch = true` cannot start here (`vllm_reason`: why vLLM cannot run, None if it can).
+    A replica of `workbench serve` holds a whole model on one device, so a model split across
+    GPUs (tensor_parallel_size > 1) needs vLLM; everything else runs as processes on a CPU."""
+    inference = config.inference
+    if not (inference.mode == "server" and inference.launch) or vllm_reason is None:
+        return []
+    if inference.tensor_parallel_size > 1:
+        from workbench.inference.vllm_launch import INSTALL_HINT
+
+        return [f"{INSTALL_HINT} ({vllm_reason}): inference.tensor_parallel_size = {inference.tensor_parallel_size} "
+                "splits the model across GPUs, which a `workbench serve` replica cannot"]
+    return []
+
+
+def replica_command(config: TrainConfig, *, model: str | None = None, parent_pid: int | None = None) -> list[str]:
+    """`python -m workbench serve ...` for one replica: the served model under the name training
+    requests (`inference.model`, default `model`), LoRA loading sized as for vLLM (rank rounded
+    up to one vLLM accepts, max_async_level + 1 adapters), `--port 0` (the replica picks a free
+    port and announces it: no race with other programs), and `--parent-pid` so the replica
+    exits if the trainer dies without stopping it (kill -9). `model`: the resolved model path."""
+    from workbench.inference.vllm_launch import vllm_lora_rank
+
+    name = config.inference.model or config.model
+    command = [sys.executable, "-m", "workbench", "serve", model or name, "--host", "127.0.0.1", "--port", "0",
+               "--served-model-name", name]
+    if config.lora.enabled:
+        command += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(config.lora.r)),
+                    "--max-loras", str(config.max_async_level + 1)]
+    if config.inference.reasoning_parser:
+        command += ["--reasoning-parser", config.inference.reasoning_parser]
+    if parent_pid is not None:
+        command += ["--parent-pid", str(parent_pid)]
+    return command
+
+
+def trainer_placement(config: TrainConfig, gpu_count: int | None) -> str:
+    """Where the trainer's ranks run (--nproc N / torchrun adds ranks; the plan does not know N)."""
+    if gpu_count == 0:
+        return "rank 0 = this `workbench train` process, on the CPU (--nproc N: N processes, gloo)"
+    if config.trainer_gpu_ids:
+        ids = ",".join(map(str, config.trainer_gpu_ids))
+        return (f"trainer_gpu_ids {_ids(config.trainer_gpu_ids)}: rank r on the r-th of them "
+                f"(start it with CUDA_VISIBLE_DEVICES={ids}; --nproc {len(config.trainer_gpu_ids)} for one rank per GPU)")
+    return "rank r on CUDA GPU r of CUDA_VISIBLE_DEVICES (--nproc N: N ranks, NCCL)"
+
+
+def inference_placement(config: TrainConfig, gpu_count: int | None, backend: Backend | None) -> list[tuple[str, str]]:
+    """Rows saying where rollouts are generated; `backend` is the launch backend (None: no launch)."""
+    inference = config.inference
+    if inference.mode == "colocated":
+        return [("inference", "in the trainer process(es): the trainer's own model generates")]
+    if not inference.launch:
+        return [("inference", f"{len(inference.base_urls)} server(s) started elsewhere: {', '.join(inference.base_urls)}")]
+    replaced = f" (in place of inference.base_urls {_ids(inference.base_urls)})" if inference.base_urls else ""
+    if backend == "vllm":
+        tp, dp = inference.tensor_parallel_size, vllm_data_parallel_size(inference)
+        gpus = f"GPUs {_ids(inference.gpu_ids)}" if inference.gpu_ids else "every visible GPU"
+        return [("inference", f"1 `vllm serve` process group on {gpus}: {dp} replica(s) x tp {tp}, log <run>/vllm.log{replaced}")]
+    count = replica_count(inference)
+    where = "the CPU" if gpu_count == 0 or not inference.gpu_ids else "the CPU (vLLM is what uses inference.gpu_ids)"
+    rows = [("inference", f"{count} `workbench serve` replica(s), each its own process group on {where}, "
+                          f"health-checked, stopped with the run{replaced}")]
+    for index in range(count):
+        first = index * inference.tensor_parallel_size
+        gpu = f" · stands in for GPU {inference.gpu_ids[first]}" if first < len(inference.gpu_ids) else ""
+        rows.append((f"replica {index}", f"127.0.0.1:<free port> · log <run>/{INFERENCE_DIR}/{replica_log_name(index)}{gpu}"))
+    return rows
+
+
+def _ids(values: Sequence[object]) -> str:
+    return "[" + ", ".join(map(str, values)) + "]"
