@@ -90,7 +90,8 @@ async def _launch_replicas(config: TrainConfig, run_dir: Path, stack: contextlib
     servers: list[ManagedServer] = []
     stack.callback(_stop_all, servers)  # registered first: whatever started is stopped, however we leave
     for index in range(count):
-        server = ManagedServer(command, folder / replica_log_name(index), "", name=f"inference replica {index}",
+        server = ManagedServer(command, folder / replica_log_name(index), "", env=replica_threads(count),
+                               name=f"inference replica {index}",
                                startup_timeout_s=REPLICA_STARTUP_TIMEOUT_S, stop_timeout_s=REPLICA_STOP_TIMEOUT_S,
                                announce=re.compile(SERVE_ANNOUNCE))
         server.start()
@@ -104,6 +105,15 @@ async def _launch_replicas(config: TrainConfig, run_dir: Path, stack: contextlib
     _write_record(run_dir, "workbench serve", servers)
     reporter.message(f"inference replicas ready: {', '.join(urls)}")
     return LaunchedInference(urls, _as_launched(config, count))
+
+
+def replica_threads(count: int) -> dict[str, str]:
+    """Torch threads per CPU replica: the cores shared by the replicas and the trainer. Each
+    process would otherwise start one thread per core, and N+1 processes of busy-waiting
+    threads on the same cores slow every one of them. A user's own OMP_NUM_THREADS wins."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (count + 1)))}
 
 
 def _stop_all(servers: list[ManagedServer]) -> None:
