@@ -94,6 +94,15 @@ def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
     assert "-m workbench serve tiny --host 127.0.0.1 --port 0 --served-model-name tiny --enable-lora" in out
 
 
+def test_several_trainer_ranks_in_server_mode_are_refused_before_any_replica_starts(tiny_workspace: Path) -> None:
+    result = subprocess.run([*train_command("--set", "max_steps=1", "--set", "output_dir='runs/ranks'"), "--nproc", "2"],
+                            cwd=tiny_workspace, env=workbench_env(), capture_output=True, text=True, timeout=RUN_START_S)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert "server mode with several trainer processes" in lines[0]
+    assert not (tiny_workspace / "runs" / "ranks" / "inference").exists()  # nothing was launched for it
+
+
 def test_plan_places_ranks_and_replicas_on_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     from workbench.train import plan as plan_module
 

@@ -57,7 +57,7 @@ from workbench.train.rollout_source import RolloutSource
 from workbench.train.samples import groups_to_samples
 from workbench.train.schema import TrainConfig
 from workbench.train.service import TrainingFailed, TrainResult
-from workbench.train.setup import TrainContext, build_context, new_run_dir
+from workbench.train.setup import TrainContext, build_context, new_run_dir, refuse_server_mode_ranks
 from workbench.train.teacher import TeacherStats
 from workbench.types import SamplingParams
 
@@ -78,6 +78,7 @@ async def _train(config: TrainConfig, reporter: Reporter, resume: Path | None, d
     if resume is None and list_checkpoints(run_dir):
         raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
                         "or choose another run_name/output_dir")
+    refuse_server_mode_ranks(config, dist)  # before any server is launched for nothing
     checkpoint = _resume_point(run_dir, config, dist) if resume else None
     async with contextlib.AsyncExitStack() as servers:  # launched inference servers stop when it closes
         launched: list[str] = []

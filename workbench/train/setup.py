@@ -123,9 +123,7 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     log = RunLog(run_dir / RUN_LOG) if dist.is_main else QuietLog(run_dir / RUN_LOG)
     clock = PolicyClock()
     if config.inference.mode == "server":
-        if dist.world_size > 1:
-            raise UserError("server mode with several trainer processes (--nproc/torchrun) is not supported yet: "
-                            "run one trainer process against the servers, or colocated with --nproc")
+        refuse_server_mode_ranks(config, dist)
         client = server_client(config, extra_urls=list(launched_urls))
         publisher = WeightPublisher(policy, run_dir, config, client, clock, log=log.write)
     else:
@@ -148,6 +146,14 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     return TrainContext(run_dir, env, policy, client, log, metadata, metadata.config, sft_data,
                         kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env),
                         eval_envs=eval_envs, teacher=teacher)
+
+
+def refuse_server_mode_ranks(config: TrainConfig, dist: DistInfo) -> None:
+    """Server mode trains in one process for now (the batch collectives of several ranks would
+    interleave with training's in the background rollout source)."""
+    if config.inference.mode == "server" and dist.world_size > 1:
+        raise UserError("server mode with several trainer processes (--nproc/torchrun) is not supported yet: "
+                        "run one trainer process against the servers, or colocated with --nproc")
 
 
 class SFTData:
