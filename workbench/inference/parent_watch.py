@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+from workbench.store.runs import pid_alive
+
 POLL_S = 0.5
 
 
@@ -30,13 +32,7 @@ def parent_gone(parent_pid: int, started_as_child: bool) -> bool:
     still answers kill(pid, 0)); otherwise we can only ask whether the pid exists."""
     if started_as_child:
         return os.getppid() != parent_pid
-    try:
-        os.kill(parent_pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, owned by someone else
-        return False
-    return False
+    return not pid_alive(parent_pid)
 
 
 def watch_parent(parent_pid: int, *, poll_s: float = POLL_S) -> threading.Thread:
