@@ -163,6 +163,7 @@ def test_ctrl_c_stops_a_dspy_run_and_keeps_what_was_scored(tmp_path: Path):
     meta = metadata(only_run(tmp_path))
     assert meta["status"] == "stopped" and meta["candidates"][0]["val_examples"] == 10  # the seed's score is kept
     assert meta["seed_score"] is not None and meta["metric_calls_used"] == policy.requests
+    assert len(meta["candidates"]) == 1  # the held candidate's cancelled calls are no scores (no 0s)
 
 
 # ----- bad input: one line -------------------------------------------------------------------

@@ -18,6 +18,7 @@ so there is one scoring path: the environment's own rubric, via `run_rollouts`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -169,7 +170,7 @@ class CandidateScorer:
             self.bridge.run(run_rollouts(env, self.client, examples, rollouts_per_example=1, sampling=self.sampling,
                                          max_concurrent=self.max_concurrent, on_group=on_group,
                                          state_columns=self.state_columns, retry=self.retry, notify=self.notify))
-        except ServerGone:
+        except (ServerGone, concurrent.futures.CancelledError):  # a stop is not the env's error: never a score
             raise
         except Exception as exc:  # the env refuses this candidate (rollout errors are recorded by the engine itself)
             error = RolloutError.from_exception(exc, "env")
