@@ -184,7 +184,7 @@ def test_slurm_template_two_nodes_same_update_as_one_then_requeue_resumes(tiny_w
     assert metrics(two)[2]["train/loss"] == pytest.approx(one.metrics[2]["train/loss"], rel=1e-5)
 
 
-@pytest.mark.slow  # 10-18 s
+@pytest.mark.extended  # 10-18 s; breadth: the c10d form of the rendezvous (the fixed-rank form runs in CI above)
 def test_c10d_rendezvous_two_nodes_train_and_checkpoint(tiny_workspace: Path):
     """The same options on both nodes (node ranks given on arrival), as `--rdzv-endpoint` users run it."""
     config = tiny_workspace / "sft.toml"
