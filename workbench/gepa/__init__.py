@@ -1,7 +1,9 @@
-"""GEPA prompt optimization: `run_gepa` evolves an environment's system prompt with the `gepa`
-library, scoring candidates through the shared rollout engine (DESIGN §8).
+"""Prompt optimization: `run_gepa` evolves an environment's system prompt with the `gepa`
+library, or (`optimizer = "miprov2" | "bootstrap"`) searches prompt and few-shot demonstrations
+with DSPy's optimizers; every candidate is scored through the shared rollout engine
+(`scoring.py`, DESIGN §8).
 
-Import-light on purpose: the `gepa` library is imported only when a run starts.
+Import-light on purpose: `gepa` and `dspy` are imported only when a run starts.
 """
 
 from __future__ import annotations
