@@ -178,6 +178,8 @@ def test_budget_too_small_unknown_optimizer_and_resume_are_one_line_errors(tmp_p
                               "-n", "12", "-N", "10"), "too small for --optimizer bootstrap")
     assert_one_line_error(cli(tmp_path, "gepa", "run", "reverse-text", "--optimizer", "mipro"),
                           "'gepa', 'miprov2' or 'bootstrap'")
+    assert_one_line_error(cli(tmp_path, "gepa", "compare", "reverse-text", "--optimizers", "gepa,foo"),
+                          "unknown optimizer 'foo'")
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     (run_dir / "metadata.json").write_text(json.dumps({"kind": "gepa", "run_id": "r", "env_id": "reverse-text",
