@@ -1,6 +1,7 @@
 """RL step throughput on the tiny model across process layouts: 1 vs 2 inference replicas
-(launched by the run itself, `[inference] launch = true`) × sync vs async, and 1 vs 2 trainer
-ranks (`--nproc`, colocated inference), printed as one table with where the time goes.
+(launched by the run itself, `[inference] launch = true`) × 1 vs 2 trainer ranks (`--nproc`) ×
+sync vs async, and colocated inference with 1 and 2 ranks, printed as one table with where the
+time goes.
 
     python benchmarks/scale.py [--steps 4] [--batch-size 64]
 
@@ -10,8 +11,7 @@ samples/s = batch / step time; generation = time to produce a step's rollouts; w
 trainer waited for them (generation not hidden behind training); train = forward/backward +
 optimizer; sync = pushing the adapter to the servers.
 
-Simplification: server mode with several trainer ranks is not supported yet, so trainer ranks
-are measured colocated (each rank generates its own share in-process).
+With several ranks in server mode, rank 0 rolls out for all of them (workbench.train.shared_source).
 """
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ def main() -> None:
     layouts = [  # (name, overrides, trainer ranks)
         ("colocated, 1 rank", [], 1),
         ("colocated, 2 ranks", [], 2),
-        *[(f"{n} replica{'s' * (n > 1)}, {mode}", ["inference.mode='server'", "inference.launch=true",
-                                                    f"inference.data_parallel_size={n}", f"max_async_level={level}"], 1)
-          for n in (1, 2) for mode, level in (("sync", 0), ("async", 1))],
+        *[(f"{n} replica{'s' * (n > 1)} × {ranks} rank{'s' * (ranks > 1)}, {mode}",
+           ["inference.mode='server'", "inference.launch=true", f"inference.data_parallel_size={n}",
+            f"max_async_level={level}"], ranks)
+          for n in (1, 2) for ranks in (1, 2) for mode, level in (("sync", 0), ("async", 1))],
     ]
     lines = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -94,12 +94,13 @@ def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
     assert "-m workbench serve tiny --host 127.0.0.1 --port 0 --served-model-name tiny --enable-lora" in out
 
 
-def test_several_trainer_ranks_in_server_mode_are_refused_before_any_replica_starts(tiny_workspace: Path) -> None:
-    result = subprocess.run([*train_command("--set", "max_steps=1", "--set", "output_dir='runs/ranks'"), "--nproc", "2"],
+def test_fsdp_ranks_in_server_mode_are_refused_before_any_replica_starts(tiny_workspace: Path) -> None:
+    result = subprocess.run([*train_command("--set", "max_steps=1", "--set", "output_dir='runs/ranks'",
+                                            "--set", "data_parallel='fsdp'"), "--nproc", "2"],
                             cwd=tiny_workspace, env=workbench_env(), capture_output=True, text=True, timeout=RUN_START_S)
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 1 and len(lines) == 1, result.stderr
-    assert "server mode with several trainer processes" in lines[0]
+    assert "server mode with several trainer processes needs data_parallel = 'ddp'" in lines[0]
     assert not (tiny_workspace / "runs" / "ranks" / "inference").exists()  # nothing was launched for it
 
 
@@ -115,7 +116,7 @@ def test_plan_places_ranks_and_replicas_on_gpus(monkeypatch: pytest.MonkeyPatch)
         return dict(next(s for s in built.sections if s.title.startswith("Placement")).rows)
 
     with_vllm = rows(True)
-    assert with_vllm["trainer"].startswith("trainer_gpu_ids [2]: rank r on the r-th of them (start it with CUDA_VISIBLE_DEVICES=2")
+    assert with_vllm["trainer"].startswith("trainer_gpu_ids [2]: rank r on the r-th of them (CUDA_VISIBLE_DEVICES=2")
     assert with_vllm["inference"].startswith("1 `vllm serve` process group on GPUs [0, 1]: 2 replica(s) x tp 1")
     without = rows(False)  # a GPU box without vLLM: the same two replicas, as processes
     assert without["inference"].startswith("2 `workbench serve` replica(s)")

@@ -12,15 +12,24 @@ that forked the child exits, and launchers start servers from worker threads (as
 sees the parent's death on any POSIX system, whichever thread forked us: an orphan is
 re-parented (to init or a subreaper), so its parent pid changes the moment the parent dies,
 even while the dead parent is an unreaped zombie.
+
+A server with no `--parent-pid` of its own (`vllm serve`) runs under this module as a wrapper:
+
+    python -m workbench.inference.parent_watch PARENT_PID -- vllm serve ...
+
+The wrapper leads the server's process group, runs the command in it and waits; when PARENT_PID
+dies it kills the whole group (the server and every worker it forked).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from workbench.store.runs import pid_alive
 
@@ -60,3 +69,36 @@ def _exit(parent_pid: int) -> None:
         except OSError:
             pass
     os._exit(1)  # no graceful shutdown: nobody is left to talk to
+
+
+def watched_command(command: Sequence[str], parent_pid: int) -> list[str]:
+    """`command` run under the wrapper, so it dies with `parent_pid` (see the module docstring)."""
+    return [sys.executable, "-m", "workbench.inference.parent_watch", str(parent_pid), "--", *command]
+
+
+def main(argv: Sequence[str]) -> int:
+    """The wrapper: run `argv[2:]` (after PARENT_PID and "--") and exit with its code."""
+    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
+        print("usage: python -m workbench.inference.parent_watch PARENT_PID -- COMMAND...", file=sys.stderr)
+        return 2
+    parent_pid = int(argv[0])
+    # A stop signals the whole group: the command gets it too, and the wrapper waits for its exit.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        child = subprocess.Popen(list(argv[2:]), preexec_fn=_default_signals)  # noqa: PLW1509 (no threads yet)
+    except OSError as exc:
+        print(f"could not start {argv[2]}: {exc.strerror or exc}", file=sys.stderr)
+        return 127
+    watch_parent(parent_pid)
+    return child.wait()
+
+
+def _default_signals() -> None:
+    """In the command, before exec: SIGTERM/SIGINT as usual (ignored ones would be inherited)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -47,6 +47,7 @@ from typing import IO, Protocol
 
 from workbench.errors import UserError
 from workbench.inference.adapters import VLLM_LORA_RANKS
+from workbench.inference.parent_watch import watched_command
 
 # The same interpreter as workbench, so the `vllm` extra of this environment is the one run.
 VLLM_EXECUTABLE = (sys.executable, "-m", "vllm.entrypoints.cli.main")
@@ -201,6 +202,9 @@ class ManagedServer:
     # matched against the log, is the base URL (with /v1); `health_url` may then start empty.
     announce: re.Pattern[str] | None = None
     base_url: str | None = None  # known from the start, or read from the announcement
+    # Run the command under parent_watch's wrapper: it dies with this process, even on kill -9
+    # (for servers without a --parent-pid of their own, like `vllm serve`).
+    die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _log: IO[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -209,9 +213,10 @@ class ManagedServer:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._log.write(f"$ {' '.join(self.command)}\n".encode())
         self._log.flush()
+        command = watched_command(self.command, os.getpid()) if self.die_with_parent else list(self.command)
         try:
             self.process = subprocess.Popen(
-                self.command, env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT,
+                command, env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,  # own group: stop() reaches its workers too
             )
         except OSError as exc:

@@ -51,16 +51,20 @@ class Failure:
     output: str  # the tail of the rank's own output ("" for rank 0, which printed to the terminal)
 
 
-def child_env(rank: int, nproc: int, port: int, run_dir: Path) -> dict[str, str]:
+def child_env(rank: int, nproc: int, port: int, run_dir: Path, visible_devices: str | None = None) -> dict[str, str]:
+    """A rank's environment, as torchrun makes it; `visible_devices`: the trainer's GPUs
+    (placement.trainer_visible_devices), so LOCAL_RANK r picks the r-th of them."""
     env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
            "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            RUN_DIR_ENV: str(run_dir)}
+    if visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
     # N processes each using every core oversubscribe the CPU (torchrun sets 1 for the same reason)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     return env
 
 
-def launch(train_args: list[str], nproc: int, run_dir: Path) -> tuple[int, Failure | None]:
+def launch(train_args: list[str], nproc: int, run_dir: Path, visible_devices: str | None = None) -> tuple[int, Failure | None]:
     """Run `workbench train *train_args` as `nproc` ranks; returns (exit code, the failure if any).
 
     Exit code: 0 when every rank finished, 130 when stopped by Ctrl-C (rank 0's code), 1 on failure.
@@ -83,7 +87,7 @@ def launch(train_args: list[str], nproc: int, run_dir: Path) -> tuple[int, Failu
             log = None if rank == 0 else tempfile.TemporaryFile()  # noqa: SIM115 (read after the rank ends)
             logs.append(log)
             procs.append(subprocess.Popen([sys.executable, "-m", "workbench", "train", *train_args],
-                                          env=child_env(rank, nproc, port, run_dir), stdout=log, stderr=log,
+                                          env=child_env(rank, nproc, port, run_dir, visible_devices), stdout=log, stderr=log,
                                           start_new_session=True, preexec_fn=_die_with_parent))  # noqa: PLW1509 (no threads here)
         failure = _watch(procs)
     finally:

@@ -48,8 +48,15 @@ from workbench.store.checkpoints import checkpoint_at, list_checkpoints, read_st
 from workbench.store.runs import TrainRun, now_iso, write_run_metadata
 from workbench.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
 from workbench.train.distributed import (
-    SINGLE, DistInfo, agreed_run_dir, checkpoint_states, close, gather_groups, generation_weights,
-    init_distributed, load_optimizer_state,
+    SINGLE,
+    DistInfo,
+    agreed_run_dir,
+    checkpoint_states,
+    close,
+    gather_groups,
+    generation_weights,
+    init_distributed,
+    load_optimizer_state,
 )
 from workbench.train.metrics import MetricsLogger, NullMetricsLogger, step_line, truncate_metrics
 from workbench.train.optimize import NonFiniteLoss, adapt_kl_beta, make_optimizer, train_on_samples
@@ -58,6 +65,7 @@ from workbench.train.samples import groups_to_samples
 from workbench.train.schema import TrainConfig
 from workbench.train.service import TrainingFailed, TrainResult
 from workbench.train.setup import TrainContext, build_context, new_run_dir, refuse_server_mode_ranks
+from workbench.train.shared_source import SharedSource, on_main
 from workbench.train.teacher import TeacherStats
 from workbench.types import SamplingParams
 
@@ -83,7 +91,9 @@ async def _train(config: TrainConfig, reporter: Reporter, resume: Path | None, d
     async with contextlib.AsyncExitStack() as servers:  # launched inference servers stop when it closes
         launched: list[str] = []
         if config.inference.mode == "server" and config.inference.launch:
-            config, launched = await _launch_inference(config, run_dir, servers, reporter)
+            # rank 0 alone starts them (it alone rolls out: shared_source.py); the others get its config
+            config, launched = await on_main(dist, lambda: _launch_inference(config, run_dir, servers, reporter),
+                                             (config, []))
         return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
 
 
@@ -140,8 +150,7 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
     reporter.start(f"train {run_dir.name}", config.max_steps, start_step)
     ctx.clock.version = start_step
     if ctx.env is not None:
-        ctx.source = RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s),
-                                   asynchronous=ctx.publisher is not None, dist=ctx.dist)
+        ctx.source = _rollout_source(ctx, config)
     try:
         if ctx.publisher is not None:
             await ctx.publisher.start(start_step)
@@ -203,7 +212,7 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
 async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
     started = time.perf_counter()
     learning_rate = scheduler.get_last_lr()[0]  # this step's (the scheduler moves on when it trains)
-    if ctx.publisher is None:
+    if not ctx.server_mode:
         ctx.policy.model.eval()  # colocated: the trainer's own model generates
     with generation_weights(ctx.policy):
         batch = await ctx.source.batch_for(step)
@@ -232,7 +241,7 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
         train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config,
                                   temperature=ctx.sampling.temperature, kl_beta=ctx.kl_beta, dist=ctx.dist)
         # Server mode trains in a thread so the event loop keeps generating the next batch.
-        stats = await asyncio.to_thread(train) if ctx.publisher is not None else train()
+        stats = await asyncio.to_thread(train) if ctx.server_mode else train()
         if config.kl_penalty.enabled:
             ctx.kl_beta = adapt_kl_beta(ctx.kl_beta, stats.kl, config.kl_penalty.target_kl)
             metrics["policy/kl_beta"] = ctx.kl_beta
@@ -271,7 +280,7 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
         metrics["time/weight_sync"] = sync_s  # what the trainer waited for: the write, a push still running
         metrics["time/weight_push"] = ctx.publisher.last_push_s  # the newest completed push, on the servers
     # Colocated, generation happens inside the wait; async, it overlaps the previous step.
-    busy = (wait_s if ctx.publisher is not None else batch.generation_s) + sync_s
+    busy = (wait_s if ctx.server_mode else batch.generation_s) + sync_s
     metrics["time/other"] = max(0.0, step_s - busy - metrics["time/forward_backward"] - metrics["time/optimizer"])
     return metrics
 
@@ -290,7 +299,10 @@ async def _sft_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sche
 async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, float]:
     """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)
     of the training environments, or of each `eval.env` (then also logged per environment as
-    eval/<name>/reward_mean); eval/reward_mean pools every rollout."""
+    eval/<name>/reward_mean); eval/reward_mean pools every rollout. Several ranks share the
+    examples; in server mode rank 0 evaluates them all (its client serves the newest weights)."""
+    if ctx.server_mode and ctx.dist.active:
+        return await on_main(ctx.dist, lambda: _held_out_eval(dataclasses.replace(ctx, dist=SINGLE), config), {})
     ctx.policy.model.eval()
     targets = [(e.name, e.env, e.sampling) for e in ctx.eval_envs] or [(None, ctx.env, ctx.sampling)]
     metrics: dict[str, float] = {}
@@ -325,6 +337,17 @@ def _checkpoint(ctx: TrainContext, config: TrainConfig, optimizer: Any, schedule
         kept = f"; previous checkpoint intact: {last[-1]}" if last else ""
         raise TrainingFailed(f"could not write the step {step} checkpoint ({exc.strerror or exc}){kept}") from exc
     ctx.log.write(f"checkpoint {path.name}")
+
+
+def _rollout_source(ctx: TrainContext, config: TrainConfig) -> RolloutSource | SharedSource:
+    """Colocated: every rank rolls out its share on demand. Server mode: generated ahead of the
+    trainer; with several ranks by rank 0 alone, which hands each rank its share."""
+    if not (ctx.server_mode and ctx.dist.active):
+        return RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s),
+                             asynchronous=ctx.server_mode, dist=ctx.dist)
+    own = RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s),
+                        asynchronous=True) if ctx.dist.is_main else None
+    return SharedSource(own, ctx.dist)
 
 
 def _write_metadata(ctx: TrainContext, metadata: TrainRun) -> None:

@@ -100,15 +100,24 @@ def replica_command(config: TrainConfig, *, model: str | None = None, parent_pid
     return command
 
 
+def trainer_visible_devices(config: TrainConfig) -> str | None:
+    """CUDA_VISIBLE_DEVICES for the trainer's processes: `trainer_gpu_ids` (prime-rl's
+    trainer_gpu_ids, physical ids as for inference.gpu_ids), so rank r runs on the r-th of them
+    and never on an inference GPU; None when the config does not place the trainer."""
+    return ",".join(map(str, config.trainer_gpu_ids)) if config.trainer_gpu_ids else None
+
+
 def trainer_placement(config: TrainConfig, gpu_count: int | None) -> str:
     """Where the trainer's ranks run (--nproc N / torchrun adds ranks; the plan does not know N)."""
+    # Server mode: rank 0 is the orchestrator too (workbench.train.shared_source).
+    role = "; rank 0 also rolls out for every rank and publishes the weights" if config.inference.mode == "server" else ""
     if gpu_count == 0:
-        return "rank 0 = this `workbench train` process, on the CPU (--nproc N: N processes, gloo)"
+        return f"rank 0 = this `workbench train` process, on the CPU (--nproc N: N processes, gloo){role}"
     if config.trainer_gpu_ids:
         ids = ",".join(map(str, config.trainer_gpu_ids))
         return (f"trainer_gpu_ids {_ids(config.trainer_gpu_ids)}: rank r on the r-th of them "
-                f"(start it with CUDA_VISIBLE_DEVICES={ids}; --nproc {len(config.trainer_gpu_ids)} for one rank per GPU)")
-    return "rank r on CUDA GPU r of CUDA_VISIBLE_DEVICES (--nproc N: N ranks, NCCL)"
+                f"(CUDA_VISIBLE_DEVICES={ids}; --nproc {len(config.trainer_gpu_ids)} for one rank per GPU){role}")
+    return f"rank r on CUDA GPU r of CUDA_VISIBLE_DEVICES (--nproc N: N ranks, NCCL){role}"
 
 
 def inference_placement(config: TrainConfig, gpu_count: int | None, backend: Backend | None) -> list[tuple[str, str]]:

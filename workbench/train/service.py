@@ -12,6 +12,8 @@ launcher can tell the culprit from the bystanders).
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +72,7 @@ def run_train(config: TrainConfig, reporter: Reporter | None = None, *, resume: 
             raise UserError("--nproc starts the processes itself: leave it out under torchrun")
         return _launch_ranks(config, reporter, resume, nproc, rank_args)
     load_env_files(config, config_path)
+    _place_single_trainer(config)
     from workbench.train.loop import run_rank
 
     try:
@@ -80,17 +83,31 @@ def run_train(config: TrainConfig, reporter: Reporter | None = None, *, resume: 
         raise
 
 
+def _place_single_trainer(config: TrainConfig) -> None:
+    """One trainer process on a GPU box: run it on trainer_gpu_ids[0] (CUDA reads the variable
+    when it first initializes, which the model load does later). torchrun's ranks are placed
+    by whoever started them, --nproc's by the launcher."""
+    from workbench.train.placement import trainer_visible_devices
+    from workbench.train.plan import cuda_gpu_count
+
+    if config.trainer_gpu_ids and launched_world_size() <= 1 and cuda_gpu_count():
+        os.environ["CUDA_VISIBLE_DEVICES"] = trainer_visible_devices(config) or ""
+
+
 def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, nproc: int,
                   rank_args: Sequence[str]) -> TrainResult:
     from workbench.train.launch import launch
+    from workbench.train.placement import trainer_visible_devices
     from workbench.train.plan import cuda_gpu_count
     from workbench.train.setup import new_run_dir
 
     gpus = cuda_gpu_count()
     if gpus and nproc > gpus:
         raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s) and each process needs its own")
+    if gpus and config.trainer_gpu_ids and nproc > len(config.trainer_gpu_ids):
+        raise UserError(f"--nproc {nproc}: trainer_gpu_ids lists {len(config.trainer_gpu_ids)} GPU(s) and each process needs its own")
     run_dir = resume or new_run_dir(config)
-    code, failure = launch(list(rank_args), nproc, run_dir)
+    code, failure = launch(list(rank_args), nproc, run_dir, trainer_visible_devices(config) if gpus else None)
     if failure is not None:
         if failure.rank == 0 and failure.code == 1:
             raise QuietExit(1)  # rank 0 printed its own one-line error

@@ -22,6 +22,7 @@ from workbench.train.publish import WeightPublisher, server_client
 from workbench.train.rollout_source import PolicyClock, RolloutSource
 from workbench.train.samples import Sample
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, EnvConfig, TrainConfig
+from workbench.train.shared_source import SharedSource
 from workbench.train.teacher import Teacher, load_teacher
 from workbench.types import SamplingParams
 from workbench.workspace import model_label, new_run_id, runs_dir
@@ -38,9 +39,10 @@ class TrainContext:
     saved_config: dict[str, Any]
     sft_data: SFTData | None = None
     kl_beta: float = 0.0  # current KL coefficient (adapted toward kl_penalty.target_kl when set)
-    source: RolloutSource | None = None  # each step's batch (on demand, or generated ahead)
+    source: RolloutSource | SharedSource | None = None  # each step's batch (on demand, or generated ahead)
     clock: PolicyClock = field(default_factory=PolicyClock)  # the policy version inference serves
-    publisher: WeightPublisher | None = None  # server mode: pushes new weights to the servers
+    publisher: WeightPublisher | None = None  # server mode, rank 0: pushes new weights to the servers
+    server_mode: bool = False  # rollouts come from inference servers (on rank 0 only, with several ranks)
     dist: DistInfo = SINGLE  # this process's rank in a multi-process run (--nproc / torchrun)
     sampling: SamplingParams = field(default_factory=SamplingParams)  # environment < config (engine.sampling)
     eval_envs: list[EvalEnv] = field(default_factory=list)  # eval.env; empty: held-out eval on `env`
@@ -125,7 +127,8 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     if config.inference.mode == "server":
         refuse_server_mode_ranks(config, dist)
         client = server_client(config, extra_urls=list(launched_urls))
-        publisher = WeightPublisher(policy, run_dir, config, client, clock, log=log.write)
+        # Several ranks: rank 0 alone rolls out and publishes (workbench.train.shared_source).
+        publisher = WeightPublisher(policy, run_dir, config, client, clock, log=log.write) if dist.is_main else None
     else:
         client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
                                         max_batch_size=max(64, config.batch_size),
@@ -145,15 +148,15 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
     teacher = load_teacher(config.distill, policy.tokenizer, dist.device) if config.mode == "distill" else None
     return TrainContext(run_dir, env, policy, client, log, metadata, metadata.config, sft_data,
                         kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env),
-                        eval_envs=eval_envs, teacher=teacher)
+                        eval_envs=eval_envs, teacher=teacher, server_mode=config.inference.mode == "server")
 
 
 def refuse_server_mode_ranks(config: TrainConfig, dist: DistInfo) -> None:
-    """Server mode trains in one process for now (the batch collectives of several ranks would
-    interleave with training's in the background rollout source)."""
-    if config.inference.mode == "server" and dist.world_size > 1:
-        raise UserError("server mode with several trainer processes (--nproc/torchrun) is not supported yet: "
-                        "run one trainer process against the servers, or colocated with --nproc")
+    """Server mode with several ranks writes the servers' weights from rank 0's copy of the model;
+    FSDP shards it (a full gather on every rank per step), so that pairing is refused."""
+    if config.inference.mode == "server" and dist.world_size > 1 and config.data_parallel == "fsdp":
+        raise UserError("server mode with several trainer processes needs data_parallel = 'ddp' (FSDP shards the "
+                        "weights rank 0 publishes to the servers): set data_parallel = 'ddp', or train colocated")
 
 
 class SFTData:

@@ -44,5 +44,5 @@ def launch_vllm(config: TrainConfig, run_dir: Path, *, host: str = "127.0.0.1", 
     plan = plan_for_training(config, port=port or free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1"),
                              host=host, executable=executable)
     server = ManagedServer(plan.command, run_dir / "vllm.log", plan.health_url, env=plan.env,
-                           startup_timeout_s=startup_timeout_s)
+                           startup_timeout_s=startup_timeout_s, die_with_parent=True)  # also on kill -9 of the trainer
     return server, plan
