@@ -28,7 +28,7 @@ class _Model:
 
 def context(eval_envs: list, env=None, sampling: SamplingParams | None = None) -> SimpleNamespace:
     """What `_held_out_eval` reads from a TrainContext; the EchoClient answers with the reversed prompt."""
-    return SimpleNamespace(policy=SimpleNamespace(model=_Model(), wrapped=None), client=EchoClient(), dist=SINGLE,
+    return SimpleNamespace(policy=SimpleNamespace(model=_Model(), wrapped=None), client=EchoClient(), dist=SINGLE, server_mode=False,
                            eval_envs=eval_envs, env=env, sampling=sampling or SamplingParams(max_tokens=64))
 
 

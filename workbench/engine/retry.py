@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from workbench.errors import InferenceError, ServerGone, UserError
 from workbench.inference.client import Client, TokensInClient
@@ -63,11 +63,15 @@ class RetryingClient:
         self._noticed: dict[str, float] = {}
         self._last_answer = time.monotonic()  # the run starts after the server answered its preflight
         self._rng = random.Random(seed)
+        # A runtime Protocol check walks the protocol's members every time (on Python 3.11 it was
+        # several percent of the engine's CPU, asked once per rollout); the wrapped client's kind
+        # does not change, so it is checked once.
+        self._tokens_in_capable = isinstance(inner, TokensInClient)
 
     @property
     def tokens_in(self) -> bool:
         """Whether multi-turn rollouts continue by token ids (the wrapped client's setting)."""
-        return isinstance(self.inner, TokensInClient) and self.inner.tokens_in
+        return self._tokens_in_capable and self.inner.tokens_in  # type: ignore[attr-defined]
 
     async def chat(self, messages: Messages, *, sampling: SamplingParams,
                    tools: list[dict[str, Any]] | None = None) -> list[Completion]:
@@ -75,9 +79,9 @@ class RetryingClient:
 
     async def continue_chat(self, previous: TokenData, new_messages: Messages, *, sampling: SamplingParams,
                             tools: list[dict[str, Any]] | None = None) -> list[Completion]:
-        inner = self.inner
-        if not isinstance(inner, TokensInClient):
-            raise InferenceError(f"{type(inner).__name__} cannot continue a conversation by token ids", transient=False)
+        if not self._tokens_in_capable:
+            raise InferenceError(f"{type(self.inner).__name__} cannot continue a conversation by token ids", transient=False)
+        inner = cast(TokensInClient, self.inner)
         return await self._with_retries(
             lambda: inner.continue_chat(previous, new_messages, sampling=sampling, tools=tools))
 

@@ -1,6 +1,10 @@
 """`run_rollouts`: schedule rollouts with bounded concurrency, score each group as soon as its
 last rollout ends, and hand finished groups to the caller (who streams them to disk).
 
+Nothing here outlives its group: groups are started only as rollout slots free up (a few more
+than `max_concurrent` rollouts wait for a slot at any time, however many examples there are), and
+a finished group is handed over and dropped, so the engine's memory does not grow with the run.
+
 Cancellation (Ctrl-C) stops in-flight rollouts; every group already handed over is kept,
 which is what makes `--resume` exact: a group is either complete on disk or redone. A server
 that is gone (`ServerGone`, see retry.py) ends the run the same way, raising it.
@@ -10,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +55,7 @@ def json_safe(value: Any) -> Any:
 async def run_rollouts(
     env: Environment,
     client: Client,
-    examples: Sequence[Example],
+    examples: Iterable[Example],
     *,
     rollouts_per_example: int,
     sampling: SamplingParams,
@@ -104,13 +108,24 @@ async def run_rollouts(
         if on_group is not None:
             await maybe_await(on_group(group))
 
-    tasks = [asyncio.ensure_future(one_group(example)) for example in examples]
+    # Enough groups in flight to keep every rollout slot busy, plus one whose rollouts wait for the
+    # next free slot (so a group being scored leaves no slot idle). Examples are taken in order.
+    upcoming = iter(examples)
+    count = -(-max_concurrent // rollouts_per_example) + 1
+    if isinstance(examples, Sized):
+        count = min(count, len(examples))
+
+    async def worker() -> None:
+        for example in upcoming:
+            await one_group(example)
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(count)]
     try:
-        await asyncio.gather(*tasks)
+        await asyncio.gather(*workers)
     finally:
-        for task in tasks:
+        for task in workers:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*workers, return_exceptions=True)
     return stats
 
 

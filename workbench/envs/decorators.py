@@ -10,7 +10,9 @@ rollout, however it ended. Higher `priority` runs first; ties go by method name.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
+from types import MethodType
 from typing import Any, TypeVar, overload
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,14 +74,39 @@ def cleanups(obj: object) -> list[tuple[int, str, Callable[..., Any]]]:
     return _decorated(obj, _CLEANUP)
 
 
+# What each hook names, read once per function rather than on every turn of every rollout (see
+# rubric.parameters: the same weak-key caches, for the same reason; a bound method by the function
+# it binds). None: it takes **kwargs.
+_NAMED: weakref.WeakKeyDictionary[Any, frozenset[str] | None] = weakref.WeakKeyDictionary()
+_METHOD_NAMED: weakref.WeakKeyDictionary[Any, frozenset[str] | None] = weakref.WeakKeyDictionary()
+
+
+def _read_named(func: Callable[..., Any]) -> frozenset[str] | None:
+    params = inspect.signature(func).parameters.values()
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def _named(func: Callable[..., Any]) -> frozenset[str] | None:
+    cache, key = (_METHOD_NAMED, func.__func__) if isinstance(func, MethodType) else (_NAMED, func)
+    try:
+        return cache[key]
+    except KeyError:
+        names = _read_named(func)
+        try:
+            cache[key] = names
+        except TypeError:
+            pass
+        return names
+    except TypeError:  # unhashable, or no weak references to it
+        return _read_named(func)
+
+
 async def call_with_named_args(func: Callable[..., Any], **available: Any) -> Any:
     """Call `func` with those of `available` it names (all of them if it takes **kwargs); await
     the result when it is awaitable. Lets a hook declare only the arguments it uses."""
-    params = inspect.signature(func).parameters.values()
-    if any(p.kind == p.VAR_KEYWORD for p in params):
-        kwargs = available
-    else:
-        names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        kwargs = {k: v for k, v in available.items() if k in names}
+    names = _named(func)
+    kwargs = available if names is None else {k: v for k, v in available.items() if k in names}
     result = func(**kwargs)
     return await result if inspect.isawaitable(result) else result

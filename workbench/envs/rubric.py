@@ -13,9 +13,11 @@ is recorded; it never kills the run.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MethodType
+from typing import Any, NamedTuple
 
 from workbench.envs.parsers import Parser
 from workbench.types import Messages, RolloutError, State
@@ -56,16 +58,53 @@ class ScoringInput:
     example_id: int = 0
 
 
-def _parameters(func: RewardFunc) -> tuple[set[str], bool]:
+class Parameters(NamedTuple):
+    """The arguments a reward function names (minus *args/**kwargs) and whether it takes **kwargs."""
+
+    names: frozenset[str]
+    takes_kwargs: bool
+
+    @property
+    def is_group(self) -> bool:
+        return not self.names.isdisjoint(GROUP_ARGS)
+
+
+# A function's signature is read once, not per rollout: `inspect.signature` was about a tenth of
+# the engine's CPU. Weak keys, so a function that goes away (a rubric built for one GEPA
+# candidate, say) takes its entry with it. A bound method is remembered by the function it binds
+# (its signature is that function's less the first argument, whatever the object), so
+# `obj.method` fetched anew, or on another object, still hits; a partial or a callable object is
+# its own key. A callable that cannot be a weak key (unhashable, or no weak references) is
+# simply read every time.
+_PARAMETERS: weakref.WeakKeyDictionary[Any, Parameters] = weakref.WeakKeyDictionary()
+_METHOD_PARAMETERS: weakref.WeakKeyDictionary[Any, Parameters] = weakref.WeakKeyDictionary()
+
+
+def _read_parameters(func: RewardFunc) -> Parameters:
     params = inspect.signature(func).parameters
-    names = {p.name for p in params.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    names = frozenset(p.name for p in params.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
     takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    return names, takes_kwargs
+    return Parameters(names, takes_kwargs)
+
+
+def parameters(func: RewardFunc) -> Parameters:
+    """The arguments `func` names, read once per function (see `_PARAMETERS`)."""
+    cache, key = (_METHOD_PARAMETERS, func.__func__) if isinstance(func, MethodType) else (_PARAMETERS, func)
+    try:
+        return cache[key]
+    except KeyError:
+        found = _read_parameters(func)
+        try:
+            cache[key] = found
+        except TypeError:
+            pass
+        return found
+    except TypeError:  # unhashable, or cannot be weakly referenced
+        return _read_parameters(func)
 
 
 def is_group_func(func: RewardFunc) -> bool:
-    names, _ = _parameters(func)
-    return bool(names & GROUP_ARGS.keys())
+    return parameters(func).is_group
 
 
 class Rubric:
@@ -104,7 +143,7 @@ class Rubric:
         return [f.__name__ for f in self.funcs]
 
     def _kwargs_for_rollout(self, func: RewardFunc, item: ScoringInput) -> dict[str, Any]:
-        names, takes_kwargs = _parameters(func)
+        names, takes_kwargs = parameters(func)
         available = {
             "prompt": item.prompt, "completion": item.completion, "answer": item.answer,
             "state": item.state, "info": item.info, "task": item.task, "parser": self.parser,
@@ -115,7 +154,7 @@ class Rubric:
         return {k: v for k, v in available.items() if k in names}
 
     def _kwargs_for_group(self, func: RewardFunc, items: Sequence[ScoringInput]) -> dict[str, Any]:
-        names, takes_kwargs = _parameters(func)
+        names, takes_kwargs = parameters(func)
         kwargs: dict[str, Any] = {}
         for plural, singular in GROUP_ARGS.items():
             if takes_kwargs or plural in names:
@@ -131,7 +170,7 @@ class Rubric:
         errors: list[RolloutError | None] = [None for _ in items]
         for func in self.funcs:
             name = func.__name__
-            if is_group_func(func):
+            if parameters(func).is_group:
                 try:
                     values = await maybe_await(func(**self._kwargs_for_group(func, items)))
                     values = [float(v) for v in values]
@@ -150,11 +189,13 @@ class Rubric:
                 except Exception as exc:
                     raw[i][name] = 0.0
                     errors[i] = errors[i] or reward_error(name, exc)
+        weighted = [(f.__name__, w) for f, w in zip(self.funcs, self.weights, strict=True)]
         scores = []
         for i in range(len(items)):
-            reward = sum(w * raw[i][f.__name__] for f, w in zip(self.funcs, self.weights, strict=True))
-            metrics = {f.__name__: raw[i][f.__name__] for f, w in zip(self.funcs, self.weights, strict=True) if w == 0}
-            rewards = {f.__name__: raw[i][f.__name__] for f, w in zip(self.funcs, self.weights, strict=True) if w != 0}
+            scored = raw[i]
+            reward = sum(w * scored[name] for name, w in weighted)
+            metrics = {name: scored[name] for name, w in weighted if w == 0}
+            rewards = {name: scored[name] for name, w in weighted if w != 0}
             scores.append(RolloutScore(reward=0.0 if errors[i] else reward, rewards=rewards, metrics=metrics, error=errors[i]))
         return scores
 

@@ -40,7 +40,7 @@ def compare_env_args(config: EvalConfig, overlays: tuple[dict[str, Any], dict[st
         if result.status != "finished":
             raise UserError(f"the {label} {_what(overlay)}'s evaluation {result.status}: {result.run_dir}")
         runs.append(result.run_dir)
-        means.append({g.example_id: g.mean for g in result.groups})
+        means.append(result.group_means())
     return PromptCheck(labels, (runs[0], runs[1]), paired_difference(means[0], means[1], seed=config.seed or 0))
 
 

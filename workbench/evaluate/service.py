@@ -3,28 +3,33 @@
 
 Folder: environments/<env>/outputs/evals/<env>--<model>/<run_id>/ (DESIGN §9). Interrupted
 runs are marked `stopped` and keep every finished group; `resume` finishes them.
+
+No finished group stays in memory: each is written, counted into the running summary
+(`engine.summary.RunningSummary`, the same numbers `summarize` gives) and dropped, so memory
+does not grow with the number of rollouts. `EvalResult.groups` reads them back from disk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 from workbench import __version__
 from workbench.engine import run_rollouts
 from workbench.engine.retry import preflight
 from workbench.engine.sampling import sampling_for
-from workbench.engine.summary import summarize
+from workbench.engine.summary import RunningSummary
 from workbench.envs.environment import Environment
 from workbench.envs.loader import load_environment
 from workbench.errors import ServerGone, UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
-from workbench.store.results import ResultsWriter, compact_results, read_groups
+from workbench.store.results import RESULTS, ResultsWriter, compact_results, iter_groups, read_groups
 from workbench.store.runs import (
     RUN_LOG, EvalRun, RunLog, create_run_dir, locate_resume, now_iso, read_run_metadata, read_saved, write_run_metadata,
 )
@@ -39,7 +44,20 @@ class EvalResult:
     run_dir: Path
     status: str  # finished | stopped | failed
     summary: dict[str, Any]
-    groups: list[Group]
+    rollouts_per_example: int | None = None
+    _groups: list[Group] | None = field(default=None, repr=False)
+
+    @property
+    def groups(self) -> list[Group]:
+        """Every saved group of the run, by example id, read from results.jsonl when first asked
+        (the run itself keeps none in memory). Loads the whole run: see `group_means`."""
+        if self._groups is None:
+            self._groups = sorted(read_groups(self.run_dir, self.rollouts_per_example), key=lambda g: g.example_id)
+        return self._groups
+
+    def group_means(self) -> dict[int, float]:
+        """`{example_id: group mean reward}`, streamed from results.jsonl (a group at a time)."""
+        return {g.example_id: g.mean for g in iter_groups(self.run_dir, self.rollouts_per_example)}
 
 
 def find_resume_dir(resume: str, config: EvalConfig | None) -> Path:
@@ -63,7 +81,7 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
                                             "verbose": config.verbose})
     env = load_environment(config.env_id, **config.env_args)
     sampling = sampling_for(config, env.sampling_args)
-    examples = env.get_examples(config.num_examples, split="eval", offset=config.example_offset)
+    examples = eval_examples(env, config.num_examples, config.example_offset)
     if not examples:
         raise UserError(f"environment '{config.env_id}' has no eval examples past the first {config.example_offset}")
     if config.num_examples > len(examples):
@@ -85,42 +103,96 @@ async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str 
             await client.close()
 
 
-async def _run(config: EvalConfig, env: Environment, client: Client, examples: list[Example],
+class LazyExamples(Sequence[Example]):
+    """`env.get_examples(n, "eval", offset)`, each example made when it is asked for: the engine
+    takes them a group at a time, so a large eval never holds every prompt at once (only the
+    environment's dataset rows, which are its own)."""
+
+    def __init__(self, env: Environment, n: int, offset: int) -> None:
+        self._env, self._rows, self._start = env, env.rows("eval"), offset
+        self._end = len(self._rows) if n < 0 else min(len(self._rows), offset + n)
+
+    def __len__(self) -> int:
+        return max(0, self._end - self._start)
+
+    @overload
+    def __getitem__(self, index: int) -> Example: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Example]: ...
+    def __getitem__(self, index: int | slice) -> Example | list[Example]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        row = self._start + index
+        return self._env.example_from_row(row, self._rows[row])
+
+    def __iter__(self) -> Iterator[Example]:
+        return (self._env.example_from_row(i, self._rows[i]) for i in range(self._start, self._end))
+
+
+def eval_examples(env: Environment, n: int, offset: int) -> Sequence[Example]:
+    """The eval examples, made lazily where the environment makes them the usual way (one that
+    overrides `get_examples` gets its own list)."""
+    if type(env).get_examples is not Environment.get_examples:
+        return env.get_examples(n, split="eval", offset=offset)
+    examples = LazyExamples(env, n, offset)
+    if examples:
+        examples[0]  # a dataset the environment cannot read fails here, before the run starts
+    return examples
+
+
+async def _run(config: EvalConfig, env: Environment, client: Client, examples: Sequence[Example],
                sampling: SamplingParams, run_dir: Path, reporter: Reporter) -> EvalResult:
     r = config.rollouts_per_example
-    saved_groups = read_groups(run_dir, r) if (run_dir / "results.jsonl").exists() else []
-    # A partial group (interrupted) or one the server failed is no result: both are redone.
-    done_groups = [g for g in saved_groups if not g.infrastructure_failures]
-    if saved_groups or (run_dir / "results.jsonl").exists():
-        compact_results(run_dir, done_groups)
-    done_ids = {g.example_id for g in done_groups}
-    todo = [e for e in examples if e.example_id not in done_ids]
-    groups: list[Group] = list(done_groups)
+    # A resume streams what is saved: complete groups are kept (and counted), a partial group
+    # (interrupted) or one the server failed is no result and is redone.
+    summary_stats = RunningSummary()
+    done_ids: set[int] = set()
+    reward_sum = 0.0  # of the result groups: the progress line's running mean
+
+    def saved_results() -> Iterator[Group]:
+        nonlocal reward_sum
+        for group in iter_groups(run_dir, r):
+            if not group.infrastructure_failures:
+                done_ids.add(group.example_id)
+                summary_stats.add(group, order=group.example_id)
+                for x in group.rollouts:
+                    reward_sum += x.reward
+                yield group
+
+    if (run_dir / RESULTS).exists():
+        compact_results(run_dir, saved_results())
+    done = len(done_ids)
+    todo = (e for e in examples if e.example_id not in done_ids) if done_ids else examples
     create_run_dir(run_dir)
     metadata = EvalRun(
         run_id=run_dir.name, env_id=config.env_id, model=config.model, workbench_version=__version__,
         config=config.model_dump(mode="json"), num_examples=len(examples), rollouts_per_example=r,
-        total_rollouts=len(examples) * r, completed_rollouts=len(done_groups) * r,
+        total_rollouts=len(examples) * r, completed_rollouts=done * r,
     )
     if (saved := read_saved(run_dir, "eval")) is not None:
         metadata.created_at = saved.created_at or metadata.created_at
         metadata.elapsed_s = saved.elapsed_s or 0.0
     write_run_metadata(run_dir, metadata)
     log = RunLog(run_dir / RUN_LOG)
-    log.write(f"{'resume' if done_groups else 'start'} env={config.env_id} model={config.model} "
-              f"examples={len(examples)} r={r} done_groups={len(done_groups)}")
+    log.write(f"{'resume' if done else 'start'} env={config.env_id} model={config.model} "
+              f"examples={len(examples)} r={r} done_groups={done}")
     writer = ResultsWriter(run_dir)
     started = time.monotonic()
     last_meta = 0.0
-    reward_sum, counted = sum(x.reward for g in groups for x in g.rollouts), len(groups) * r  # resumed: all results
+    finished, counted = done, done * r  # groups on disk; rollouts in the running mean (resumed: all results)
 
     def on_group(group: Group) -> None:
-        nonlocal last_meta, reward_sum, counted
+        nonlocal last_meta, reward_sum, counted, finished
         writer.write_group(group)
-        groups.append(group)
+        summary_stats.add(group, order=group.example_id)
+        finished += 1
         if not group.infrastructure_failures:  # a server failure is no reward: left out of the mean
             reward_sum, counted = reward_sum + sum(group.rewards), counted + r
-        metadata.completed_rollouts = len(groups) * r
+        metadata.completed_rollouts = finished * r
         for rollout in group.rollouts:
             if rollout.error is not None:
                 log.write(f"example {group.example_id} rollout {rollout.rollout_index}: "
@@ -136,7 +208,7 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         log.write(line)
         reporter.message(line)
 
-    reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, len(done_groups) * r)
+    reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, done * r)
     status = "failed"
     try:
         await run_rollouts(env, client, todo, rollouts_per_example=r, sampling=sampling,
@@ -148,7 +220,7 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         raise
     except ServerGone as exc:
         metadata.error = f"gave up: {exc}"
-        kept = sum(len(g.rollouts) for g in groups if not g.infrastructure_failures)
+        kept = summary_stats.rollouts
         raise UserError(f"gave up: {exc}; {kept} of {len(examples) * r} rollouts are saved; "
                         f"once the server answers again: workbench eval run -R {run_dir}") from exc
     except Exception as exc:
@@ -158,8 +230,7 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         writer.close()
         reporter.finish()
         elapsed = time.monotonic() - started + (metadata.elapsed_s or 0.0)
-        ordered = sorted(groups, key=lambda g: g.example_id)
-        summary = summarize(ordered, elapsed)
+        summary = summary_stats.summary(elapsed)
         if status == "finished" and summary.get("infrastructure_failures"):
             status = "failed"  # a server failure is never a finished result
             metadata.error = (f"{summary['infrastructure_failures']} rollout(s) in {summary['incomplete_groups']} group(s) "
@@ -167,6 +238,6 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: l
         metadata.status, metadata.updated_at, metadata.summary = status, now_iso(), summary
         metadata.elapsed_s, metadata.reward_mean = elapsed, summary.get("reward_mean")
         write_run_metadata(run_dir, metadata)
-        log.write(f"{status}: {len(groups)}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}")
-    return EvalResult(run_dir, status, summary, ordered)
+        log.write(f"{status}: {finished}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}")
+    return EvalResult(run_dir, status, summary, r)
 

@@ -205,7 +205,7 @@ class OpenAIClient:
         tools: list[dict[str, Any]] | None = None,
     ) -> list[Completion]:
         data = orjson.dumps(self.request_body(messages, sampling, tools))
-        status, payload = await self._answer(asyncio.ensure_future(self._post(data)), time.monotonic())
+        status, payload = await self._answer(data)
         if status >= 400:
             raise error_for_status(status, payload, self._url)
         try:
@@ -222,7 +222,7 @@ class OpenAIClient:
         url = f"{self.base_url}/completions"
         data = orjson.dumps({"model": self.model, "prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 0,
                              "temperature": 1.0})
-        status, payload = await self._answer(asyncio.ensure_future(self._post(data, url)), time.monotonic())
+        status, payload = await self._answer(data, url)
         if status >= 400:
             raise error_for_status(status, payload, url)
         try:
@@ -245,19 +245,39 @@ class OpenAIClient:
         self._last_answer = time.monotonic()  # any reply, even an error, shows the server is alive
         return response.status, payload
 
-    async def _answer(self, request: asyncio.Future[tuple[int, bytes]], sent: float) -> tuple[int, bytes]:
-        """The request's (status, body). Given up only once the server has answered nothing at all
-        for `timeout_s` since the request was sent (see the module doc)."""
+    async def _answer(self, data: bytes, url: str | None = None) -> tuple[int, bytes]:
+        """POST `data`: the (status, body). Given up only once the server has answered nothing at
+        all for `timeout_s` since the request was sent (see the module doc).
+
+        The request runs in the caller's own task under a watchdog timer, re-armed for as long as
+        the server answers other requests; on silence it cancels the request, which closes its
+        connection. (A task per request plus `asyncio.wait` did the same at several percent of the
+        engine's CPU against a fast server.)"""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        sent = time.monotonic()
+        silent = False
+
+        def watch() -> None:
+            nonlocal watchdog, silent
+            remaining = max(sent, self._last_answer) + self.timeout_s - time.monotonic()
+            if remaining > 0:
+                watchdog = loop.call_later(remaining, watch)
+            else:
+                silent = True
+                task.cancel()
+
+        watchdog = loop.call_later(self.timeout_s, watch)
         try:
-            while True:
-                remaining = max(sent, self._last_answer) + self.timeout_s - time.monotonic()
-                if remaining <= 0:
-                    raise InferenceError(f"no response from {self._url} for {self.timeout_s:g} s", transient=True)
-                done, _ = await asyncio.wait({request}, timeout=remaining)
-                if done:
-                    return request.result()
+            return await self._post(data, url)
+        except asyncio.CancelledError:
+            if silent and task.uncancel() == 0:  # our own cancel, and no one else's
+                raise InferenceError(f"no response from {url or self._url} for {self.timeout_s:g} s",
+                                     transient=True) from None
+            raise
         finally:
-            request.cancel()  # a no-op once done; otherwise the abandoned request closes its connection
+            watchdog.cancel()
 
     async def ping(self, timeout_s: float = 10.0) -> None:
         """Check the server answers at all (GET /models) before a run starts.

@@ -3,12 +3,16 @@ belongs to `store.runs`).
 
 Groups are appended as they finish and flushed, so a killed process loses at most the group
 being written. On resume, only complete groups count; a partial group's lines are dropped.
+
+`read_groups` loads a whole run; `iter_groups` streams it a group at a time (what an eval's
+resume and a paired comparison use, so memory does not grow with the run).
 """
 
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import orjson
@@ -47,8 +51,29 @@ def read_groups(run_dir: Path, rollouts_per_example: int | None = None) -> list[
     return groups
 
 
-def compact_results(run_dir: Path, groups: list[Group]) -> None:
-    """Rewrite results.jsonl with exactly `groups` (drops partial groups before a resume)."""
+def iter_groups(run_dir: Path, rollouts_per_example: int | None = None) -> Iterator[Group]:
+    """The complete groups of a run (as `read_groups`), one at a time: each is yielded once its
+    last line is read, so only groups whose lines are still to come are held (one at a time for
+    a file written by `ResultsWriter`, whose groups are contiguous). Two passes over the file:
+    the first counts each example's lines."""
+    path = run_dir / RESULTS
+    counts = Counter(record["example_id"] for record in iter_jsonl(path))
+    pending: dict[int, list[Rollout]] = defaultdict(list)
+    for record in iter_jsonl(path):
+        example_id = record["example_id"]
+        expected = counts.get(example_id, 0)
+        if rollouts_per_example is not None and expected != rollouts_per_example:
+            continue  # a partial (or doubled) group: never yielded, so never held
+        rollouts = pending[example_id]
+        rollouts.append(Rollout.from_record(record))
+        if len(rollouts) == expected:
+            del pending[example_id]
+            yield Group(example_id, sorted(rollouts, key=lambda r: r.rollout_index))
+
+
+def compact_results(run_dir: Path, groups: Iterable[Group]) -> None:
+    """Rewrite results.jsonl with exactly `groups` (drops partial groups before a resume). They
+    may come from `iter_groups` of the same file: it is replaced only once all are written."""
     path = run_dir / RESULTS
     tmp = path.with_name(f".{RESULTS}.tmp")
     with tmp.open("wb") as f:
