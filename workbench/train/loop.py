@@ -248,7 +248,7 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
         metrics.update({"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
                         "policy/kl": stats.kl, "policy/importance_ratio": stats.ratio_mean,
                         "policy/clip_frac": stats.clip_frac, "time/forward_backward": stats.forward_backward_s,
-                        "time/optimizer": stats.optimizer_s})
+                        "time/optimizer": stats.optimizer_s, "train/padding_fraction": stats.padding_fraction})
     else:  # every group filtered out or zero advantage: nothing to learn this step
         metrics.update({"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0})
     if ctx.publisher is not None:  # the servers get the new weights while the next step trains
@@ -293,7 +293,8 @@ async def _sft_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sche
     step_s = time.perf_counter() - started
     return {"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
             "train/learning_rate": learning_rate, "perf/tokens_per_s": stats.tokens / step_s,
-            "time/forward_backward": stats.forward_backward_s, "time/optimizer": stats.optimizer_s, "time/step": step_s}
+            "time/forward_backward": stats.forward_backward_s, "time/optimizer": stats.optimizer_s, "time/step": step_s,
+            "train/padding_fraction": stats.padding_fraction}
 
 
 async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, float]:

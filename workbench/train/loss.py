@@ -34,17 +34,43 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
     """Logprobs of each next token under `model` (sampling temperature applied), and entropy.
 
     Position t holds log p(input_ids[t] | input_ids[:t]); position 0 gets 0 (never a loss token).
+    A packed batch (`position_ids`, workbench.train.packing) holds several samples per row: each
+    sample's first token (position id 0) gets 0 likewise, instead of a "prediction" from the
+    previous sample's last token.
     """
     import torch
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    position_ids = batch.get("position_ids")
+    # use_cache=False: a training pass needs no KV cache (its memory), and with one transformers
+    # would not look for packed sequences in the position ids (flash-attention varlen)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": _model_mask(batch.get("attention_mask"), model),
+              "use_cache": False}
+    if position_ids is not None:
+        inputs["position_ids"] = position_ids
+    logits = model(**inputs).logits[:, :-1]
     logits = logits.float() / max(temperature, 1e-6)
     logprobs_all = torch.log_softmax(logits, dim=-1)
     targets = batch["input_ids"][:, 1:]
     picked = logprobs_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
     zeros = torch.zeros_like(picked[:, :1])
-    return torch.cat([zeros, picked], dim=1), torch.cat([zeros, entropy], dim=1)
+    picked, entropy = torch.cat([zeros, picked], dim=1), torch.cat([zeros, entropy], dim=1)
+    if position_ids is not None:
+        starts = position_ids == 0
+        picked, entropy = picked.masked_fill(starts, 0.0), entropy.masked_fill(starts, 0.0)
+    return picked, entropy
+
+
+def _model_mask(mask: Any, model: Any) -> Any:
+    """A packed batch's 4D bool mask as the additive float mask (0 attend, dtype min block) in
+    the model's dtype: the 4D form every transformers version since 4.46 and every eager or
+    SDPA attention takes as is. A 2D padding mask passes through."""
+    import torch
+
+    if mask is None or mask.dim() != 4 or mask.dtype != torch.bool:
+        return mask
+    dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
 def policy_loss(kind: str, logprobs: Any, batch: dict[str, Any], *, clip_low: float, clip_high: float,
@@ -53,7 +79,9 @@ def policy_loss(kind: str, logprobs: Any, batch: dict[str, Any], *, clip_low: fl
     import torch
 
     mask = batch["loss_mask"]
-    advantages = batch["advantages"].unsqueeze(1)
+    advantages = batch["advantages"]
+    if advantages.dim() == 1:  # padded: one per sample (row); packed batches carry one per token
+        advantages = advantages.unsqueeze(1)
     if "token_advantages" in batch:  # online distillation: the teacher's per-token signal
         advantages = advantages + batch["token_advantages"]
     log_ratio = (logprobs - batch["sampler_logprobs"]) * mask

@@ -14,6 +14,7 @@ from typing import Any
 
 from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, sync_gradients
 from workbench.train.loss import policy_loss, sft_loss, token_logprobs
+from workbench.train.packing import collate_packed, pack_width, packed_micro_batches
 from workbench.train.policy import Policy
 from workbench.train.samples import Sample, collate, micro_batches
 from workbench.train.schema import TrainConfig
@@ -34,6 +35,7 @@ class StepStats:
     tokens: int
     forward_backward_s: float
     optimizer_s: float
+    padding_fraction: float = 0.0  # of the tokens the forward passes ran on (global)
 
 
 def make_optimizer(policy: Policy, config: TrainConfig) -> tuple[Any, Any]:
@@ -76,13 +78,14 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     optimizer.zero_grad(set_to_none=True)
     pad_id = policy.tokenizer.pad_token_id
     total_tokens = int(dist.sum([sum(sum(s.loss_mask) for s in samples)])[0])  # the global batch's loss tokens
-    chunks = _equal_micro_batches(samples, config.micro_batch_size, pad_id, dist)
+    chunks = _equal_micro_batches(samples, config, pad_id, dist, masked=_takes_mask(model))
+    real, laid_out = dist.sum([sum(len(s.input_ids) for s in samples), sum(c["input_ids"].numel() for c in chunks)])
     use_kl = (not sft) and config.kl_penalty.enabled
     totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0}
     for index, chunk in enumerate(chunks):
         # DDP reads "sync or not" at forward time, so the forward goes inside too
         with sync_gradients(policy, sync=index == len(chunks) - 1):
-            batch = _to_device(collate(chunk, pad_id), dist.device)
+            batch = _to_device(chunk, dist.device)
             logprobs, entropy = token_logprobs(model, batch, 1.0 if sft else temperature)
             mask = batch["loss_mask"]
             weight = float(mask.sum()) / max(total_tokens, 1)  # this chunk's share of the batch's tokens
@@ -119,17 +122,36 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     optimizer.zero_grad(set_to_none=True)
     return StepStats(loss=totals["loss"], grad_norm=grad_norm, entropy=totals["entropy"], kl=totals["kl"],
                      ratio_mean=totals["ratio_mean"], clip_frac=totals["clip_frac"], tokens=total_tokens,
-                     forward_backward_s=forward_backward_s, optimizer_s=time.perf_counter() - started)
+                     forward_backward_s=forward_backward_s, optimizer_s=time.perf_counter() - started,
+                     padding_fraction=1.0 - real / max(laid_out, 1))
 
 
-def _equal_micro_batches(samples: list[Sample], size: int, pad_id: int, dist: DistInfo) -> list[list[Sample]]:
-    """This rank's micro-batches, padded with empty ones (no loss tokens: zero gradient) to the
-    largest count on any rank, so every rank joins the same number of gradient all-reduces."""
-    chunks = micro_batches(samples, size)
+def _equal_micro_batches(samples: list[Sample], config: TrainConfig, pad_id: int, dist: DistInfo, *,
+                         masked: bool) -> list[dict[str, Any]]:
+    """This rank's collated micro-batches (packed or padded, `config.pack_samples`), padded with
+    empty ones (no loss tokens: zero gradient) to the largest count on any rank, so every rank
+    joins the same number of gradient all-reduces. `masked`: the model's attention takes a 4D
+    mask (see workbench.train.packing)."""
+    empty = Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)
+    if config.pack_samples:
+        width = pack_width(samples, config.micro_batch_size, config.seq_len, masked=masked)
+        chunks = [collate_packed(rows, pad_id, with_mask=masked)
+                  for rows in packed_micro_batches(samples, config.micro_batch_size, width)]
+        filler = collate_packed([[empty]], pad_id, with_mask=masked)
+    else:
+        chunks = [collate(chunk, pad_id) for chunk in micro_batches(samples, config.micro_batch_size)]
+        filler = collate([empty], pad_id)
     if dist.active:
-        empty = Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)
-        chunks += [[empty]] * (dist.max(len(chunks)) - len(chunks))
+        chunks += [filler] * (dist.max(len(chunks)) - len(chunks))
     return chunks
+
+
+def _takes_mask(model: Any) -> bool:
+    """Whether packed batches need the explicit 4D mask: all but flash-attention and flex, which
+    find packed-sequence boundaries in the position ids themselves (varlen; untested here)."""
+    config = getattr(getattr(model, "module", model), "config", None)  # DDP keeps the model in .module
+    implementation = str(getattr(config, "_attn_implementation", None) or "")
+    return not implementation.startswith(("flash", "flex"))
 
 
 def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:

@@ -1,0 +1,269 @@
+"""Packed training micro-batches (workbench.train.packing): samples laid end to end, each its own
+sequence, give the padded path's loss, stats and gradients on the real tiny model, for the
+policy losses, the KL penalty and SFT, LoRA and full fine-tuning; every sample is trained once,
+no micro-batch outgrows the padded path's, and ranks still join equally many backward passes."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.train.distributed import DistInfo
+from workbench.train.packing import block_causal_mask, collate_packed, pack_rows, pack_width, packed_micro_batches
+from workbench.train.samples import Sample, collate, micro_batches
+from workbench.train.schema import TrainConfig
+
+PAD = 256  # the tiny model's pad id
+
+
+def make_samples(count: int, seed: int = 0, *, token_advantages: bool = True) -> list[Sample]:
+    """Varied lengths (a prompt, then a completion with an environment span masked out), varied
+    advantages, sampler logprobs away from the policy's (so ratios clip), some per-token advantages."""
+    rng = random.Random(seed)
+    samples = []
+    for index in range(count):
+        prompt, completion = rng.randint(3, 20), rng.randint(2, 30)
+        size = prompt + completion
+        mask = [0] * prompt + [1] * completion
+        if completion > 10:  # an environment turn inside the completion: not a loss token
+            mask[prompt + 4:prompt + 7] = [0, 0, 0]
+        logprobs = [-rng.uniform(0.5, 6.0) if m else 0.0 for m in mask]
+        per_token = [rng.uniform(-0.5, 0.5) * m for m in mask] if token_advantages and index % 3 == 0 else None
+        samples.append(Sample([rng.randrange(256) for _ in range(size)], mask, logprobs, rng.uniform(-1.5, 1.5),
+                              token_advantages=per_token))
+    return samples
+
+
+# -- layout ---------------------------------------------------------------------------------------
+
+
+def test_pack_rows_places_every_sample_once_within_the_width():
+    samples = make_samples(40)
+    rows = pack_rows(samples, 50)
+    assert sorted(id(s) for row in rows for s in row) == sorted(id(s) for s in samples)
+    assert all(sum(len(s.input_ids) for s in row) <= 50 for row in rows)
+    assert len(rows) < len(samples)  # short samples share rows
+
+
+def test_a_sample_wider_than_the_row_gets_a_row_of_its_own():
+    long, short = Sample([1] * 30, [1] * 30, [0.0] * 30, 1.0), Sample([1] * 5, [1] * 5, [0.0] * 5, 1.0)
+    assert pack_rows([short, long], 10) == [[long], [short]]
+
+
+@pytest.mark.parametrize("width", [None, 100, 400])
+def test_packed_micro_batches_are_never_larger_or_more_than_padded(width: int | None):
+    samples = make_samples(50, seed=1)
+    longest = max(len(s.input_ids) for s in samples)
+    chunks = packed_micro_batches(samples, 8, width)
+    assert sorted(id(s) for chunk in chunks for row in chunk for s in row) == sorted(id(s) for s in samples)
+    assert len(chunks) <= len(micro_batches(samples, 8))
+    for chunk in chunks:
+        tokens = collate_packed(chunk, PAD)["input_ids"].numel()
+        assert tokens <= 8 * max(longest, width or 0), "no larger tensor than a padded micro-batch"
+
+
+def test_rows_are_the_longest_sample_wide_with_a_mask_and_the_budget_wide_without():
+    samples = make_samples(10)
+    longest = max(len(s.input_ids) for s in samples)
+    assert pack_width(samples, 4, None, masked=True) == longest
+    assert pack_width(samples, 4, None, masked=False) == 4 * longest
+    assert pack_width(samples, 4, 4096, masked=False) == 4096  # prime-rl packs to seq_len
+
+
+def test_collate_packed_restarts_positions_and_isolates_samples():
+    a = Sample([10, 11, 12], [0, 1, 1], [0.0, -1.0, -2.0], 0.5, token_advantages=[0.0, 0.1, 0.2])
+    b = Sample([20, 21], [0, 1], [0.0, -3.0], -1.0)
+    c = Sample([30, 31, 32, 33], [0, 0, 1, 1], [0.0, 0.0, -1.0, -1.0], 2.0)
+    batch = collate_packed([[a, b], [c]], PAD)
+    assert batch["input_ids"].tolist() == [[10, 11, 12, 20, 21], [30, 31, 32, 33, PAD]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1], [0, 1, 2, 3, 0]]
+    assert batch["advantages"].tolist() == [[0.5, 0.5, 0.5, -1.0, -1.0], [2.0, 2.0, 2.0, 2.0, 0.0]]
+    assert batch["loss_mask"].tolist() == [[0, 1, 1, 0, 1], [0, 0, 1, 1, 0]]
+    assert batch["token_advantages"][0].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.0, 0.0])
+    mask = batch["attention_mask"][0, 0].int().tolist()
+    assert mask == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]]
+    assert batch["attention_mask"][1, 0, 4].int().tolist() == [0, 0, 0, 0, 1], "tail padding sees only itself"
+
+
+def test_block_causal_mask_shape():
+    import torch
+
+    assert block_causal_mask(torch.tensor([[0, 0, 1]])).shape == (1, 1, 3, 3)
+
+
+# -- the same numbers as the padded path, on the real tiny model ----------------------------------
+
+
+class CapturingOptimizer:
+    """Stands in for AdamW: `step` records the (accumulated) gradients instead of applying them."""
+
+    def __init__(self, params: list[Any]) -> None:
+        self.params, self.grads = params, None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        self.grads = [p.grad.detach().clone() for p in self.params]
+
+
+class NoSchedule:
+    def step(self) -> None:
+        pass
+
+
+def load(tiny_model: Path, *, lora: bool, kl: bool = False, loss: str = "grpo"):
+    import torch
+
+    from workbench.train.policy import load_policy
+
+    config = TrainConfig(mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=24,
+                         micro_batch_size=4, max_grad_norm=1e9, loss=loss, lora={"enabled": lora, "r": 4},
+                         kl_penalty={"enabled": kl})
+    policy = load_policy(tiny_model, config, need_reference=kl)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:  # a fresh adapter is zero: give it weights, so lora_A has gradients too
+                param.normal_(0, 0.05)
+            elif not lora and kl:  # move the policy off its reference, so the KL term has a gradient
+                param.add_(torch.randn_like(param) * 0.01)
+    return policy, config
+
+
+def step(policy: Any, config: TrainConfig, samples: list[Sample], *, pack: bool, **kwargs: Any) -> tuple[Any, list[Any]]:
+    from workbench.train.optimize import train_on_samples
+
+    optimizer = CapturingOptimizer(policy.trainable_parameters())
+    stats = train_on_samples(policy, optimizer, NoSchedule(), samples, config.model_copy(update={"pack_samples": pack}),
+                             **kwargs)
+    assert optimizer.grads is not None
+    return stats, optimizer.grads
+
+
+def assert_same_step(policy: Any, config: TrainConfig, samples: list[Sample], **kwargs: Any) -> None:
+    padded, padded_grads = step(policy, config, samples, pack=False, **kwargs)
+    packed, packed_grads = step(policy, config, samples, pack=True, **kwargs)
+    for key in ("loss", "entropy", "kl", "ratio_mean", "clip_frac", "grad_norm"):
+        assert getattr(packed, key) == pytest.approx(getattr(padded, key), rel=1e-5, abs=1e-7), key
+    assert packed.tokens == padded.tokens
+    assert packed.padding_fraction < padded.padding_fraction
+    assert any(float(g.abs().sum()) > 0 for g in padded_grads)
+    for a, b in zip(padded_grads, packed_grads, strict=True):
+        assert float((a - b).norm()) <= 1e-5 * float(a.norm()) + 1e-9
+
+
+@pytest.mark.parametrize("loss", ["grpo", "cispo"])
+def test_packed_gives_the_padded_gradients_lora(tiny_model: Path, loss: str):
+    policy, config = load(tiny_model, lora=True, loss=loss)
+    assert_same_step(policy, config, make_samples(24), temperature=0.8)
+
+
+def test_packed_gives_the_padded_gradients_with_the_kl_penalty(tiny_model: Path):
+    policy, config = load(tiny_model, lora=True, kl=True)
+    padded, _ = step(policy, config, make_samples(24, seed=2), pack=False, kl_beta=0.5)
+    assert padded.kl > 0, "the adapter moves the policy off its reference"
+    assert_same_step(policy, config, make_samples(24, seed=2), kl_beta=0.5)
+
+
+def test_packed_gives_the_padded_gradients_full_fine_tuning_with_kl(tiny_model: Path):
+    policy, config = load(tiny_model, lora=False, kl=True)
+    assert_same_step(policy, config, make_samples(24, seed=3), kl_beta=0.5)
+
+
+def test_packed_gives_the_padded_gradients_sft(tiny_model: Path):
+    policy, config = load(tiny_model, lora=True)
+    assert_same_step(policy, config, make_samples(24, seed=4, token_advantages=False), sft=True)
+
+
+def test_a_first_token_is_not_predicted_from_the_previous_sample(tiny_model: Path):
+    """A sample whose very first token is a loss token (no prompt): packed after another sample,
+    its logprob is 0 as at the start of its padded row, not the previous sample's prediction."""
+    import torch
+
+    from workbench.train.loss import token_logprobs
+
+    policy, _ = load(tiny_model, lora=True)
+    first = Sample([5, 6, 7, 8], [0, 1, 1, 1], [0.0] * 4, 1.0)
+    bare = Sample([9, 10, 11], [1, 1, 1], [0.0] * 3, 1.0)
+    with torch.no_grad():
+        packed, _ = token_logprobs(policy.model, collate_packed([[first, bare]], PAD), 1.0)
+        padded, _ = token_logprobs(policy.model, collate([first, bare], PAD), 1.0)
+    assert packed[0, 4] == 0.0
+    assert torch.allclose(packed[0, :4], padded[0, :4], atol=1e-6)
+    assert torch.allclose(packed[0, 4:7], padded[1, :3], atol=1e-6)
+
+
+def test_the_model_sees_each_packed_sample_alone(tiny_model: Path):
+    """Logprobs of a sample packed behind another equal those of the sample alone: positions
+    restart and the previous sample is invisible to it."""
+    import torch
+
+    from workbench.train.loss import token_logprobs
+
+    policy, _ = load(tiny_model, lora=True)
+    samples = make_samples(3, seed=5)
+    with torch.no_grad():
+        packed, _ = token_logprobs(policy.model, collate_packed([samples], PAD), 1.0)
+        offset = 0
+        for sample in samples:
+            alone, _ = token_logprobs(policy.model, collate([sample], PAD), 1.0)
+            size = len(sample.input_ids)
+            assert torch.allclose(packed[0, offset:offset + size], alone[0], atol=1e-5)
+            offset += size
+
+
+# -- data parallel ---------------------------------------------------------------------------------
+
+
+class FakeRanks(DistInfo):
+    """Rank 0 of 2 whose peer has `peer_chunks` micro-batches (no process group needed)."""
+
+    def __init__(self, peer_chunks: int) -> None:
+        super().__init__(rank=0, world_size=2)
+        object.__setattr__(self, "peer_chunks", peer_chunks)
+
+    def max(self, value: int) -> int:
+        return max(value, self.peer_chunks)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_ranks_with_fewer_micro_batches_run_empty_ones(pack: bool):
+    from workbench.train.optimize import _equal_micro_batches
+
+    config = TrainConfig(mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=8,
+                         micro_batch_size=4, pack_samples=pack)
+    samples = make_samples(8)
+    own = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=True)
+    chunks = _equal_micro_batches(samples, config, PAD, FakeRanks(len(own) + 2), masked=True)
+    assert len(chunks) == len(own) + 2
+    assert all(float(c["loss_mask"].sum()) == 0 for c in chunks[len(own):])
+
+
+def test_varlen_attention_gets_position_ids_and_no_mask():
+    """flash-attention finds the packed boundaries in the position ids itself (varlen)."""
+    batch = collate_packed([make_samples(3)], PAD, with_mask=False)
+    assert "attention_mask" not in batch and "position_ids" in batch
+
+
+def test_position_ids_alone_give_the_masked_logprobs_where_transformers_finds_packing(tiny_model: Path):
+    """The varlen route (no 4D mask, packed position ids) isolates samples as the explicit mask
+    does, in transformers versions that find packed sequences in position ids (on CPU this checks
+    the semantics the flash-attention path relies on; flash-attention itself needs a GPU)."""
+    import torch
+
+    from workbench.train.loss import token_logprobs
+
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    if not hasattr(masking_utils, "find_packed_sequence_indices"):
+        pytest.skip("this transformers does not find packed sequences in position ids")
+    policy, _ = load(tiny_model, lora=True)
+    rows = [make_samples(4, seed=6)]
+    with torch.no_grad():
+        masked, _ = token_logprobs(policy.model, collate_packed(rows, PAD), 1.0)
+        varlen, _ = token_logprobs(policy.model, collate_packed(rows, PAD, with_mask=False), 1.0)
+    assert torch.allclose(masked, varlen, atol=1e-5)
