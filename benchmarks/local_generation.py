@@ -1,21 +1,27 @@
-"""Benchmark: LocalClient dynamic batching vs. one `model.generate` call per request.
+"""Benchmark: LocalClient vs. `model.generate` (one padded call, and one call per request).
 
     python benchmarks/local_generation.py [--model outputs/models/tiny] [--requests 64]
 
 Sends `--requests` concurrent chat requests (reverse-text prompts, temperature 1,
-`--max-tokens` each) through `LocalClient`, then runs the same prompts one at a time through
-`model.generate` with the same settings, and prints completion tokens/s of both and the
-speedup. Without a built model at `--model`, a quick one is built in a temp folder.
+`--max-tokens` each) through `LocalClient`; runs the same prompts, with the same settings, as
+ONE left-padded `model.generate` call, and one at a time through `model.generate`. Client and
+padded runs alternate (`--repeats` each, medians reported) so machine load hits both alike;
+the per-request loop runs once. Prints completion tokens/s of each and LocalClient's speedup
+over both, with the load average. Completion tokens of `generate` are counted as the client
+counts them: up to and including the first EOS of each row.
+Without a built model at `--model`, a quick one is built in a temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from workbench.inference.local_client import LocalClient
 from workbench.models.synthetic import reverse_text_demonstrations
@@ -29,24 +35,38 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64, help="concurrent requests")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3, help="batched runs; the median is reported")
+    parser.add_argument("--repeats", type=int, default=3, help="client / padded-generate runs each; medians are reported")
     parser.add_argument("--baseline-requests", type=int, default=None, help="requests in the generate loop (default: all)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
+    parser.add_argument("--hf-decode", action="store_true", help="LocalClient on the Hugging Face forward (no lean engine)")
     args = parser.parse_args()
 
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         model_path: Path | str = args.model  # a folder, or a hub id when no such folder exists
         if not Path(args.model).exists() and args.model == parser.get_default("model"):
             model_path = _quick_model(Path(tmp))
         prompts = [demo[:2] for demo in reverse_text_demonstrations(args.requests, seed=1234)]
         sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
-        batched = asyncio.run(_run_client(str(model_path), prompts, sampling, args.repeats))
+        client_rates, padded_rates = asyncio.run(
+            _run_interleaved(str(model_path), prompts, sampling, args.repeats, hf_decode=args.hf_decode))
         baseline_prompts = prompts[: args.baseline_requests or len(prompts)]
-        baseline = _run_generate_loop(str(model_path), baseline_prompts, sampling)
+        loop_rate = _run_generate_loop(str(model_path), baseline_prompts, sampling)
+    load_after = os.getloadavg()[0]
 
-    print(f"model: {model_path}  requests: {args.requests}  max_tokens: {args.max_tokens}  temperature: {args.temperature}")
-    print(f"LocalClient (batched): {batched:8.1f} completion tokens/s")
-    print(f"model.generate loop:   {baseline:8.1f} completion tokens/s")
-    print(f"speedup: {batched / baseline:.1f}x")
+    client, padded = statistics.median(client_rates), statistics.median(padded_rates)
+    print(f"\nmodel: {model_path}  requests: {args.requests}  max_tokens: {args.max_tokens}  "
+          f"temperature: {args.temperature}  torch threads: {torch.get_num_threads()}  "
+          f"load average: {load_before:.1f} -> {load_after:.1f} ({os.cpu_count()} CPUs)")
+    print(f"{'':34} {'tokens/s':>10}  {'LocalClient speedup':>20}")
+    name = "LocalClient (HF forward)" if args.hf_decode else "LocalClient"
+    print(f"{name:34} {client:10.1f}  {'':>20}")
+    print(f"{'model.generate, one padded call':34} {padded:10.1f}  {client / padded:19.1f}x")
+    print(f"{'model.generate, one call/request':34} {loop_rate:10.1f}  {client / loop_rate:19.1f}x")
 
 
 def _quick_model(tmp: Path) -> Path:
@@ -55,34 +75,48 @@ def _quick_model(tmp: Path) -> Path:
     return build_tiny_model(tmp / "tiny", reverse_text_demonstrations(500), spec)
 
 
-async def _run_client(model: str, prompts: list[Messages], sampling: SamplingParams, repeats: int) -> float:
-    client = LocalClient(model, max_batch_size=len(prompts))
+async def _run_interleaved(model_path: str, prompts: list[Messages], sampling: SamplingParams, repeats: int, *,
+                           hf_decode: bool) -> tuple[list[float], list[float]]:
+    """Alternate LocalClient runs and padded-generate runs; returns both lists of tokens/s."""
+    client = LocalClient(model_path, max_batch_size=len(prompts))
+    client.lean_decode = not hf_decode
+    model, tokenizer = _load(model_path)
+    padded_inputs = _padded_inputs(tokenizer, prompts)
     try:
         await client.chat(prompts[0], sampling=sampling)  # warm-up: first-call kernel setup
-        rates = []
+        _padded_generate(model, tokenizer, padded_inputs, sampling)
+        client_rates, padded_rates = [], []
         for _ in range(repeats):
             start = time.perf_counter()
             results = await asyncio.gather(*[client.chat(p, sampling=sampling) for p in prompts])
             elapsed = time.perf_counter() - start
             tokens = sum(c.completion_tokens for r in results for c in r)
-            rates.append(tokens / elapsed)
-            print(f"  batched run: {tokens} tokens in {elapsed:.2f}s ({client.stats.batches} batches so far)", flush=True)
-        return statistics.median(rates)
+            client_rates.append(tokens / elapsed)
+            print(f"  LocalClient:   {tokens} tokens in {elapsed:.2f}s ({client.stats.batches} batches so far)", flush=True)
+            tokens, elapsed = _padded_generate(model, tokenizer, padded_inputs, sampling)
+            padded_rates.append(tokens / elapsed)
+            print(f"  padded call:   {tokens} tokens in {elapsed:.2f}s", flush=True)
+        return client_rates, padded_rates
     finally:
         await client.close()
 
 
-def _run_generate_loop(model_path: str, prompts: list[Messages], sampling: SamplingParams) -> float:
+def _load(model_path: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    encoded = []
-    for messages in prompts:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        encoded.append(torch.tensor([tokenizer.encode(text, add_special_tokens=False)]))
-    settings = dict(
+    return model, tokenizer
+
+
+def _prompt_ids(tokenizer: Any, messages: Messages) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _generate_settings(tokenizer: Any, sampling: SamplingParams) -> dict[str, Any]:
+    return dict(
         max_new_tokens=sampling.max_tokens,
         do_sample=sampling.temperature > 0,
         temperature=sampling.temperature or None,
@@ -90,6 +124,53 @@ def _run_generate_loop(model_path: str, prompts: list[Messages], sampling: Sampl
         top_k=0,
         pad_token_id=tokenizer.pad_token_id,
     )
+
+
+def _padded_inputs(tokenizer: Any, prompts: list[Messages]) -> tuple[Any, Any]:
+    """All prompts left-padded into one batch: (input_ids, attention_mask)."""
+    import torch
+
+    encoded = [_prompt_ids(tokenizer, messages) for messages in prompts]
+    width = max(len(ids) for ids in encoded)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for i, ids in enumerate(encoded):
+        input_ids[i, width - len(ids) :] = torch.tensor(ids)
+        attention_mask[i, width - len(ids) :] = 1
+    return input_ids, attention_mask
+
+
+def _padded_generate(model: Any, tokenizer: Any, inputs: tuple[Any, Any], sampling: SamplingParams) -> tuple[int, float]:
+    """One `generate` call over the whole padded batch; returns (completion tokens, seconds)."""
+    import torch
+
+    input_ids, attention_mask = inputs
+    eos = _eos_ids(model, tokenizer)
+    with torch.inference_mode():
+        start = time.perf_counter()
+        output = model.generate(input_ids, attention_mask=attention_mask, **_generate_settings(tokenizer, sampling))
+        elapsed = time.perf_counter() - start
+    tokens = 0
+    for row in output[:, input_ids.shape[1] :].tolist():
+        ends = [i for i, token in enumerate(row) if token in eos]
+        tokens += ends[0] + 1 if ends else len(row)  # rows that finished early are padded after their EOS
+    return tokens, elapsed
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    value = model.generation_config.eos_token_id
+    if value is None:
+        value = tokenizer.eos_token_id
+    return set(value) if isinstance(value, (list, tuple)) else {value}
+
+
+def _run_generate_loop(model_path: str, prompts: list[Messages], sampling: SamplingParams) -> float:
+    import torch
+
+    model, tokenizer = _load(model_path)
+    encoded = [torch.tensor([_prompt_ids(tokenizer, messages)]) for messages in prompts]
+    settings = _generate_settings(tokenizer, sampling)
     with torch.inference_mode():
         model.generate(encoded[0], **settings)  # warm-up, as for the client
         start = time.perf_counter()

@@ -1,18 +1,22 @@
 """Batched autoregressive decoding with a KV cache and per-row sampling settings.
 
-This is the engine under `LocalClient`: one call decodes a whole batch of rows, each with
-its own prompt, temperature, top-p, top-k, min-p, repetition penalty, max_tokens, stop strings
-and seed (min_p and repetition_penalty come in `SamplingParams.extra`, vLLM's names). It runs its
-own loop (not `model.generate`) so rows with different sampling settings share one forward
-pass per step, and rows that finish are dropped from the batch and the cache.
+The rules under `LocalClient`: one call decodes a whole batch of rows, each with its own
+prompt, temperature, top-p, top-k, min-p, repetition penalty, max_tokens, stop strings and seed
+(min_p and repetition_penalty come in `SamplingParams.extra`, vLLM's names). Rows with different
+sampling settings share one forward pass per step, and rows that finish leave the batch.
+Two implementations follow these rules: `generate_batch_hf`, a loop over the Hugging Face
+forward with a `DynamicCache` (any causal LM; described below), and the lean engine
+(`decode_engine` on `lean_model`: Llama/Qwen-family models, a preallocated KV cache, rows
+joining mid-decode), which `generate_batch` and `LocalClient` use when the model allows.
 
-- Left padding: prompts are left-padded; the attention mask hides the pads and
+- Left padding (the HF loop): prompts are left-padded; the attention mask hides the pads and
   `position_ids = cumsum(mask) - 1` so every row's positions start at 0.
 - Shared prefill: identical prompts (an RL group, or n > 1) are prefilled once and their
-  cache rows copied.
-- Sampling is inverse-CDF with one uniform per row and step. A row with a seed draws its
-  uniforms from its own generator, so a seeded request reproduces whatever it is batched
-  with (up to floating-point differences between batch shapes).
+  cache rows copied (the lean engine also shares a common prompt prefix; see `decode_engine`).
+- Sampling is inverse-CDF with one uniform per row and step (over the probabilities sorted
+  descending for a row with top-k/top-p, in vocabulary order otherwise). A row with a seed
+  draws its uniforms from its own generator, so a seeded request reproduces whatever it is
+  batched with (up to floating-point differences between batch shapes).
 - Logprobs: the log-probability of the sampled token under the temperature-scaled
   softmax over the *full* vocabulary (`log_softmax(logits / T)`), before top-k/top-p/min-p
   truncation and the repetition penalty. That is what a trainer recomputes from its own logits
@@ -69,18 +73,56 @@ def generate_batch(
     pad_token_id: int,
     counters: BatchCounters | None = None,
     tokenizer_lock: AbstractContextManager[Any] | None = None,
+    lean: bool | None = None,
 ) -> list[RowResult]:
     """Decode all `rows` together; returns one result per row, in order.
 
+    `lean`: None = the lean engine (`decode_engine`) when the model supports it, else the
+    Hugging Face forward (`generate_batch_hf`); True/False force one (True raises
+    ValueError for an unsupported model). Both follow this module's sampling rules and give
+    the same tokens for seeded rows (up to floating-point differences).
     `tokenizer_lock` guards `tokenizer.decode` when another thread may use the same
     tokenizer (fast tokenizers can fail with "Already borrowed" under concurrent use).
     """
+    from workbench.inference.decode_engine import DecodeEngine
+    from workbench.inference.lean_model import LeanModel
+
+    if not rows:
+        return []
+    lean_model = LeanModel.build(model) if lean is not False else None
+    if lean_model is None:
+        if lean:
+            raise ValueError(f"the lean decode path does not support {type(model).__name__}")
+        return generate_batch_hf(model, tokenizer, rows, stop_token_ids=stop_token_ids, pad_token_id=pad_token_id,
+                                 counters=counters, tokenizer_lock=tokenizer_lock)
+    engine = DecodeEngine(lean_model, tokenizer, stop_token_ids=stop_token_ids, max_rows=len(rows),
+                          counters=counters, tokenizer_lock=tokenizer_lock)
+    results: list[RowResult | None] = [None] * len(rows)
+    engine.add(rows, list(range(len(rows))))
+    while engine.live_rows:
+        for index, result in engine.step():
+            results[index] = result
+    return [r for r in results if r is not None]
+
+
+def generate_batch_hf(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[GenerationRow],
+    *,
+    stop_token_ids: set[int],
+    pad_token_id: int,
+    counters: BatchCounters | None = None,
+    tokenizer_lock: AbstractContextManager[Any] | None = None,
+) -> list[RowResult]:
+    """`generate_batch` on the Hugging Face forward with a `DynamicCache`: any causal LM."""
     import torch
 
     counters = counters or BatchCounters()
     device = next(model.parameters()).device
     results = [RowResult() for _ in rows]
-    decoder = _TextStopper(tokenizer, rows, tokenizer_lock or nullcontext())
+    decoder = _TextStopper(tokenizer, tokenizer_lock or nullcontext())
+    stops = [stop_strings(row) for row in rows]
     with torch.inference_mode():
         logits, cache, attention_mask = _prefill(model, rows, pad_token_id, device, counters)
         active = torch.arange(len(rows), device=device)  # batch position -> row index
@@ -92,7 +134,8 @@ def generate_batch(
                 min_p=params.min_p, sampling_logits=params.penalized(logits),
             )
             params.mark_seen(tokens)
-            finished = _record_step(rows, results, active.tolist(), tokens.tolist(), logprobs.tolist(), stop_token_ids, decoder)
+            finished = _record_step(rows, results, active.tolist(), tokens.tolist(), logprobs.tolist(), stop_token_ids,
+                                    decoder, stops)
             if finished:
                 keep = [i for i, row in enumerate(active.tolist()) if row not in finished]
                 if not keep:
@@ -143,21 +186,42 @@ def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms:
     if min_p is not None:
         probs = probs * (probs >= min_p.unsqueeze(1) * probs.max(dim=-1, keepdim=True).values)
     top_k = torch.where(top_k <= 0, torch.full_like(top_k, vocab), top_k.clamp(max=vocab))
-    needs_truncation = bool(((top_k < vocab) | (top_p < 1.0)).any())
-    if needs_truncation:
-        probs, order = probs.sort(dim=-1, descending=True)
+    truncated = (top_k < vocab) | (top_p < 1.0)
+    if not bool(truncated.any()):
+        tokens = _inverse_cdf(probs, uniforms)
+    else:
+        # Rows with top-k/top-p draw from the probabilities sorted descending (then truncated),
+        # the others from vocabulary order, whatever the rest of the batch does: a seeded row
+        # samples the same token alone or next to rows with other settings.
+        ordered, order = probs.sort(dim=-1, descending=True)
         ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
         # Keep the k most likely tokens, and of those the smallest prefix whose mass reaches
         # top_p (a token stays if the mass *before* it is still below top_p: the top one always).
-        keep = (ranks < top_k.unsqueeze(1)) & ((probs.cumsum(-1) - probs) < top_p.unsqueeze(1))
+        keep = (ranks < top_k.unsqueeze(1)) & ((ordered.cumsum(-1) - ordered) < top_p.unsqueeze(1))
         keep[:, 0] = True  # top_p <= 0 still leaves the most likely token
-        probs = probs * keep
-    cdf = probs.cumsum(-1)
-    targets = (uniforms * cdf[:, -1]).unsqueeze(1)
-    picked = torch.searchsorted(cdf, targets, right=True).clamp(max=vocab - 1).squeeze(1)
-    tokens = order.gather(1, picked.unsqueeze(1)).squeeze(1) if needs_truncation else picked
+        tokens = order.gather(1, _inverse_cdf(ordered * keep, uniforms).unsqueeze(1)).squeeze(1)
+        if not bool(truncated.all()):
+            tokens = torch.where(truncated, tokens, _inverse_cdf(probs, uniforms))
     tokens = torch.where(greedy, sampling_logits.argmax(-1), tokens)
     return tokens, logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+def _inverse_cdf(probs: Any, uniforms: Any) -> Any:
+    """Per row, the index where the cumulative (unnormalized) mass first exceeds u x total."""
+    import torch
+
+    cdf = probs.cumsum(-1)
+    targets = (uniforms * cdf[:, -1]).unsqueeze(1)
+    return torch.searchsorted(cdf, targets, right=True).clamp(max=probs.shape[-1] - 1).squeeze(1)
+
+
+def penalize(logits: Any, seen: Any, penalty: Any) -> Any:
+    """Repetition penalty: a positive logit of a seen token divided by the row's penalty, a
+    negative one multiplied (transformers' and vLLM's rule)."""
+    import torch
+
+    penalty = penalty.unsqueeze(1)
+    return torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
 
 
 def _prefill(model: Any, rows: Sequence[GenerationRow], pad_token_id: int, device: Any, counters: BatchCounters) -> tuple[Any, Any, Any]:
@@ -246,14 +310,10 @@ class _RowParams:
         )
 
     def penalized(self, logits: Any) -> Any:
-        """The logits to sample from: a positive logit of a seen token divided by the penalty, a
-        negative one multiplied (transformers' and vLLM's rule); None when no row penalizes."""
-        import torch
-
+        """The logits to sample from (see `penalize`); None when no row penalizes."""
         if self.repetition_penalty is None:
             return None
-        penalty = self.repetition_penalty.unsqueeze(1)
-        return torch.where(self.seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+        return penalize(logits, self.seen, self.repetition_penalty)
 
     def mark_seen(self, tokens: Any) -> None:
         import torch
@@ -274,28 +334,49 @@ class _RowParams:
 class _TextStopper:
     """Detects stop strings in decoded text, decoding only a short tail per step."""
 
-    def __init__(self, tokenizer: Any, rows: Sequence[GenerationRow], lock: AbstractContextManager[Any]) -> None:
+    def __init__(self, tokenizer: Any, lock: AbstractContextManager[Any]) -> None:
         self.tokenizer = tokenizer
         self.lock = lock
-        self.stops = [[s for s in row.sampling.stop if s] for row in rows]
-        # A stop string of c characters spans at most 4c byte-tokens (UTF-8): a safe tail window.
-        self.windows = [4 * max((len(s) for s in stops), default=0) + 8 for stops in self.stops]
 
     def decode(self, ids: list[int]) -> str:
         with self.lock:
             return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def check(self, row: int, ids: list[int]) -> str | None:
-        """The trimmed text if a stop string has appeared, else None."""
-        stops = self.stops[row]
+    def check(self, stops: list[str], ids: list[int]) -> str | None:
+        """The trimmed text if one of `stops` has appeared, else None."""
         if not stops:
             return None
-        tail = self.decode(ids[-self.windows[row] :])
+        # A stop string of c characters spans at most 4c byte-tokens (UTF-8): a safe tail window.
+        window = 4 * max(len(s) for s in stops) + 8
+        tail = self.decode(ids[-window:])
         if not any(stop in tail for stop in stops):
             return None
         text = self.decode(ids)
         cut = min((i for i in (text.find(stop) for stop in stops) if i >= 0), default=-1)
         return text[:cut] if cut >= 0 else None
+
+
+def stop_strings(row: GenerationRow) -> list[str]:
+    """The row's non-empty stop strings."""
+    return [s for s in row.sampling.stop if s]
+
+
+def record_token(row: GenerationRow, result: RowResult, token: int, logprob: float, stop_token_ids: set[int],
+                 stopper: _TextStopper, stops: list[str]) -> bool:
+    """Append one sampled token to `result`; True when the row is finished."""
+    result.completion_ids.append(token)
+    result.logprobs.append(logprob)
+    if token in stop_token_ids:
+        result.finish_reason = "stop"
+        return True
+    text = stopper.check(stops, result.completion_ids)
+    if text is not None:
+        result.text, result.finish_reason = text, "stop"
+        return True
+    if len(result.completion_ids) >= row.max_new_tokens:
+        result.finish_reason = "length"
+        return True
+    return False
 
 
 def _record_step(
@@ -306,22 +387,8 @@ def _record_step(
     logprobs: list[float],
     stop_token_ids: set[int],
     stopper: _TextStopper,
+    stops: list[list[str]],
 ) -> set[int]:
     """Append each active row's new token; return the rows that finished this step."""
-    finished: set[int] = set()
-    for row, token, logprob in zip(active, tokens, logprobs):
-        result = results[row]
-        result.completion_ids.append(token)
-        result.logprobs.append(logprob)
-        if token in stop_token_ids:
-            result.finish_reason = "stop"
-            finished.add(row)
-            continue
-        text = stopper.check(row, result.completion_ids)
-        if text is not None:
-            result.text, result.finish_reason = text, "stop"
-            finished.add(row)
-        elif len(result.completion_ids) >= rows[row].max_new_tokens:
-            result.finish_reason = "length"
-            finished.add(row)
-    return finished
+    return {row for row, token, logprob in zip(active, tokens, logprobs)
+            if record_token(rows[row], results[row], token, logprob, stop_token_ids, stopper, stops[row])}

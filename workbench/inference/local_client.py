@@ -1,14 +1,18 @@
-"""`LocalClient`: a Hugging Face causal LM in-process, with dynamic batching.
+"""`LocalClient`: a Hugging Face causal LM in-process, with continuous batching.
 
 Concurrent `chat` calls (the engine runs many rollouts at once) are queued; one background
 worker thread takes everything pending (up to `max_batch_size` rows; a request with n > 1
-brings n rows), decodes it as one batch with a KV cache (`generation.generate_batch`), and
-hands each result back to its event loop with `call_soon_threadsafe`. Requests arriving
-meanwhile form the next batch. Rows with different sampling settings share a batch.
+brings n rows) and decodes it as one batch with a KV cache, handing each result back to its
+event loop with `call_soon_threadsafe` as soon as that request's rows are done. Rows with
+different sampling settings share a batch. On the lean engine (`decode_engine`: Llama/Qwen
+family models) the batch is a running session: requests arriving meanwhile join it at the
+next step boundary while rows are free, and finished rows leave it. Other models decode one
+batch at a time on the Hugging Face forward (`generation.generate_batch_hf`); requests
+arriving meanwhile form the next batch.
 
 Weight changes (runtime LoRA adapters, a full-weights reload) happen between batches under
-`exclusive_weights()`, which also stops the worker from starting a new batch while a change
-waits, so an update is never starved by a busy queue. A batch holds requests for one
+`exclusive_weights()`, which also stops the worker from starting a new batch (or letting
+requests join a running one) while a change waits, so an update is never starved by a busy queue. A batch holds requests for one
 adapter version only (see `adapters`): each request runs on the adapter version that was
 current when it was accepted, even if the name is reloaded or unloaded before it runs.
 
@@ -38,7 +42,9 @@ from typing import Any
 from workbench.errors import ContextLengthError, InferenceError
 from workbench.inference.adapters import AdapterError, AdapterSet
 from workbench.inference.chat_tokens import continuation_ids
-from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch
+from workbench.inference.decode_engine import DecodeEngine
+from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch_hf
+from workbench.inference.lean_model import LeanModel
 from workbench.inference.reasoning import prompt_ends_in_thinking, reasoning_message, resolve_reasoning_parser, think_token_ids
 from workbench.inference.tool_parsing import parse_hermes_tool_calls
 from workbench.types import Completion, Messages, SamplingParams, TokenData
@@ -50,11 +56,11 @@ class LocalClientStats:
 
     requests: int = 0
     rows: int = 0  # sequences decoded (a request with n=3 is 3 rows)
-    batches: int = 0  # decode batches run (< requests when batching works)
+    batches: int = 0  # decode batches run (< requests when batching works); a group joining a running one counts
     forward_passes: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    max_batch_rows: int = 0  # largest batch seen
+    max_batch_rows: int = 0  # most rows decoded together
 
 
 @dataclass
@@ -78,6 +84,9 @@ class LocalClient:
     # Continue multi-turn rollouts by token ids (`continue_chat`) instead of re-rendering the
     # conversation: set by a trainer whose trajectory strategy is "interleaved".
     tokens_in: bool = False
+    # Decode on the lean engine (static KV cache, continuous batching; `decode_engine`) when the
+    # model supports it. False: every batch on the Hugging Face forward (`generate_batch_hf`).
+    lean_decode: bool = True
 
     def __init__(
         self,
@@ -116,6 +125,7 @@ class LocalClient:
         self._worker: threading.Thread | None = None
         self._waiting_updates = 0  # exclusive_weights() callers waiting: the worker yields to them
         self._adapters: AdapterSet | None = None  # created by the first load_adapter
+        self._engine: DecodeEngine | None = None  # the last decode session's, for its buffers
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int = 64,
@@ -262,7 +272,8 @@ class LocalClient:
     def _score(self, ids: list[int]) -> list[float]:
         import torch
 
-        with self.weights_lock, torch.inference_mode():
+        # exclusive_weights, not the bare lock: a running decode session stops admitting and drains.
+        with self.exclusive_weights(), torch.inference_mode():
             model = self._hf_model
             input_ids = torch.tensor([ids], device=next(model.parameters()).device)
             logits = model(input_ids=input_ids).logits[0, :-1].float()
@@ -290,6 +301,7 @@ class LocalClient:
         if self._worker is not None:
             await asyncio.to_thread(self._worker.join)
             self._worker = None
+        self._engine = None  # its KV cache and buffers
 
     # -- worker thread -------------------------------------------------------------------
 
@@ -341,53 +353,140 @@ class LocalClient:
             self._adapters.release(request.adapter_version)
 
     def _run_batch(self, batch: list[_Request]) -> None:
-        rows: list[GenerationRow] = []
-        for request in batch:
-            for choice in range(request.rows):
-                seed = None if request.sampling.seed is None else request.sampling.seed * 1_000_003 + choice
-                rows.append(GenerationRow(request.prompt_ids, request.sampling, request.max_new_tokens, seed))
+        """Decode `batch`: as a continuous session on the lean engine when the model supports
+        it (requests may join it), else as one `generate_batch_hf` call."""
+        with self.weights_lock:
+            # Built per batch, under the lock: it reads the modules as they are now.
+            lean = LeanModel.build(self._hf_model) if self.lean_decode else None
+            if lean is not None:
+                self._run_session(lean, batch)
+                return
+            try:
+                self._run_hf_batch(batch)
+            except Exception as exc:  # noqa: BLE001 - every waiter must hear about the failure
+                for request in batch:
+                    _deliver(request, _generation_error(exc))
+
+    def _run_hf_batch(self, batch: list[_Request]) -> None:
+        """The whole batch in one `generate_batch_hf` call (weights lock held)."""
+        rows = [row for request in batch for row in _generation_rows(request)]
         counters = BatchCounters()
         try:
-            with self.weights_lock:
-                try:
-                    if self._adapters is not None:
-                        self._adapters.activate(batch[0].adapter_version)
-                    results = generate_batch(
-                        self._hf_model,
-                        self._tokenizer,
-                        rows,
-                        stop_token_ids=self._stop_token_ids,
-                        pad_token_id=self._pad_token_id,
-                        counters=counters,
-                        tokenizer_lock=self._tokenizer_lock,
-                    )
-                finally:
-                    # Before anyone hears back, so a caller never sees a stale pin or version.
-                    self._finish(batch)
-        except Exception as exc:  # noqa: BLE001 - every waiter must hear about the failure
-            error = exc if isinstance(exc, InferenceError) else InferenceError(
-                f"local generation failed: {type(exc).__name__}: {exc}", transient=False)
-            for request in batch:
-                _deliver(request, error)
-            return
-        self.stats.batches += 1
-        self.stats.requests += len(batch)
-        self.stats.rows += len(rows)
-        self.stats.max_batch_rows = max(self.stats.max_batch_rows, len(rows))
+            if self._adapters is not None:
+                self._adapters.activate(batch[0].adapter_version)
+            results = generate_batch_hf(
+                self._hf_model,
+                self._tokenizer,
+                rows,
+                stop_token_ids=self._stop_token_ids,
+                pad_token_id=self._pad_token_id,
+                counters=counters,
+                tokenizer_lock=self._tokenizer_lock,
+            )
+        finally:
+            # Before anyone hears back, so a caller never sees a stale pin or version.
+            self._finish(batch)
+        self._count_batch(batch, len(rows))
         self.stats.forward_passes += counters.forward_passes
         offset = 0
         for request in batch:
             own = results[offset : offset + request.rows]
             offset += request.rows
-            completions = [self._to_completion(request, result) for result in own]
-            self.stats.prompt_tokens += len(request.prompt_ids) * len(own)
-            self.stats.completion_tokens += sum(len(r.completion_ids) for r in own)
-            _deliver(request, completions)
+            self._complete(request, own)
+
+    def _run_session(self, model: LeanModel, batch: list[_Request]) -> None:
+        """Continuous batching (weights lock held): decode `batch` on the lean engine; at every
+        step boundary, pending requests for the same adapter version join while rows are free,
+        and each request is answered as soon as its own rows finish. The session ends when
+        no row is left; it admits nobody once a weight change waits or the client closes."""
+        version = batch[0].adapter_version
+        engine = DecodeEngine(model, self._tokenizer, stop_token_ids=self._stop_token_ids,
+                              max_rows=max(self.max_batch_size, sum(r.rows for r in batch)),
+                              tokenizer_lock=self._tokenizer_lock, reuse=self._engine)
+        self._engine = engine  # its buffers serve the next session
+        running: dict[int, tuple[_Request, list[RowResult | None]]] = {id(r): (r, [None] * r.rows) for r in batch}
+        try:
+            if self._adapters is not None:
+                self._adapters.activate(version)
+            self._join(engine, batch)
+            while engine.live_rows:
+                for (key, choice), result in engine.step():
+                    request, results = running[key]
+                    results[choice] = result
+                    if all(r is not None for r in results):
+                        del running[key]
+                        self._finish([request])
+                        self._complete(request, [r for r in results if r is not None])
+                self.stats.forward_passes += engine.counters.forward_passes
+                engine.counters.forward_passes = 0
+                free = self.max_batch_size - engine.live_rows
+                joiners = self._take_joiners(version, free) if free > 0 else []
+                running.update((id(r), (r, [None] * r.rows)) for r in joiners)
+                self._join(engine, joiners)
+        except Exception as exc:  # noqa: BLE001 - every waiter must hear about the failure
+            unanswered = [request for request, _ in running.values()]
+            self._finish(unanswered)
+            for request in unanswered:
+                _deliver(request, _generation_error(exc))
+
+    def _join(self, engine: DecodeEngine, requests: list[_Request]) -> None:
+        """Prefill `requests` into the session and count them as one batch."""
+        if not requests:
+            return
+        rows: list[GenerationRow] = []
+        tags: list[tuple[int, int]] = []
+        for request in requests:
+            own = _generation_rows(request)
+            rows.extend(own)
+            tags.extend((id(request), choice) for choice in range(len(own)))
+        engine.add(rows, tags)
+        self._count_batch(requests, len(rows), live_rows=engine.live_rows)
+        self.stats.forward_passes += engine.counters.forward_passes
+        engine.counters.forward_passes = 0
+
+    def _take_joiners(self, version: str | None, free_rows: int) -> list[_Request]:
+        """Requests that may join a running session: from the head of the queue, in order, while
+        they want the session's adapter version (an older request for another version waits at
+        the head, so it is served as soon as this session drains) and fit in `free_rows`."""
+        joiners: list[_Request] = []
+        cancelled: list[_Request] = []
+        with self._wakeup:
+            if self._closed or self._waiting_updates:
+                return []
+            while self._pending:
+                request = self._pending[0]
+                if request.future.cancelled():
+                    cancelled.append(self._pending.popleft())
+                    continue
+                if request.adapter_version != version or request.rows > free_rows:
+                    break
+                joiners.append(self._pending.popleft())
+                free_rows -= request.rows
+        for request in cancelled:
+            self._release(request)
+        return joiners
+
+    def _count_batch(self, batch: list[_Request], rows: int, *, live_rows: int | None = None) -> None:
+        self.stats.batches += 1
+        self.stats.requests += len(batch)
+        self.stats.rows += rows
+        self.stats.max_batch_rows = max(self.stats.max_batch_rows, rows if live_rows is None else live_rows)
+
+    def _complete(self, request: _Request, results: list[RowResult]) -> None:
+        """Count and deliver a finished request."""
+        try:
+            completions = [self._to_completion(request, result) for result in results]
+        except Exception as exc:  # noqa: BLE001 - the caller hears about it; the batch goes on
+            _deliver(request, _generation_error(exc))
+            return
+        self.stats.prompt_tokens += len(request.prompt_ids) * len(results)
+        self.stats.completion_tokens += sum(len(r.completion_ids) for r in results)
+        _deliver(request, completions)
 
     def _finish(self, batch: list[_Request]) -> None:
         """Unpin the batch's adapter version; drop versions nothing uses any more.
         Called with the weights lock held."""
-        if self._adapters is None or batch[0].adapter_version is None:
+        if self._adapters is None or not batch or batch[0].adapter_version is None:
             return
         for request in batch:
             self._release(request)
@@ -415,6 +514,21 @@ class LocalClient:
                 completion_logprobs=result.logprobs,
             ),
         )
+
+
+def _generation_error(exc: Exception) -> InferenceError:
+    if isinstance(exc, InferenceError):
+        return exc
+    return InferenceError(f"local generation failed: {type(exc).__name__}: {exc}", transient=False)
+
+
+def _generation_rows(request: _Request) -> list[GenerationRow]:
+    """The request's rows: choice i of a seeded request gets its own derived seed."""
+    rows = []
+    for choice in range(request.rows):
+        seed = None if request.sampling.seed is None else request.sampling.seed * 1_000_003 + choice
+        rows.append(GenerationRow(request.prompt_ids, request.sampling, request.max_new_tokens, seed))
+    return rows
 
 
 def _deliver(request: _Request, value: list[Completion] | BaseException) -> None:
