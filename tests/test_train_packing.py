@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from workbench.train.distributed import DistInfo
-from workbench.train.packing import block_causal_mask, collate_packed, pack_rows, pack_width, packed_micro_batches
+from workbench.train.packing import (
+    Shared,
+    block_causal_mask,
+    collate_packed,
+    item_samples,
+    pack_rows,
+    pack_width,
+    packed_micro_batches,
+    share_prefixes,
+)
 from workbench.train.samples import Sample, collate, micro_batches
 from workbench.train.schema import TrainConfig
 
@@ -35,6 +44,37 @@ def make_samples(count: int, seed: int = 0, *, token_advantages: bool = True) ->
         samples.append(Sample([rng.randrange(256) for _ in range(size)], mask, logprobs, rng.uniform(-1.5, 1.5),
                               token_advantages=per_token))
     return samples
+
+
+def make_groups(groups: int, size: int, seed: int = 0) -> list[Sample]:
+    """RL groups: `size` rollouts of each prompt (the same prompt ids), varied completions: an
+    environment span masked out inside some, one whose first completion tokens are masked (its
+    own tokens may not be shared beyond the group's prompt), one fully masked (truncated), one
+    whose completion starts like a sibling's; some per-token advantages; and a few lone samples."""
+    rng = random.Random(seed)
+    samples = []
+    for group in range(groups):
+        prompt = [rng.randrange(256) for _ in range(rng.randint(6, 25))]
+        first = None
+        for index in range(size):
+            completion = [rng.randrange(256) for _ in range(rng.randint(2, 30))]
+            if index == 1 and first is not None:
+                completion[:2] = first[:2]  # the same first sampled tokens as a sibling
+            first = first or completion
+            mask = [1] * len(completion)
+            if len(completion) > 10:
+                mask[4:7] = [0, 0, 0]
+            if index == 2:
+                mask[:1] = [0]
+            if index == 3 and group % 2:
+                mask = [0] * len(mask)  # truncated and masked
+            full_mask = [0] * len(prompt) + mask
+            logprobs = [-rng.uniform(0.5, 6.0) if m else 0.0 for m in full_mask]
+            per_token = [rng.uniform(-0.5, 0.5) * m for m in full_mask] if index % 3 == 0 else None
+            samples.append(Sample(prompt + completion, full_mask, logprobs, rng.uniform(-1.5, 1.5),
+                                  token_advantages=per_token))
+    rng.shuffle(samples)
+    return samples + make_samples(3, seed=seed + 100)
 
 
 # -- layout ---------------------------------------------------------------------------------------
@@ -86,6 +126,66 @@ def test_collate_packed_restarts_positions_and_isolates_samples():
     mask = batch["attention_mask"][0, 0].int().tolist()
     assert mask == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]]
     assert batch["attention_mask"][1, 0, 4].int().tolist() == [0, 0, 0, 0, 1], "tail padding sees only itself"
+
+
+def test_groups_with_one_prompt_share_it_and_no_shared_token_carries_loss():
+    samples = make_groups(4, 5)
+    items = share_prefixes(samples, 10_000)
+    shared = [item for item in items if isinstance(item, Shared)]
+    assert len(shared) == 4 and all(len(item.samples) == 5 for item in shared)
+    assert sorted(id(s) for item in items for s in item_samples(item)) == sorted(id(s) for s in samples)
+    for item in shared:
+        head = item.samples[0].input_ids[:item.prefix]
+        assert all(s.input_ids[:item.prefix] == head for s in item.samples)
+        assert all(not any(s.loss_mask[:item.prefix]) for s in item.samples), "a shared token never carries loss"
+        assert all(len(s.input_ids) > item.prefix for s in item.samples)
+        prompt = min(next(i for i, m in enumerate(s.loss_mask) if m) for s in item.samples if any(s.loss_mask))
+        assert item.prefix == prompt  # the whole prompt, and no sampled token
+    assert sum(1 for item in items if isinstance(item, Sample)) == 3  # the lone samples stay alone
+
+
+def test_a_group_wider_than_the_budget_is_split_each_part_with_its_prompt():
+    prompt = list(range(20))
+    samples = [Sample(prompt + [100 + i] * 10, [0] * 20 + [1] * 10, [0.0] * 30, 1.0) for i in range(6)]
+    items = share_prefixes(samples, 60)  # the prompt + at most 4 completions
+    assert [len(item.samples) for item in items if isinstance(item, Shared)] == [4, 2]
+    assert all(item.prefix == 20 for item in items if isinstance(item, Shared))
+
+
+def test_collate_shared_prefix_layout():
+    a = Sample([1, 2, 3, 10, 11], [0, 0, 0, 1, 1], [0.0, 0.0, 0.0, -1.0, -2.0], 0.5, token_advantages=[9.0, 9, 9, .1, .2])
+    b = Sample([1, 2, 3, 20], [0, 0, 0, 1], [0.0, 0.0, 0.0, -3.0], -1.0)
+    c = Sample([7, 8], [0, 1], [0.0, -1.0], 2.0)
+    batch = collate_packed([[Shared(3, [a, b]), c]], PAD)
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 10, 11, 20, 7, 8]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3, 0, 1]]
+    assert batch["predecessors"].tolist() == [[-1, 0, 1, 2, 3, 2, -1, 6]]
+    assert batch["loss_mask"].tolist() == [[0, 0, 0, 1, 1, 1, 0, 1]]
+    assert batch["advantages"].tolist() == [[0.0, 0.0, 0.0, 0.5, 0.5, -1.0, 2.0, 2.0]]
+    assert batch["token_advantages"][0].tolist() == pytest.approx([0, 0, 0, 0.1, 0.2, 0, 0, 0])
+    assert batch["attention_mask"][0, 0].int().tolist() == [
+        [1, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0, 1, 0, 0],
+        [0, 0, 0, 0, 0, 0, 1, 0],
+        [0, 0, 0, 0, 0, 0, 1, 1]]
+    with pytest.raises(ValueError):
+        collate_packed([[Shared(3, [a, b])]], PAD, with_mask=False)
+
+
+def test_shared_micro_batches_hold_every_sample_once_and_fewer_tokens():
+    samples = make_groups(6, 8, seed=7)
+    longest = max(len(s.input_ids) for s in samples)
+    chunks = packed_micro_batches(samples, 4, share=True)
+    assert sorted(id(s) for chunk in chunks for row in chunk for item in row for s in item_samples(item)) == \
+        sorted(id(s) for s in samples)
+    assert len(chunks) <= len(micro_batches(samples, 4))
+    laid_out = sum(collate_packed(chunk, PAD)["input_ids"].numel() for chunk in chunks)
+    assert laid_out < sum(len(s.input_ids) for s in samples)
+    assert all(collate_packed(chunk, PAD)["input_ids"].numel() <= 4 * 4 * longest for chunk in chunks)
 
 
 def test_block_causal_mask_shape():
@@ -180,6 +280,65 @@ def test_packed_gives_the_padded_gradients_sft(tiny_model: Path):
     assert_same_step(policy, config, make_samples(24, seed=4, token_advantages=False), sft=True)
 
 
+@pytest.mark.parametrize("loss", ["grpo", "cispo"])
+def test_shared_prompts_give_the_padded_gradients_lora(tiny_model: Path, loss: str):
+    policy, config = load(tiny_model, lora=True, loss=loss)
+    assert_same_step(policy, config, make_groups(4, 6, seed=11), temperature=0.8)
+
+
+def test_shared_prompts_give_the_padded_gradients_with_the_kl_penalty(tiny_model: Path):
+    policy, config = load(tiny_model, lora=True, kl=True)
+    assert_same_step(policy, config, make_groups(3, 8, seed=12), kl_beta=0.5)
+
+
+def test_shared_prompts_give_the_padded_gradients_full_fine_tuning_with_kl(tiny_model: Path):
+    policy, config = load(tiny_model, lora=False, kl=True)
+    assert_same_step(policy, config, make_groups(4, 5, seed=13), kl_beta=0.5)
+
+
+def test_shared_prompts_give_the_padded_gradients_sft(tiny_model: Path):
+    policy, config = load(tiny_model, lora=True)
+    samples = make_groups(3, 6, seed=14)
+    for sample in samples:
+        sample.token_advantages = None
+    assert_same_step(policy, config, samples, sft=True)
+
+
+def test_the_step_runs_each_shared_prompt_once_only_with_a_mask():
+    from workbench.train.optimize import _equal_micro_batches
+
+    config = TrainConfig(mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=32,
+                         micro_batch_size=8)
+    samples = make_groups(4, 8, seed=15)
+    total = sum(len(s.input_ids) for s in samples)
+    chunks, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=True)
+    assert tokens < total and any("predecessors" in c for c in chunks)
+    assert sum(float(c["loss_mask"].sum()) for c in chunks) == sum(sum(s.loss_mask) for s in samples)
+    chunks, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=False)  # varlen: no sharing
+    assert tokens == total and not any("predecessors" in c for c in chunks)
+
+
+def test_each_member_of_a_shared_prompt_sees_what_it_sees_alone(tiny_model: Path):
+    import torch
+
+    from workbench.train.loss import token_logprobs
+
+    policy, _ = load(tiny_model, lora=True)
+    items = [item for item in share_prefixes(make_groups(2, 4, seed=16), 10_000) if isinstance(item, Shared)]
+    with torch.no_grad():
+        batch = collate_packed([items], PAD)
+        packed, packed_entropy = token_logprobs(policy.model, batch, 0.7)
+        offset = 0
+        for item in items:
+            offset += item.prefix
+            for sample in item.samples:
+                alone, alone_entropy = token_logprobs(policy.model, collate([sample], PAD), 0.7)
+                size = len(sample.input_ids) - item.prefix
+                assert torch.allclose(packed[0, offset:offset + size], alone[0, item.prefix:], atol=1e-5)
+                assert torch.allclose(packed_entropy[0, offset:offset + size], alone_entropy[0, item.prefix:], atol=1e-5)
+                offset += size
+
+
 def test_a_first_token_is_not_predicted_from_the_previous_sample(tiny_model: Path):
     """A sample whose very first token is a loss token (no prompt): packed after another sample,
     its logprob is 0 as at the start of its padded row, not the previous sample's prediction."""
@@ -238,8 +397,9 @@ def test_ranks_with_fewer_micro_batches_run_empty_ones(pack: bool):
     config = TrainConfig(mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=8,
                          micro_batch_size=4, pack_samples=pack)
     samples = make_samples(8)
-    own = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=True)
-    chunks = _equal_micro_batches(samples, config, PAD, FakeRanks(len(own) + 2), masked=True)
+    own, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=True)
+    chunks, _ = _equal_micro_batches(samples, config, PAD, FakeRanks(len(own) + 2), masked=True)
+    assert tokens == sum(len(s.input_ids) for s in samples)  # no common prompts here: nothing shared
     assert len(chunks) == len(own) + 2
     assert all(float(c["loss_mask"].sum()) == 0 for c in chunks[len(own):])
 

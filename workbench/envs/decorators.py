@@ -13,7 +13,9 @@ import inspect
 import weakref
 from collections.abc import Callable
 from types import MethodType
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
+
+V = TypeVar("V")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,33 +76,44 @@ def cleanups(obj: object) -> list[tuple[int, str, Callable[..., Any]]]:
     return _decorated(obj, _CLEANUP)
 
 
-# What each hook names, read once per function rather than on every turn of every rollout (see
-# rubric.parameters: the same weak-key caches, for the same reason; a bound method by the function
-# it binds). None: it takes **kwargs.
-_NAMED: weakref.WeakKeyDictionary[Any, frozenset[str] | None] = weakref.WeakKeyDictionary()
-_METHOD_NAMED: weakref.WeakKeyDictionary[Any, frozenset[str] | None] = weakref.WeakKeyDictionary()
+class PerFunction(Generic[V]):
+    """`read(func)`, remembered per function: signatures are read once, not per rollout
+    (`inspect.signature` was about a tenth of the engine's CPU). Weak keys, so a function that
+    goes away (a rubric built for one GEPA candidate, say) takes its entry with it. A bound method
+    is remembered by the function it binds (its signature is that function's less the first
+    argument, whatever the object), so `obj.method` fetched anew, or on another object, still
+    hits; a partial or a callable object is its own key. A callable that cannot be a weak key
+    (unhashable, or no weak references) is simply read every time."""
+
+    def __init__(self, read: Callable[[Callable[..., Any]], V]) -> None:
+        self.read = read
+        self._functions: weakref.WeakKeyDictionary[Any, V] = weakref.WeakKeyDictionary()
+        self._methods: weakref.WeakKeyDictionary[Any, V] = weakref.WeakKeyDictionary()
+
+    def __call__(self, func: Callable[..., Any]) -> V:
+        cache, key = (self._methods, func.__func__) if isinstance(func, MethodType) else (self._functions, func)
+        try:
+            return cache[key]
+        except KeyError:
+            value = self.read(func)
+            try:
+                cache[key] = value
+            except TypeError:
+                pass
+            return value
+        except TypeError:  # unhashable, or cannot be weakly referenced
+            return self.read(func)
 
 
 def _read_named(func: Callable[..., Any]) -> frozenset[str] | None:
+    """What a hook names; None: it takes **kwargs."""
     params = inspect.signature(func).parameters.values()
     if any(p.kind == p.VAR_KEYWORD for p in params):
         return None
     return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
 
 
-def _named(func: Callable[..., Any]) -> frozenset[str] | None:
-    cache, key = (_METHOD_NAMED, func.__func__) if isinstance(func, MethodType) else (_NAMED, func)
-    try:
-        return cache[key]
-    except KeyError:
-        names = _read_named(func)
-        try:
-            cache[key] = names
-        except TypeError:
-            pass
-        return names
-    except TypeError:  # unhashable, or no weak references to it
-        return _read_named(func)
+_named = PerFunction(_read_named)  # each hook's names, once per function rather than every turn
 
 
 async def call_with_named_args(func: Callable[..., Any], **available: Any) -> Any:

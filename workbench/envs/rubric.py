@@ -13,12 +13,11 @@ is recorded; it never kills the run.
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import MethodType
 from typing import Any, NamedTuple
 
+from workbench.envs.decorators import PerFunction
 from workbench.envs.parsers import Parser
 from workbench.types import Messages, RolloutError, State
 
@@ -69,17 +68,6 @@ class Parameters(NamedTuple):
         return not self.names.isdisjoint(GROUP_ARGS)
 
 
-# A function's signature is read once, not per rollout: `inspect.signature` was about a tenth of
-# the engine's CPU. Weak keys, so a function that goes away (a rubric built for one GEPA
-# candidate, say) takes its entry with it. A bound method is remembered by the function it binds
-# (its signature is that function's less the first argument, whatever the object), so
-# `obj.method` fetched anew, or on another object, still hits; a partial or a callable object is
-# its own key. A callable that cannot be a weak key (unhashable, or no weak references) is
-# simply read every time.
-_PARAMETERS: weakref.WeakKeyDictionary[Any, Parameters] = weakref.WeakKeyDictionary()
-_METHOD_PARAMETERS: weakref.WeakKeyDictionary[Any, Parameters] = weakref.WeakKeyDictionary()
-
-
 def _read_parameters(func: RewardFunc) -> Parameters:
     params = inspect.signature(func).parameters
     names = frozenset(p.name for p in params.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
@@ -87,20 +75,12 @@ def _read_parameters(func: RewardFunc) -> Parameters:
     return Parameters(names, takes_kwargs)
 
 
+_parameters = PerFunction(_read_parameters)
+
+
 def parameters(func: RewardFunc) -> Parameters:
-    """The arguments `func` names, read once per function (see `_PARAMETERS`)."""
-    cache, key = (_METHOD_PARAMETERS, func.__func__) if isinstance(func, MethodType) else (_PARAMETERS, func)
-    try:
-        return cache[key]
-    except KeyError:
-        found = _read_parameters(func)
-        try:
-            cache[key] = found
-        except TypeError:
-            pass
-        return found
-    except TypeError:  # unhashable, or cannot be weakly referenced
-        return _read_parameters(func)
+    """The arguments `func` names, read once per function (decorators.PerFunction)."""
+    return _parameters(func)
 
 
 def is_group_func(func: RewardFunc) -> bool:

@@ -36,7 +36,8 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
     Position t holds log p(input_ids[t] | input_ids[:t]); position 0 gets 0 (never a loss token).
     A packed batch (`position_ids`, workbench.train.packing) holds several samples per row: each
     sample's first token (position id 0) gets 0 likewise, instead of a "prediction" from the
-    previous sample's last token.
+    previous sample's last token. A batch with shared prefixes (`predecessors`: per token, the
+    row index whose logits predict it, -1 for none) takes each token's logprob from there.
     """
     import torch
 
@@ -47,6 +48,18 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
               "use_cache": False}
     if position_ids is not None:
         inputs["position_ids"] = position_ids
+    predecessors = batch.get("predecessors")
+    if predecessors is not None:  # shared prefixes: a token's logits row is not always t-1's
+        logits = model(**inputs).logits.float() / max(temperature, 1e-6)
+        logprobs_all = torch.log_softmax(logits, dim=-1)
+        entropy_all = -(logprobs_all.exp() * logprobs_all).sum(-1)
+        none = predecessors < 0
+        index = predecessors.clamp(min=0)
+        rows = torch.arange(index.shape[0], device=index.device).unsqueeze(1)
+        # one logits row may serve several tokens (a prefix's last, every member's first): autograd sums
+        picked = logprobs_all[rows, index, batch["input_ids"]]
+        entropy = entropy_all.gather(1, index)
+        return picked.masked_fill(none, 0.0), entropy.masked_fill(none, 0.0)
     logits = model(**inputs).logits[:, :-1]
     logits = logits.float() / max(temperature, 1e-6)
     logprobs_all = torch.log_softmax(logits, dim=-1)

@@ -14,7 +14,7 @@ from typing import Any
 
 from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, sync_gradients
 from workbench.train.loss import policy_loss, sft_loss, token_logprobs
-from workbench.train.packing import collate_packed, pack_width, packed_micro_batches
+from workbench.train.packing import collate_packed, pack_width, packed_micro_batches, row_length
 from workbench.train.policy import Policy
 from workbench.train.samples import Sample, collate, micro_batches
 from workbench.train.schema import TrainConfig
@@ -78,8 +78,8 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     optimizer.zero_grad(set_to_none=True)
     pad_id = policy.tokenizer.pad_token_id
     total_tokens = int(dist.sum([sum(sum(s.loss_mask) for s in samples)])[0])  # the global batch's loss tokens
-    chunks = _equal_micro_batches(samples, config, pad_id, dist, masked=_takes_mask(model))
-    real, laid_out = dist.sum([sum(len(s.input_ids) for s in samples), sum(c["input_ids"].numel() for c in chunks)])
+    chunks, own_tokens = _equal_micro_batches(samples, config, pad_id, dist, masked=_takes_mask(model))
+    real, laid_out = dist.sum([own_tokens, sum(c["input_ids"].numel() for c in chunks)])
     use_kl = (not sft) and config.kl_penalty.enabled
     totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0}
     for index, chunk in enumerate(chunks):
@@ -127,23 +127,26 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
 
 
 def _equal_micro_batches(samples: list[Sample], config: TrainConfig, pad_id: int, dist: DistInfo, *,
-                         masked: bool) -> list[dict[str, Any]]:
+                         masked: bool) -> tuple[list[dict[str, Any]], int]:
     """This rank's collated micro-batches (packed or padded, `config.pack_samples`), padded with
     empty ones (no loss tokens: zero gradient) to the largest count on any rank, so every rank
-    joins the same number of gradient all-reduces. `masked`: the model's attention takes a 4D
-    mask (see workbench.train.packing)."""
+    joins the same number of gradient all-reduces; and how many of their tokens are not padding
+    (a shared prefix counts once). `masked`: the model's attention takes a 4D mask (see
+    workbench.train.packing); only then are common prompts shared."""
     empty = Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)
     if config.pack_samples:
         width = pack_width(samples, config.micro_batch_size, config.seq_len, masked=masked)
-        chunks = [collate_packed(rows, pad_id, with_mask=masked)
-                  for rows in packed_micro_batches(samples, config.micro_batch_size, width)]
+        batches = packed_micro_batches(samples, config.micro_batch_size, width, share=masked)
+        chunks = [collate_packed(rows, pad_id, with_mask=masked) for rows in batches]
+        tokens = sum(row_length(row) for rows in batches for row in rows)
         filler = collate_packed([[empty]], pad_id, with_mask=masked)
     else:
         chunks = [collate(chunk, pad_id) for chunk in micro_batches(samples, config.micro_batch_size)]
+        tokens = sum(len(s.input_ids) for s in samples)
         filler = collate([empty], pad_id)
     if dist.active:
         chunks += [filler] * (dist.max(len(chunks)) - len(chunks))
-    return chunks
+    return chunks, tokens
 
 
 def _takes_mask(model: Any) -> bool:
