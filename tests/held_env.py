@@ -24,6 +24,7 @@ HELD_ENV = '''
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def load_environment(hold_after: str, held: str, release: str = "", rank: int = 
             tmp = Path(held + ".tmp")
             tmp.write_text(str(os.getpid()))
             tmp.replace(held)  # atomic: the test never reads a half-written pid
+            print(f"held-reverse: holding in pid {os.getpid()}", file=sys.stderr, flush=True)
             deadline = time.monotonic() + max_hold_s  # only so a failed test leaves no process behind
             while not (release and Path(release).exists()) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)

@@ -163,6 +163,9 @@ def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspac
     assert parent.returncode == 1, err
     assert "error: trainer rank 1 died (exit code -9); the run can be resumed with --resume runs/die --nproc 2" in err
     assert "Traceback" not in err
+    # what the killed rank had printed is kept in run.log, not shown on the terminal
+    assert f"rank 1's last output is in {run / 'run.log'}" in err or "rank 1's last output is in runs/die/run.log" in err
+    assert f"[rank 1] held-reverse: holding in pid {rank1}" in (run / "run.log").read_text()
     done = workbench(tiny_workspace, "train", "--resume", "runs/die", "--set", "max_steps=3", "--nproc", "2")
     assert done.returncode == 0, done.stderr
     assert "resuming from step_" in done.stdout + done.stderr

@@ -76,7 +76,12 @@ def run_rank(config: TrainConfig, reporter: Reporter | None = None, *, resume: s
     (--nproc, torchrun), it first joins their process group. The front door is `service.run_train`."""
     dist = init_distributed()
     try:
-        return asyncio.run(_train(config, reporter or NullReporter(), Path(resume) if resume else None, dist))
+        result = asyncio.run(_train(config, reporter or NullReporter(), Path(resume) if resume else None, dist))
+        # every rank is done with the group before any tears it down: a rank that exits (closing
+        # its sockets and rank 0's store) while a slower one is still inside its last collective
+        # or its own teardown makes gloo abort that one (SIGABRT), failing a finished run
+        dist.barrier()
+        return result
     finally:
         close(dist)
 

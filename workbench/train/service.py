@@ -22,7 +22,7 @@ from typing import Any
 from workbench.errors import QuietExit, UserError
 from workbench.events import NullReporter, Reporter
 from workbench.store.checkpoints import list_checkpoints
-from workbench.store.runs import TrainRun, read_metrics, read_saved
+from workbench.store.runs import RUN_LOG, RunLog, TrainRun, read_metrics, read_saved
 from workbench.train.config import load_env_files
 from workbench.train.distributed import PEER_LOST_EXIT, is_peer_failure, launched_rank, launched_world_size
 from workbench.train.schema import TrainConfig
@@ -114,6 +114,13 @@ def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, 
         if failure.output and failure.code > 0:
             for line in failure.output.splitlines():
                 reporter.message(f"[rank {failure.rank}] {line}")
+        elif failure.output and run_dir.is_dir():
+            # killed by a signal: its last words (a C++ abort, a fatal error's stack) go to run.log,
+            # not the terminal
+            log = RunLog(run_dir / RUN_LOG)
+            for line in failure.output.splitlines():
+                log.write(f"[rank {failure.rank}] {line}")
+            reporter.message(f"rank {failure.rank}'s last output is in {run_dir / RUN_LOG}")
         if (run_dir / "config.toml").is_file():
             raise TrainingFailed(f"trainer rank {failure.rank} died (exit code {failure.code}); "
                                  f"the run can be resumed with --resume {run_dir} --nproc {nproc}")
