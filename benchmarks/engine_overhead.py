@@ -1,8 +1,15 @@
 """Engine overhead: single-turn rollouts per second against an OpenAI-compatible server on
-127.0.0.1 that answers instantly (workbench's EchoClient behind `workbench.inference.server`,
-in its own process), at concurrency 64. Target (issue 19): at least 4,000 rollouts/s.
+127.0.0.1 that answers instantly, in its own process, at concurrency 64. Target (issue 19): at
+least 4,000 rollouts/s.
 
     python benchmarks/engine_overhead.py [--rollouts 8000] [--concurrency 64] [--repeat 3] [--in-process]
+        [--server lean|workbench] [--client auto|aiohttp]
+
+The server is workbench's EchoClient behind `workbench serve`'s route handlers: by default on the
+lean HTTP server (`workbench.inference.echo_server`, the instant endpoint), with `--server
+workbench` on `workbench serve`'s aiohttp server itself (`workbench.inference.server`; the same
+JSON, more server CPU per request). `--client aiohttp` makes OpenAIClient use aiohttp instead of
+its lean keep-alive client (what it did before issue 19), for comparison.
 
 What is measured is the whole eval path minus the model: request building, HTTP, response
 parsing, scoring with the reverse-text rubric, and streaming each group to results.jsonl.
@@ -30,13 +37,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.inference.http_transport import TransportKind
+
 TARGET = 4000  # rollouts/s (issue 19)
 
-SERVER = (
-    "from workbench.inference.echo import EchoClient\n"
-    "from workbench.inference.server import run_server\n"
-    "run_server(EchoClient('echo'), host='127.0.0.1', port=0, served_model_name='echo')\n"
-)
+SERVERS = {
+    "lean": "from workbench.inference.echo_server import run_echo_server\nrun_echo_server(port=0)\n",
+    "workbench": (
+        "from workbench.inference.echo import EchoClient\n"
+        "from workbench.inference.server import run_server\n"
+        "run_server(EchoClient('echo'), host='127.0.0.1', port=0, served_model_name='echo')\n"
+    ),
+}
 
 
 @dataclass
@@ -48,8 +60,8 @@ class Measurement:
     server_cpu_s: float  # the server process, during the measured run
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+def start_server(kind: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", SERVERS[kind]], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         match = re.search(r"(http://127\.0\.0\.1:\d+)", line)
@@ -67,7 +79,8 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure(base_url: str | None, server_pid: int, rollouts: int, concurrency: int, r: int) -> Measurement:
+async def measure(base_url: str | None, server_pid: int, rollouts: int, concurrency: int, r: int,
+                  transport: TransportKind = "auto") -> Measurement:
     from workbench.engine import run_rollouts
     from workbench.envs import load_environment
     from workbench.inference.echo import EchoClient
@@ -77,7 +90,7 @@ async def measure(base_url: str | None, server_pid: int, rollouts: int, concurre
 
     env = load_environment("reverse-text", num_eval_examples=rollouts // r)
     examples = env.get_examples(rollouts // r)
-    client = OpenAIClient(f"{base_url}/v1", "echo") if base_url else EchoClient("echo")
+    client = OpenAIClient(f"{base_url}/v1", "echo", transport=transport) if base_url else EchoClient("echo")
     with tempfile.TemporaryDirectory() as tmp:
         writer = ResultsWriter(Path(tmp))
         # warm-up: connections, imports
@@ -101,13 +114,17 @@ def main() -> None:
     parser.add_argument("--rollouts-per-example", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1, help="measure this many times (one server) and report the median")
     parser.add_argument("--in-process", action="store_true", help="no server: EchoClient in this process (no HTTP)")
+    parser.add_argument("--server", choices=sorted(SERVERS), default="lean",
+                        help="lean: the instant echo endpoint; workbench: `workbench serve`'s aiohttp server")
+    parser.add_argument("--client", choices=["auto", "aiohttp"], default="auto",
+                        help="OpenAIClient's transport: auto (the lean client for http://) or aiohttp")
     args = parser.parse_args()
-    proc, url = (None, None) if args.in_process else start_server()
+    proc, url = (None, None) if args.in_process else start_server(args.server)
     runs: list[Measurement] = []
     try:
         for _ in range(args.repeat):
             runs.append(asyncio.run(measure(url, proc.pid if proc else 0, args.rollouts, args.concurrency,
-                                            args.rollouts_per_example)))
+                                            args.rollouts_per_example, args.client)))
     finally:
         if proc is not None:
             proc.kill()
@@ -119,7 +136,8 @@ def main() -> None:
     rate = statistics.median(m.rate for m in runs)
     verdict = "meets" if rate >= TARGET else "below"
     best_cpu = min(m.engine_cpu_s / m.rollouts for m in runs) * 1000
-    where = "in-process EchoClient, no HTTP" if args.in_process else "over HTTP"
+    where = ("in-process EchoClient, no HTTP" if args.in_process
+             else f"over HTTP, {args.server} server, {args.client} client")
     print(f"engine overhead ({where}): {rate:,.0f} rollouts/s (median of {len(runs)}) at concurrency "
           f"{args.concurrency}, {args.rollouts_per_example} per example; target >= {TARGET:,}: {verdict}; "
           f"engine CPU {best_cpu:.3f} s per 1,000 rollouts (best)")

@@ -4,11 +4,13 @@
 
 Sends `--requests` concurrent chat requests (reverse-text prompts, temperature 1,
 `--max-tokens` each) through `LocalClient`; runs the same prompts, with the same settings, as
-ONE left-padded `model.generate` call, and one at a time through `model.generate`. Client and
-padded runs alternate (`--repeats` each, medians reported) so machine load hits both alike;
-the per-request loop runs once. Prints completion tokens/s of each and LocalClient's speedup
-over both, with the load average. Completion tokens of `generate` are counted as the client
-counts them: up to and including the first EOS of each row.
+ONE left-padded `model.generate` call, and one at a time through `model.generate` (what a user
+would naively do: one `generate` per request). The three alternate, `--repeats` rounds of each
+(medians reported), so machine load hits all of them alike: on a shared machine the load can
+change severalfold within a minute, and a baseline measured at another moment than the client
+says more about the neighbours than about either. Prints completion tokens/s of each and
+LocalClient's speedup over both, with the load average. Completion tokens of `generate` are
+counted as the client counts them: up to and including the first EOS of each row.
 Without a built model at `--model`, a quick one is built in a temp folder.
 """
 
@@ -35,7 +37,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64, help="concurrent requests")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3, help="client / padded-generate runs each; medians are reported")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of client / padded generate / generate loop; medians are reported")
     parser.add_argument("--baseline-requests", type=int, default=None, help="requests in the generate loop (default: all)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     parser.add_argument("--hf-decode", action="store_true", help="LocalClient on the Hugging Face forward (no lean engine)")
@@ -52,13 +55,13 @@ def main() -> None:
             model_path = _quick_model(Path(tmp))
         prompts = [demo[:2] for demo in reverse_text_demonstrations(args.requests, seed=1234)]
         sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
-        client_rates, padded_rates = asyncio.run(
-            _run_interleaved(str(model_path), prompts, sampling, args.repeats, hf_decode=args.hf_decode))
         baseline_prompts = prompts[: args.baseline_requests or len(prompts)]
-        loop_rate = _run_generate_loop(str(model_path), baseline_prompts, sampling)
+        client_rates, padded_rates, loop_rates = asyncio.run(
+            _run_interleaved(str(model_path), prompts, baseline_prompts, sampling, args.repeats, hf_decode=args.hf_decode))
     load_after = os.getloadavg()[0]
 
     client, padded = statistics.median(client_rates), statistics.median(padded_rates)
+    loop_rate = statistics.median(loop_rates)
     print(f"\nmodel: {model_path}  requests: {args.requests}  max_tokens: {args.max_tokens}  "
           f"temperature: {args.temperature}  torch threads: {torch.get_num_threads()}  "
           f"load average: {load_before:.1f} -> {load_after:.1f} ({os.cpu_count()} CPUs)")
@@ -75,17 +78,21 @@ def _quick_model(tmp: Path) -> Path:
     return build_tiny_model(tmp / "tiny", reverse_text_demonstrations(500), spec)
 
 
-async def _run_interleaved(model_path: str, prompts: list[Messages], sampling: SamplingParams, repeats: int, *,
-                           hf_decode: bool) -> tuple[list[float], list[float]]:
-    """Alternate LocalClient runs and padded-generate runs; returns both lists of tokens/s."""
+async def _run_interleaved(model_path: str, prompts: list[Messages], loop_prompts: list[Messages],
+                           sampling: SamplingParams, repeats: int, *,
+                           hf_decode: bool) -> tuple[list[float], list[float], list[float]]:
+    """Alternate LocalClient runs, padded-generate runs and per-request generate loops; returns
+    the three lists of tokens/s."""
     client = LocalClient(model_path, max_batch_size=len(prompts))
     client.lean_decode = not hf_decode
     model, tokenizer = _load(model_path)
     padded_inputs = _padded_inputs(tokenizer, prompts)
+    loop_inputs = [_torch_ids(_prompt_ids(tokenizer, messages)) for messages in loop_prompts]
     try:
         await client.chat(prompts[0], sampling=sampling)  # warm-up: first-call kernel setup
         _padded_generate(model, tokenizer, padded_inputs, sampling)
-        client_rates, padded_rates = [], []
+        _generate_loop(model, tokenizer, loop_inputs[:1], sampling)
+        client_rates, padded_rates, loop_rates = [], [], []
         for _ in range(repeats):
             start = time.perf_counter()
             results = await asyncio.gather(*[client.chat(p, sampling=sampling) for p in prompts])
@@ -96,7 +103,10 @@ async def _run_interleaved(model_path: str, prompts: list[Messages], sampling: S
             tokens, elapsed = _padded_generate(model, tokenizer, padded_inputs, sampling)
             padded_rates.append(tokens / elapsed)
             print(f"  padded call:   {tokens} tokens in {elapsed:.2f}s", flush=True)
-        return client_rates, padded_rates
+            tokens, elapsed = _generate_loop(model, tokenizer, loop_inputs, sampling)
+            loop_rates.append(tokens / elapsed)
+            print(f"  generate loop: {tokens} tokens in {elapsed:.2f}s", flush=True)
+        return client_rates, padded_rates, loop_rates
     finally:
         await client.close()
 
@@ -165,22 +175,25 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return set(value) if isinstance(value, (list, tuple)) else {value}
 
 
-def _run_generate_loop(model_path: str, prompts: list[Messages], sampling: SamplingParams) -> float:
+def _torch_ids(ids: list[int]) -> Any:
     import torch
 
-    model, tokenizer = _load(model_path)
-    encoded = [torch.tensor([_prompt_ids(tokenizer, messages)]) for messages in prompts]
+    return torch.tensor([ids])
+
+
+def _generate_loop(model: Any, tokenizer: Any, encoded: list[Any], sampling: SamplingParams) -> tuple[int, float]:
+    """One `generate` call per request, in turn; returns (completion tokens, seconds)."""
+    import torch
+
     settings = _generate_settings(tokenizer, sampling)
     with torch.inference_mode():
-        model.generate(encoded[0], **settings)  # warm-up, as for the client
         start = time.perf_counter()
         tokens = 0
         for input_ids in encoded:
             output = model.generate(input_ids, **settings)
-            tokens += output.shape[1] - input_ids.shape[1]
+            tokens += output.shape[1] - input_ids.shape[1]  # generate stops a lone row at its EOS
         elapsed = time.perf_counter() - start
-    print(f"  generate loop: {tokens} tokens in {elapsed:.2f}s", flush=True)
-    return tokens / elapsed
+    return tokens, elapsed
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,13 @@ SHARED = REPO.parent / "shared"
 # for ever. Tests send SIGINT on purpose, so it must reach their children.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# Under pytest-xdist (`-n 2`, the default in pyproject's addopts) the workers split the cores: a
+# worker's torch, and every process its tests start (servers, ranks), would otherwise each use
+# all of them, and threads spinning on cores another worker holds slow everything several-fold.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 # Tests that run `python -m workbench ...` must run this checkout, not whichever workbench is
 # pip-installed (an editable install of another worktree would otherwise be tested).
@@ -75,14 +85,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Build the embedded models before the first test when any test needs them: a build is minutes
     of CPU, and inside the first test's setup it counted against that test's timeout (on a loaded
     machine it ran past it, and every test using the model errored with the cached timeout)."""
-    if any("tiny_model" in getattr(item, "fixturenames", ()) for item in items):
-        from workbench.bootstrap import build_tiny
+    with _build_lock():  # xdist workers collect at once: one builds, the others find it current
+        if any("tiny_model" in getattr(item, "fixturenames", ()) for item in items):
+            from workbench.bootstrap import build_tiny
 
-        build_tiny(REPO)
-    if any("tiny_qwen_model" in getattr(item, "fixturenames", ()) for item in items):
-        from workbench.bootstrap import build_tiny_qwen
+            build_tiny(REPO)
+        if any("tiny_qwen_model" in getattr(item, "fixturenames", ()) for item in items):
+            from workbench.bootstrap import build_tiny_qwen
 
-        build_tiny_qwen(REPO)
+            build_tiny_qwen(REPO)
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """Held while building the embedded models (an advisory lock on a file beside them)."""
+    lock = REPO / "outputs" / "models" / ".test-build.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -208,3 +208,61 @@ async def test_silence_timeout_and_outside_cancel():
                 await task
         finally:
             await client.close()
+
+
+async def test_one_watch_times_out_every_request_to_a_silent_server():
+    """The silence watch (one timer per client) gives up on every request waiting on a stalled
+    server, tells its own cancels from an outside one, and leaves nothing armed behind."""
+    hold = Gate(0)  # no request is ever answered
+    with serve_in_thread(make_app(EchoBackend(), middlewares=(hold.middleware,))) as url, hold:
+        client = OpenAIClient(f"{url}/v1", "echo", timeout_s=0.3)
+        try:
+            tasks = [asyncio.ensure_future(client.chat([{"role": "user", "content": f"r{i}"}], sampling=SamplingParams()))
+                     for i in range(5)]
+            while hold.held < 5:
+                await asyncio.sleep(0.01)
+            tasks[2].cancel()  # Ctrl-C of one rollout: a cancel, not a timeout
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await client.close()
+    assert isinstance(results[2], asyncio.CancelledError)
+    timed_out = [r for i, r in enumerate(results) if i != 2]
+    assert all(isinstance(r, InferenceError) and r.transient and "no response from" in str(r) for r in timed_out)
+    assert not client._watch._sent and not client._watch._fired
+
+
+def test_fresh_messages_is_as_messages():
+    """The engine's cheap conversion gives exactly what `as_messages` gives: the same classes,
+    keys in the same order, new objects (a reward function's edits reach no record)."""
+    from types import MappingProxyType, SimpleNamespace
+
+    from workbench.envs.environment import fresh_messages
+    from workbench.envs.messages import UserMessage, as_messages
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages: list[Any] = [
+        {"role": "system", "content": "s"}, {"role": "user", "content": "u", "name": "x"},
+        {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "r", "tool_call_id": "c1"},
+        {"content": "role last", "role": "user"}, {"role": "developer", "content": "unknown role"},
+        MappingProxyType({"role": "user", "content": "a mapping"}), UserMessage(content="already one"),
+        SimpleNamespace(role="assistant", content="an object"),
+    ]
+    fresh, reference = fresh_messages(messages), as_messages(messages)
+    assert [(type(m), list(m.items())) for m in fresh] == [(type(m), list(m.items())) for m in reference]
+    assert all(f is not m for f, m in zip(fresh[:7], messages[:7]))  # copies (a ChatMessage given stays itself, as before)
+    assert fresh[7] is messages[7]
+    fresh[0]["content"] = "edited"
+    assert messages[0]["content"] == "s"
+    with pytest.raises(ValueError, match="needs a role"):
+        fresh_messages([{"content": "no role"}])
+
+
+def test_per_rollout_sampling_copy_is_merged():
+    from workbench.engine.rollouts import with_seed
+
+    base = SamplingParams(temperature=0.5, stop=["x"], extra={"min_p": 0.1}, seed=3)
+    for seed in (7, None):
+        fast, reference = with_seed(base, seed), base.merged({"seed": seed})
+        assert fast == reference and fast.seed == seed
+        assert fast.extra is not base.extra  # a rollout's extra is its own, as merged makes it
+    assert with_seed(SamplingParams(stop="ab"), 1).stop == ["ab"]  # type: ignore[arg-type]

@@ -16,10 +16,15 @@ from workbench.train.packing import (
     Shared,
     block_causal_mask,
     collate_packed,
+    collate_prefixed,
+    item_length,
     item_samples,
+    laid_out_tokens,
+    layout_prefixed,
     pack_rows,
     pack_width,
     packed_micro_batches,
+    prefixed_micro_batches,
     share_prefixes,
 )
 from workbench.train.samples import Sample, collate, micro_batches
@@ -46,15 +51,17 @@ def make_samples(count: int, seed: int = 0, *, token_advantages: bool = True) ->
     return samples
 
 
-def make_groups(groups: int, size: int, seed: int = 0) -> list[Sample]:
+def make_groups(groups: int, size: int, seed: int = 0, system: int = 0) -> list[Sample]:
     """RL groups: `size` rollouts of each prompt (the same prompt ids), varied completions: an
     environment span masked out inside some, one whose first completion tokens are masked (its
     own tokens may not be shared beyond the group's prompt), one fully masked (truncated), one
-    whose completion starts like a sibling's; some per-token advantages; and a few lone samples."""
+    whose completion starts like a sibling's; some per-token advantages; and a few lone samples.
+    `system`: every prompt begins with the same `system` tokens (a system prompt, few-shot turns)."""
     rng = random.Random(seed)
     samples = []
+    common = [rng.randrange(256) for _ in range(system)]
     for group in range(groups):
-        prompt = [rng.randrange(256) for _ in range(rng.randint(6, 25))]
+        prompt = common + [rng.randrange(256) for _ in range(rng.randint(6, 25))]
         first = None
         for index in range(size):
             completion = [rng.randrange(256) for _ in range(rng.randint(2, 30))]
@@ -153,39 +160,88 @@ def test_a_group_wider_than_the_budget_is_split_each_part_with_its_prompt():
 
 
 def test_collate_shared_prefix_layout():
+    """The prompt runs once in the prefix pass (all but its last token); each rest starts at that
+    last token, continues the prompt's positions and reads the prompt's keys; a plain sample in
+    the same row reads none of them."""
     a = Sample([1, 2, 3, 10, 11], [0, 0, 0, 1, 1], [0.0, 0.0, 0.0, -1.0, -2.0], 0.5, token_advantages=[9.0, 9, 9, .1, .2])
     b = Sample([1, 2, 3, 20], [0, 0, 0, 1], [0.0, 0.0, 0.0, -3.0], -1.0)
     c = Sample([7, 8], [0, 1], [0.0, -1.0], 2.0)
-    batch = collate_packed([[Shared(3, [a, b]), c]], PAD)
-    assert batch["input_ids"].tolist() == [[1, 2, 3, 10, 11, 20, 7, 8]]
-    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 3, 0, 1]]
-    assert batch["predecessors"].tolist() == [[-1, 0, 1, 2, 3, 2, -1, 6]]
-    assert batch["loss_mask"].tolist() == [[0, 0, 0, 1, 1, 1, 0, 1]]
-    assert batch["advantages"].tolist() == [[0.0, 0.0, 0.0, 0.5, 0.5, -1.0, 2.0, 2.0]]
-    assert batch["token_advantages"][0].tolist() == pytest.approx([0, 0, 0, 0.1, 0.2, 0, 0, 0])
-    assert batch["attention_mask"][0, 0].int().tolist() == [
-        [1, 0, 0, 0, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0, 0, 0, 0],
-        [1, 1, 1, 0, 0, 0, 0, 0],
-        [1, 1, 1, 1, 0, 0, 0, 0],
-        [1, 1, 1, 1, 1, 0, 0, 0],
-        [1, 1, 1, 0, 0, 1, 0, 0],
-        [0, 0, 0, 0, 0, 0, 1, 0],
-        [0, 0, 0, 0, 0, 0, 1, 1]]
+    batch = collate_prefixed([Shared(3, [a, b]), c], PAD)
+    (prompt,) = batch["prompt_passes"]
+    assert prompt["input_ids"].tolist() == [[1, 2]] and prompt["position_ids"].tolist() == [[0, 1]]
+    # rest rows are as wide as the longest rest (a's): b's rest and c fit in no row with it
+    assert batch["context"].tolist() == [[0, 1], [0, 1], [0, 0]]
+    assert batch["input_ids"].tolist() == [[3, 10, 11], [3, 20, PAD], [7, 8, PAD]]
+    assert batch["position_ids"].tolist() == [[2, 3, 4], [2, 3, 0], [0, 1, 0]]
+    assert batch["starts"].tolist() == [[True, False, False], [True, False, True], [True, False, True]]
+    assert batch["loss_mask"].tolist() == [[0, 1, 1], [0, 1, 0], [0, 1, 0]]
+    assert batch["advantages"].tolist() == [[0.5, 0.5, 0.5], [-1.0, -1.0, 0.0], [2.0, 2.0, 0.0]]
+    assert batch["token_advantages"][0].tolist() == pytest.approx([9, 0.1, 0.2])
+    mask = batch["attention_mask"][:, 0].int().tolist()  # prompt keys | own row
+    assert mask[0] == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    assert mask[1] == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [0, 0, 0, 0, 1]]
+    assert mask[2] == [[0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 0, 1]], "a plain sample reads no prompt"
+    longer = Sample([1, 2, 3, 4, 5, 6, 7, 8], [0, 0, 0, 1, 1, 1, 1, 1], [0.0] * 8, 1.0)
+    mixed = collate_prefixed([Shared(3, [a, longer]), c], PAD)
+    assert mixed["input_ids"][1].tolist() == [3, 10, 11, 7, 8, PAD]  # c fills the free space of a group's row
+    assert mixed["attention_mask"][1, 0, 3].int().tolist() == [0, 0, 0, 0, 0, 1, 0, 0], "and reads no prompt"
+    plain = collate_prefixed([c], PAD)  # no group: one pass, no prompt keys
+    assert "prompt_passes" not in plain and plain["attention_mask"].shape == (1, 1, 2, 2)
     with pytest.raises(ValueError):
-        collate_packed([[Shared(3, [a, b])]], PAD, with_mask=False)
+        layout_prefixed([Shared(1, [a, b])])  # the prompt pass would have no token
+
+
+def test_prompts_that_begin_alike_share_that_beginning_in_an_earlier_pass():
+    system = [50, 51, 52, 53]
+    a = Sample(system + [1, 2, 10, 11], [0] * 6 + [1, 1], [0.0] * 8, 0.5)
+    b = Sample(system + [1, 2, 20], [0] * 6 + [1], [0.0] * 7, -1.0)
+    c = Sample(system + [3, 4, 5, 30], [0] * 7 + [1], [0.0] * 8, 1.0)
+    d = Sample(system + [3, 4, 5, 40, 41], [0] * 7 + [1, 1], [0.0] * 9, 2.0)
+    batch = collate_prefixed([Shared(6, [a, b]), Shared(7, [c, d])], PAD)
+    first, second = batch["prompt_passes"]
+    assert first["input_ids"].tolist() == [system]  # once for both prompts
+    assert second["input_ids"].tolist() == [[3, 4], [1, PAD]]  # each prompt's own part, but its last token
+    assert second["position_ids"].tolist() == [[4, 5], [4, 0]]
+    assert second["context"].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert second["attention_mask"][:, 0].int().tolist() == [
+        [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], [[1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 1]]]
+    # the rests read the whole prompt: the common part (flat 0..3), then their own (flat 4.. in pass 2)
+    rows = {tuple(ids): context for ids, context in zip(batch["input_ids"].tolist(), batch["context"].tolist(), strict=True)}
+    assert rows[(2, 10, 11)] == [0, 1, 2, 3, 6, 0] and rows[(5, 40, 41)] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_row_reads_one_context_and_rows_are_no_wider_than_their_longest_node():
+    samples = make_groups(5, 8, seed=3, system=12)
+    items = share_prefixes(samples, 10_000)
+    layout = layout_prefixed(items)
+    assert len(layout.passes) == 2, "the common system prompt, then each prompt's own part"
+    for rows in [*layout.passes, layout.rests]:
+        width = max(len(node.ids) for row in rows for node in row)
+        for row in rows:
+            assert len({id(node.parent) for node in row if node.parent is not None}) <= 1
+            assert sum(len(node.ids) for node in row) <= width
+    assert sorted(id(node.sample) for row in layout.rests for node in row) == sorted(id(s) for s in samples)
+    for row in layout.rests:
+        for node in row:  # a leaf's context and own tokens are its sample's
+            context, parent = [], node.parent
+            while parent is not None:
+                context, parent = parent.ids + context, parent.parent
+            assert context + node.ids == node.sample.input_ids and node.start == len(context)
+    assert layout.tokens() == laid_out_tokens(items) < sum(len(s.input_ids) for s in samples)
 
 
 def test_shared_micro_batches_hold_every_sample_once_and_fewer_tokens():
     samples = make_groups(6, 8, seed=7)
     longest = max(len(s.input_ids) for s in samples)
-    chunks = packed_micro_batches(samples, 4, share=True)
-    assert sorted(id(s) for chunk in chunks for row in chunk for item in row for s in item_samples(item)) == \
+    batches = prefixed_micro_batches(samples, 4)
+    assert sorted(id(s) for items in batches for item in items for s in item_samples(item)) == \
         sorted(id(s) for s in samples)
-    assert len(chunks) <= len(micro_batches(samples, 4))
-    laid_out = sum(collate_packed(chunk, PAD)["input_ids"].numel() for chunk in chunks)
-    assert laid_out < sum(len(s.input_ids) for s in samples)
-    assert all(collate_packed(chunk, PAD)["input_ids"].numel() <= 4 * 4 * longest for chunk in chunks)
+    assert len(batches) <= len(micro_batches(samples, 4))
+    assert sum(item_length(item) for items in batches for item in items) < sum(len(s.input_ids) for s in samples)
+    for items in batches:
+        batch = collate_prefixed(items, PAD)
+        laid_out = batch["input_ids"].numel() + sum(p["input_ids"].numel() for p in batch.get("prompt_passes", ()))
+        assert laid_out == laid_out_tokens(items) <= 4 * longest, "no larger than a padded micro-batch"
 
 
 def test_block_causal_mask_shape():
@@ -296,6 +352,13 @@ def test_shared_prompts_give_the_padded_gradients_full_fine_tuning_with_kl(tiny_
     assert_same_step(policy, config, make_groups(4, 5, seed=13), kl_beta=0.5)
 
 
+@pytest.mark.parametrize("lora", [True, False])
+def test_prompts_sharing_a_system_prompt_give_the_padded_gradients(tiny_model: Path, lora: bool):
+    policy, config = load(tiny_model, lora=lora, kl=not lora)
+    samples = make_groups(4, 6, seed=21, system=15)
+    assert_same_step(policy, config, samples, temperature=0.8, **({} if lora else {"kl_beta": 0.5}))
+
+
 def test_shared_prompts_give_the_padded_gradients_sft(tiny_model: Path):
     policy, config = load(tiny_model, lora=True)
     samples = make_groups(3, 6, seed=14)
@@ -312,10 +375,10 @@ def test_the_step_runs_each_shared_prompt_once_only_with_a_mask():
     samples = make_groups(4, 8, seed=15)
     total = sum(len(s.input_ids) for s in samples)
     chunks, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=True)
-    assert tokens < total and any("predecessors" in c for c in chunks)
+    assert tokens < total and any("prompt_passes" in c for c in chunks)
     assert sum(float(c["loss_mask"].sum()) for c in chunks) == sum(sum(s.loss_mask) for s in samples)
     chunks, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=False)  # varlen: no sharing
-    assert tokens == total and not any("predecessors" in c for c in chunks)
+    assert tokens == total and not any("prompt_passes" in c for c in chunks)
 
 
 def test_each_member_of_a_shared_prompt_sees_what_it_sees_alone(tiny_model: Path):
@@ -324,18 +387,21 @@ def test_each_member_of_a_shared_prompt_sees_what_it_sees_alone(tiny_model: Path
     from workbench.train.loss import token_logprobs
 
     policy, _ = load(tiny_model, lora=True)
-    items = [item for item in share_prefixes(make_groups(2, 4, seed=16), 10_000) if isinstance(item, Shared)]
+    items = share_prefixes(make_groups(3, 4, seed=16, system=10), 10_000)
+    assert sum(isinstance(item, Shared) for item in items) == 3
+    layout = layout_prefixed(items)
+    assert len(layout.passes) == 2
     with torch.no_grad():
-        batch = collate_packed([items], PAD)
-        packed, packed_entropy = token_logprobs(policy.model, batch, 0.7)
-        offset = 0
-        for item in items:
-            offset += item.prefix
-            for sample in item.samples:
+        packed, packed_entropy = token_logprobs(policy.model, collate_prefixed(items, PAD), 0.7)
+        for r, row in enumerate(layout.rests):
+            offset = 0
+            for sample, start in ((node.sample, node.start) for node in row):
                 alone, alone_entropy = token_logprobs(policy.model, collate([sample], PAD), 0.7)
-                size = len(sample.input_ids) - item.prefix
-                assert torch.allclose(packed[0, offset:offset + size], alone[0, item.prefix:], atol=1e-5)
-                assert torch.allclose(packed_entropy[0, offset:offset + size], alone_entropy[0, item.prefix:], atol=1e-5)
+                size = len(sample.input_ids) - start
+                # the rest's first token (the prompt's last) has no logprob in its row: never a loss token
+                assert packed[r, offset] == 0.0
+                assert torch.allclose(packed[r, offset + 1:offset + size], alone[0, start + 1:], atol=1e-5)
+                assert torch.allclose(packed_entropy[r, offset + 1:offset + size], alone_entropy[0, start + 1:], atol=1e-5)
                 offset += size
 
 

@@ -195,7 +195,7 @@ async def test_judge_rubric_over_http_with_wiki_search():
         variants = [answer(f"<answer>It is {example.answer}, I believe</answer>"),  # judge: yes; exact match: no
                     answer("<answer>Nobody</answer>"), answer("no tags")]
         scores = await env.score_group(example, [RolloutOutput(c, {}) for c in variants])
-        assert env.rubric.judge_client._session is None  # closed when idle: nothing leaks at exit
+        assert not env.rubric.judge_client.connected  # closed when idle: nothing leaks at exit
     assert [s.reward for s in scores] == [1.0, 0.0, 0.0]
     assert scores[0].rewards == {"judge_reward": 1.0} and scores[0].metrics["exact_match_reward"] == 0.0
     assert all(s.error is None for s in scores)

@@ -42,6 +42,18 @@ def rollout_seed(base: int | None, example_id: int, rollout_index: int) -> int |
     return (base * 1_000_003 + example_id * 7_919 + rollout_index) % (2**31 - 1)
 
 
+def with_seed(sampling: SamplingParams, seed: int | None) -> SamplingParams:
+    """`sampling.merged({"seed": seed})`: a copy (its own `extra`, the other fields shared) with
+    `seed`, made without `merged`'s generic handling of keys, since it runs once per rollout."""
+    if isinstance(sampling.stop, str) or type(sampling) is not SamplingParams:  # merged's own normalising
+        return sampling.merged({"seed": seed})
+    params = object.__new__(SamplingParams)
+    params.__dict__.update(sampling.__dict__)
+    params.seed = seed
+    params.extra = dict(sampling.extra)
+    return params
+
+
 def json_safe(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -77,7 +89,7 @@ async def run_rollouts(
     async def one_rollout(example: Example, index: int) -> tuple[RolloutOutput, float]:
         async with slots:
             started = time.perf_counter()
-            params = sampling.merged({"seed": rollout_seed(sampling.seed, example.example_id, index)})
+            params = with_seed(sampling, rollout_seed(sampling.seed, example.example_id, index))
             try:
                 output = await env.rollout(retrying, example, params)
             except Exception as exc:  # env.rollout should not raise; a bug there is still data

@@ -32,6 +32,7 @@ up front (`torch.rand(k, generator=g)` on the CPU yields the same numbers as k s
 from __future__ import annotations
 
 import itertools
+import struct
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -159,6 +160,8 @@ class DecodeEngine:
         self._min_p_rows = 0  # live rows with min_p > 0: min_p is passed only when some row uses it
         self._penalty_rows = 0  # live rows with a repetition penalty != 1
         self._seeded_rows = 0
+        self._greedy_rows = 0  # live rows with temperature 0 / with top-k or top-p: while none are
+        self._truncated_rows = 0  # live, `sample_next` skips those branches
 
     @property
     def live_rows(self) -> int:
@@ -360,6 +363,8 @@ class DecodeEngine:
         self._min_p_rows += min_p > 0
         self._penalty_rows += penalty != 1.0
         self._seeded_rows += spec.seed is not None
+        self._greedy_rows += _greedy(spec)
+        self._truncated_rows += _truncated(spec, s.vocab)
         self._prefix_rows += offset > 0
         self.rows.append(_Row(spec, tag, order, stop_strings(spec), RowResult(), offset))
 
@@ -386,10 +391,12 @@ class DecodeEngine:
         tokens, logprobs = sample_next(
             logits, s.temperature[:n], s.top_p[:n], s.top_k[:n], self._uniforms(n),
             min_p=s.min_p[:n] if self._min_p_rows else None, sampling_logits=penalized,
+            greedy=None if self._greedy_rows else False, truncated=None if self._truncated_rows else False,
         )
         if self._penalty_rows:
             s.seen[s.index[:n], tokens] = True
-        s.steps[:n] += 1
+        if self._seeded_rows:  # steps index a seeded row's own uniforms; nothing else reads them
+            s.steps[:n] += 1
         finished = [i for i, (row, token, logprob) in enumerate(zip(self.rows, tokens.tolist(), logprobs.tolist()))
                     if record_token(row.spec, row.result, token, logprob, self.stop_token_ids, self.stopper, row.stops)]
         return tokens, finished
@@ -439,6 +446,8 @@ class DecodeEngine:
             self._min_p_rows -= float(row.spec.sampling.extra.get("min_p") or 0.0) > 0
             self._penalty_rows -= _penalty(row.spec) != 1.0
             self._seeded_rows -= row.spec.seed is not None
+            self._greedy_rows -= _greedy(row.spec)
+            self._truncated_rows -= _truncated(row.spec, self.slots.vocab)
             self._prefix_rows -= row.offset > 0
         if holes:
             device = self.model.device
@@ -481,6 +490,20 @@ def _vocab(model: LeanModel) -> int:
 
 def _penalty(spec: GenerationRow) -> float:
     return float(spec.sampling.extra.get("repetition_penalty") or 1.0)
+
+
+def _float32(value: float) -> float:
+    """`value` rounded as the float32 slot tensors hold it (what `sample_next` compares)."""
+    return struct.unpack("f", struct.pack("f", float(value)))[0]
+
+
+def _greedy(spec: GenerationRow) -> bool:
+    return _float32(spec.sampling.temperature) <= 0
+
+
+def _truncated(spec: GenerationRow, vocab: int) -> bool:
+    """Whether the row uses top-k or top-p (as `sample_next` decides it)."""
+    return 0 < int(spec.sampling.top_k) < vocab or _float32(spec.sampling.top_p) < 1.0
 
 
 def _shared_with_live(new: Any, live: Any) -> Any:

@@ -164,19 +164,26 @@ def generate_batch_hf(
 
 
 def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms: Any, *,
-                min_p: Any = None, sampling_logits: Any = None) -> tuple[Any, Any]:
+                min_p: Any = None, sampling_logits: Any = None, greedy: bool | None = None,
+                truncated: bool | None = None) -> tuple[Any, Any]:
     """Sample one token per row; returns (tokens, logprobs under log_softmax(logits / T)).
 
     `temperature` 0 = greedy; `top_k` <= 0 = off; `uniforms` in [0, 1), one per row;
     `min_p` (per row, 0 = off) drops tokens below min_p x the top token's probability;
     `sampling_logits` (the repetition-penalized logits) is what is sampled from, while the
-    logprobs stay those of `logits`.
+    logprobs stay those of `logits`. `greedy` / `truncated`: whether any row is greedy / uses
+    top-k or top-p, when the caller already knows (a decode loop tracks it per row): False skips
+    those branches' ops, which at small batch sizes cost more than the sampling itself; None =
+    find out from the tensors. Either way the tokens are the same.
     """
     import torch
 
     vocab = logits.shape[-1]
-    greedy = temperature <= 0
-    safe_temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
+    greedy_rows = None if greedy is False else temperature <= 0
+    if greedy_rows is None:
+        safe_temperature = temperature
+    else:
+        safe_temperature = torch.where(greedy_rows, torch.ones_like(temperature), temperature)
     logprobs_all = torch.log_softmax(logits / safe_temperature.unsqueeze(1), dim=-1)
     if sampling_logits is None:
         sampling_logits = logits
@@ -185,9 +192,13 @@ def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms:
         probs = torch.softmax(sampling_logits / safe_temperature.unsqueeze(1), dim=-1)
     if min_p is not None:
         probs = probs * (probs >= min_p.unsqueeze(1) * probs.max(dim=-1, keepdim=True).values)
-    top_k = torch.where(top_k <= 0, torch.full_like(top_k, vocab), top_k.clamp(max=vocab))
-    truncated = (top_k < vocab) | (top_p < 1.0)
-    if not bool(truncated.any()):
+    truncated_rows = None
+    if truncated is not False:
+        top_k = torch.where(top_k <= 0, torch.full_like(top_k, vocab), top_k.clamp(max=vocab))
+        truncated_rows = (top_k < vocab) | (top_p < 1.0)
+        if not bool(truncated_rows.any()):
+            truncated_rows = None
+    if truncated_rows is None:
         tokens = _inverse_cdf(probs, uniforms)
     else:
         # Rows with top-k/top-p draw from the probabilities sorted descending (then truncated),
@@ -200,9 +211,10 @@ def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms:
         keep = (ranks < top_k.unsqueeze(1)) & ((ordered.cumsum(-1) - ordered) < top_p.unsqueeze(1))
         keep[:, 0] = True  # top_p <= 0 still leaves the most likely token
         tokens = order.gather(1, _inverse_cdf(ordered * keep, uniforms).unsqueeze(1)).squeeze(1)
-        if not bool(truncated.all()):
-            tokens = torch.where(truncated, tokens, _inverse_cdf(probs, uniforms))
-    tokens = torch.where(greedy, sampling_logits.argmax(-1), tokens)
+        if not bool(truncated_rows.all()):
+            tokens = torch.where(truncated_rows, tokens, _inverse_cdf(probs, uniforms))
+    if greedy_rows is not None:
+        tokens = torch.where(greedy_rows, sampling_logits.argmax(-1), tokens)
     return tokens, logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
 

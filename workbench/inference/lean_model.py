@@ -13,12 +13,19 @@ attention on every layer, SiLU MLP and a rotary embedding whose table does not d
 sequence length; anything else (and FSDP-sharded weights) gets `None` from `LeanModel.build`
 and the caller keeps the Hugging Face path.
 
-Current weights, always: `LeanModel` keeps references to the model's *modules*, not copies
-of their tensors, and reads `weight` at each call, so in-place updates (an optimizer step,
-`load_weights_in_place`) are seen at once. A projection that is not a plain `nn.Linear`
-(a peft LoRA layer, runtime or trained) is called as a module, so adapters and their
-enable/disable switches apply exactly as in the Hugging Face forward. Build one per decode
-session: a module swapped for another object (peft injecting layers) is picked up by the next.
+Current weights, always: `LeanModel` keeps references to the model's *modules* and reads
+`weight` at each call, so in-place updates (an optimizer step, `load_weights_in_place`) are seen
+at once. The one copy: for a small model, q/k/v and gate/up (plain `nn.Linear`s) run as one
+matmul each over their stacked weights (`_Fused`), re-stacked whenever a source's version
+counter moves. A projection that is not a plain `nn.Linear` (a peft LoRA layer, runtime or
+trained) is called as a module, so adapters and their enable/disable switches apply exactly as
+in the Hugging Face forward. Build one per decode session: a module swapped for another object
+(peft injecting layers) is picked up by the next.
+
+Decode steps (one query per row) cost, for a small model, about one dispatch per op, so the
+step is written for few ops: fused projections, one rotary pass for q and k, cache writes by
+`index_put_`, residual adds fused into `addmm`, and attention as a handful of batched matmuls
+with additive masks (`_attend_one`). A prefill's last layer runs only at each row's last token.
 
 Cache layout: one tensor [layers, 2 (k, v), slots, kv_heads, length, head_dim]; a row lives in
 one slot, its token at position p at index p - offset (no padding inside a slot), where offset
@@ -90,12 +97,70 @@ class _Layer:
     gate: Any
     up: Any
     down: Any
+    qkv: _Fused | None = None  # q, k and v as one matmul, when `_Fused` applies
+    gate_up: _Fused | None = None
+
+
+class _Fused:
+    """Several plain `nn.Linear` projections of one input (q/k/v; gate/up) as one matmul over a
+    copy of their weights stacked along the output dimension: one op instead of three (two), and
+    q and k come out side by side, so one rotary pass covers both.
+
+    The copy is remade whenever a source changes: `stale` compares each module's current `weight`
+    and `bias` objects and their version counters (bumped by every in-place update: an optimizer
+    step, `load_weights_in_place`'s `copy_`) with those it was made from, once per forward. Writes
+    through `.data` (and to inference tensors) move no version counter: made between decode
+    sessions they are still seen, since a `LeanModel` is built per session (under the caller's
+    weights lock) and copies afresh."""
+
+    def __init__(self, modules: list[Any]) -> None:
+        self.modules = modules
+        self.sources: list[tuple[dict[str, Any], str, Any, int]] = []  # (module._parameters, name, tensor, version)
+        self.weight: Any = None
+        self.bias: Any = None
+        self.refresh()
+
+    @staticmethod
+    def applies(modules: list[Any]) -> bool:
+        import torch
+
+        if not all(type(m) is torch.nn.Linear for m in modules):
+            return False
+        weights = [m.weight for m in modules]
+        return (len({(w.shape[1], w.dtype, w.device) for w in weights}) == 1
+                and len({m.bias is None for m in modules}) == 1)
+
+    def stale(self) -> bool:
+        # `_parameters` directly: nn.Module.__getattr__ would cost more than the check itself.
+        return any(params.get(name) is not tensor or _version(tensor) != version
+                   for params, name, tensor, version in self.sources)
+
+    def refresh(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            self.weight = torch.cat([m.weight for m in self.modules])
+            self.bias = None if self.modules[0].bias is None else torch.cat([m.bias for m in self.modules])
+        self.sources = [(m._parameters, name, m._parameters.get(name), _version(m._parameters.get(name)))
+                        for m in self.modules for name in ("weight", "bias")]
+
+    def __call__(self, x: Any) -> Any:
+        import torch.nn.functional as F
+
+        return F.linear(x, self.weight, self.bias)
 
 
 class LeanModel:
     """The forward pass of a supported Hugging Face causal LM on a `KVCache`."""
 
+    # Fused copies (`_Fused`) cost memory: made only while all of them together stay under this
+    # size, i.e. for small models, whose steps are dominated by per-op overhead (a large model's
+    # matmuls are arithmetic-bound and gain nothing from fusion).
+    FUSE_MAX_BYTES = 64 << 20
+
     def __init__(self, lm: Any, config: Any) -> None:
+        import torch
+
         decoder = lm.model
         self.config = config
         self.embed = decoder.embed_tokens
@@ -114,8 +179,11 @@ class LeanModel:
         self.eps = float(config.rms_norm_eps)
         weight = self.lm_head.weight if hasattr(self.lm_head, "weight") else next(lm.parameters())
         self.dtype, self.device = weight.dtype, weight.device
-        self._cos: Any = None  # [positions, head_dim] rotary tables, extended on demand
-        self._sin: Any = None
+        self._rope: Any = None  # [positions, 2, 1, head_dim] rotary cos and signed sin, extended on demand
+        self._keys: Any = None  # arange over cache indices, for the attention masks
+        self._zero = torch.zeros((), dtype=self.dtype, device=self.device)  # additive-mask values
+        self._minus_inf = torch.full((), float("-inf"), dtype=self.dtype, device=self.device)
+        self._fuse()
 
     @classmethod
     def build(cls, model: Any) -> LeanModel | None:
@@ -131,100 +199,205 @@ class LeanModel:
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype=self.dtype, device=self.device)
 
+    def _fuse(self) -> None:
+        groups = [(layer, name, modules) for layer in self.layers
+                  for name, modules in (("qkv", [layer.q, layer.k, layer.v]), ("gate_up", [layer.gate, layer.up]))]
+        groups = [group for group in groups if _Fused.applies(group[2])]
+        size = sum(m.weight.numel() * m.weight.element_size() for _, _, modules in groups for m in modules)
+        if size <= self.FUSE_MAX_BYTES:
+            for layer, name, modules in groups:
+                setattr(layer, name, _Fused(modules))
+
+    def _refresh_fused(self) -> None:
+        """Re-copy fused weights whose sources changed (cheap to check: once per forward)."""
+        for layer in self.layers:
+            for name in ("qkv", "gate_up"):
+                fused = getattr(layer, name)
+                if fused is not None and fused.stale():
+                    if _Fused.applies(fused.modules):
+                        fused.refresh()
+                    else:  # a bias appeared on one of them, or a dtype changed: unfused from now on
+                        setattr(layer, name, None)
+
     def forward(self, cache: KVCache, batch: ForwardBatch, prefix: SharedPrefix | None = None) -> Any:
         """Run `batch`, writing its keys/values into `cache`; returns float32 logits [rows, vocab]
         at each row's last token (every token for a decode batch), or None for `batch.last` = -1.
         With `prefix`, rows flagged in `batch.prefix_rows` (all when None) also attend to the
         shared prefix's keys, which precede the keys in their own slots."""
-        import torch
-        import torch.nn.functional as F
-
+        self._refresh_fused()
         rows, width = batch.rows, batch.width
-        cos, sin = self._rotary(batch.positions)  # [N, 1, head_dim]: broadcast over heads
-        keys = torch.arange(batch.key_length, device=self.device)
-        mask = (keys <= batch.query_index.unsqueeze(-1)).unsqueeze(1)  # [rows, 1, width, keys]
+        rope = self._rotary(batch.positions)
+        cos, sin = rope[:, 0], rope[:, 1]  # [N, 1, head_dim]: broadcast over heads
         live = slice(batch.first_slot, batch.first_slot + rows)
-        # Cache writes through a flat view: one index_copy_ per tensor instead of an index_put.
-        flat = ((batch.slots * self.kv_heads).unsqueeze(1) + torch.arange(self.kv_heads, device=self.device))
-        flat = (flat * cache.length + batch.cache_index.unsqueeze(1)).view(-1)
+        mask = self._prefill_mask(batch) if width > 1 else None
+        bias = None  # (own keys, prefix) additive masks of the one-query attention, made when first needed
         x = _embed(self.embed, batch.tokens)  # [N, hidden]: packed, no padding
+        last_layer = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm, self.eps)
             q, k, v = self._qkv(layer, h, cos, sin)
             k_cache, v_cache = cache.data[index, 0], cache.data[index, 1]
-            k_cache.view(-1, self.head_dim).index_copy_(0, flat, k.reshape(-1, self.head_dim))
-            v_cache.view(-1, self.head_dim).index_copy_(0, flat, v.reshape(-1, self.head_dim))
-            if batch.scatter is not None:  # prefill: queries to [rows, width] for one batched attention
-                q = q.new_zeros((rows * width, self.heads, self.head_dim)).index_copy_(0, batch.scatter, q)
-            q = q.view(rows, width, self.heads, self.head_dim)
+            # One index_put_ per tensor on a [slots, length, kv_heads, head_dim] view: token i's
+            # keys go to (slots[i], cache_index[i]), no flat index to build, no copy of k or v.
+            k_cache.transpose(1, 2).index_put_((batch.slots, batch.cache_index), k)
+            v_cache.transpose(1, 2).index_put_((batch.slots, batch.cache_index), v)
             own_k, own_v = k_cache[live, :, : batch.key_length], v_cache[live, :, : batch.key_length]
-            if prefix is not None and width == 1:
-                attention = self._attend_with_prefix(q, own_k, own_v, mask, prefix, index, batch.prefix_rows)
+            if index == last_layer and batch.last is not None:
+                # The cache has every token's keys now; what follows only feeds the logits, which
+                # are wanted at each row's last token (or not at all): run it for those alone.
+                if isinstance(batch.last, int):
+                    return None
+                if width > 1:
+                    x, q, width = x[batch.last], q[batch.last], 1
+            if width == 1:
+                if bias is None:
+                    bias = self._decode_bias(batch, prefix is not None)
+                attention = self._attend_one(q, own_k, own_v, bias, prefix, index)
             else:
-                keys_k, keys_v, keys_mask = own_k, own_v, mask
-                if prefix is not None:  # prefill: a one-off per-row copy of the prefix keys is cheaper
-                    keys_k, keys_v, keys_mask = _with_prefix(own_k, own_v, mask, prefix, index, batch.prefix_rows)
-                attention = F.scaled_dot_product_attention(
-                    q.transpose(1, 2), keys_k, keys_v, attn_mask=keys_mask, scale=self.scale,
-                    enable_gqa=self.kv_heads != self.heads,
-                ).transpose(1, 2)
-            attention = attention.reshape(rows * width, self.heads * self.head_dim)
-            if batch.scatter is not None:
-                attention = attention[batch.scatter]
-            x = x + _linear(layer.o, attention)
+                attention = self._attend_rows(q, own_k, own_v, mask, batch, prefix, index)
+            x = _linear_add(layer.o, attention, x)
             h = _rms_norm(x, layer.post_norm, self.eps)
-            x = x + _linear(layer.down, F.silu(_linear(layer.gate, h)) * _linear(layer.up, h))
-        if batch.last is not None:
-            if isinstance(batch.last, int):
-                return None
-            x = x[batch.last]
+            x = _linear_add(layer.down, self._gate_up(layer, h), x)
         return _linear(self.lm_head, _rms_norm(x, self.norm, self.eps)).float()
 
     def _qkv(self, layer: _Layer, h: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
-        """Rotated queries [N, heads, d] and keys [N, kv_heads, d], and values [N, kv_heads, d].
-        (Fusing q/k/v into one matmul over concatenated weights was measured slower here.)"""
-        count, dim = h.shape[0], self.head_dim
-        q = _linear(layer.q, h).view(count, self.heads, dim)
-        k = _linear(layer.k, h).view(count, self.kv_heads, dim)
-        v = _linear(layer.v, h).view(count, self.kv_heads, dim)
+        """Rotated queries [N, heads, d] and keys [N, kv_heads, d], and values [N, kv_heads, d]
+        (views into one fused output when q/k/v are fused)."""
+        count, dim, heads, kv = h.shape[0], self.head_dim, self.heads, self.kv_heads
+        if layer.qkv is not None:
+            qkv = layer.qkv(h).view(count, heads + 2 * kv, dim)
+            if layer.q_norm is None:
+                qk = _rotate(qkv[:, : heads + kv], cos, sin)  # q and k side by side: one rotary pass
+                return qk[:, :heads], qk[:, heads:], qkv[:, heads + kv :]
+            q, k, v = qkv[:, :heads], qkv[:, heads : heads + kv], qkv[:, heads + kv :]
+        else:
+            q = _linear(layer.q, h).view(count, heads, dim)
+            k = _linear(layer.k, h).view(count, kv, dim)
+            v = _linear(layer.v, h).view(count, kv, dim)
         if layer.q_norm is not None:
             q, k = _rms_norm(q, layer.q_norm, self.eps), _rms_norm(k, layer.k_norm, self.eps)
         return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
-    def _attend_with_prefix(self, q: Any, own_k: Any, own_v: Any, mask: Any, prefix: SharedPrefix, layer: int,
-                            prefix_rows: Any) -> Any:
-        """Softmax attention over [shared prefix keys, own keys] without materializing the prefix
-        per row ("cascade" attention): the prefix is read once for all queries, as one matmul.
-        `q` [rows, width, heads, head_dim]; returns [rows, width, heads, head_dim]."""
-        rows, width, heads, dim = q.shape
-        kv, groups = self.kv_heads, heads // self.kv_heads
-        # Query head h = kv * groups + g uses key head kv (HF's repeat_kv order).
-        queries = (q * self.scale).view(rows, width, kv, groups, dim).permute(0, 2, 3, 1, 4)  # [rows, kv, g, width, d]
-        own = queries.reshape(rows, kv, groups * width, dim) @ own_k.transpose(-1, -2)
-        own = own.view(rows, kv, groups, width, -1).masked_fill(~mask.unsqueeze(1), float("-inf"))
-        pre_k, pre_v = prefix.cache.data[layer, 0, 0, :, : prefix.length], prefix.cache.data[layer, 1, 0, :, : prefix.length]
-        stacked = queries.permute(1, 0, 2, 3, 4).reshape(kv, rows * groups * width, dim)
-        pre = (stacked @ pre_k.transpose(-1, -2)).view(kv, rows, groups, width, -1).permute(1, 0, 2, 3, 4)
-        if prefix_rows is not None:  # rows without the prefix: its keys do not exist for them
-            pre = pre.masked_fill(~prefix_rows.view(rows, 1, 1, 1, 1), float("-inf"))
-        own, pre = own.float(), pre.float()  # softmax in float32 whatever the model's dtype (as SDPA)
-        top = own.amax(-1, keepdim=True).maximum(pre.amax(-1, keepdim=True))  # finite: a query sees itself
-        own, pre = (own - top).exp(), (pre - top).exp()
-        total = own.sum(-1, keepdim=True) + pre.sum(-1, keepdim=True)
-        out = own.view(rows, kv, groups * width, -1).to(own_v.dtype) @ own_v  # [rows, kv, g * width, d]
-        pre = pre.permute(1, 0, 2, 3, 4).reshape(kv, rows * groups * width, -1).to(pre_v.dtype) @ pre_v
-        out = out.float() + pre.view(kv, rows, groups * width, dim).transpose(0, 1).float()
-        out = (out / total.view(rows, kv, groups * width, 1)).to(q.dtype)
-        return out.view(rows, kv, groups, width, dim).permute(0, 3, 1, 2, 4)  # [rows, width, kv, g, d]
+    def _gate_up(self, layer: _Layer, h: Any) -> Any:
+        """The MLP's silu(gate(h)) * up(h)."""
+        import torch.nn.functional as F
 
-    def _rotary(self, positions: Any) -> tuple[Any, Any]:
-        """cos and sign-folded sin for `positions` [N], from a table made by the model's own rotary
-        module (so scaled rope types and their attention factor come out exactly as in HF)."""
+        if layer.gate_up is not None:
+            both = layer.gate_up(h)
+            half = both.shape[-1] // 2
+            return F.silu(both[:, :half]) * both[:, half:]
+        return F.silu(_linear(layer.gate, h)) * _linear(layer.up, h)
+
+    def _prefill_mask(self, batch: ForwardBatch) -> Any:
+        """[rows, 1, width, keys] bool: query (row, i) sees the row's cache indices <= its own."""
+        return (self._arange(batch.key_length) <= batch.query_index.unsqueeze(-1)).unsqueeze(1)
+
+    def _decode_bias(self, batch: ForwardBatch, with_prefix: bool) -> tuple[Any, Any]:
+        """Additive masks (0 / -inf) for `_attend_one`: [rows * kv_heads, 1, keys] over the rows'
+        own keys (cache indices up to each row's last query) and [1, rows * groups, 1] over the
+        prefix keys (-inf for rows without the prefix; a broadcast zero when all have it)."""
+        import torch
+
+        zero, minus_inf = self._zero, self._minus_inf
+        rows, kv = batch.rows, self.kv_heads
+        seen = self._arange(batch.key_length) <= batch.query_index[:, -1:]  # [rows, keys]
+        own = torch.where(seen, zero, minus_inf).unsqueeze(1).expand(rows, kv, -1).reshape(rows * kv, 1, -1)
+        pre = zero.view(1, 1, 1)
+        if with_prefix and batch.prefix_rows is not None:
+            groups = self.heads // kv
+            pre = torch.where(batch.prefix_rows, zero, minus_inf).repeat_interleave(groups).view(1, rows * groups, 1)
+        return own, pre
+
+    def _attend_one(self, q: Any, own_k: Any, own_v: Any, bias: tuple[Any, Any], prefix: SharedPrefix | None,
+                    layer: int) -> Any:
+        """Attention of one query per row (`q` [rows, heads, d]) over the row's own keys (`own_k`,
+        `own_v` [rows, kv_heads, keys, d]: views of its cache slot) and, with `prefix`, the shared
+        prefix's keys, read once for all rows ("cascade" attention): scores against both, one
+        softmax over them together, two weighted sums. Returns [rows, heads * d].
+        A handful of ops per layer: at decode sizes their count, not their arithmetic, is the cost."""
+        import torch
+
+        rows, kv, dim = q.shape[0], self.kv_heads, self.head_dim
+        groups, keys = self.heads // kv, own_k.shape[2]
+        own_bias, prefix_bias = bias
+        # Query head h = kv * groups + g uses key head kv (HF's repeat_kv order).
+        queries = q.reshape(rows * kv, groups, dim)
+        own_k, own_v = own_k.reshape(rows * kv, keys, dim), own_v.reshape(rows * kv, keys, dim)
+        scores = torch.baddbmm(own_bias, queries, own_k.transpose(1, 2), alpha=self.scale)  # [rows * kv, groups, keys]
+        if prefix is None:
+            return torch.bmm(_softmax(scores, own_v.dtype), own_v).view(rows, self.heads * dim)
+        length = prefix.length
+        pre_k, pre_v = prefix.cache.data[layer, 0, 0, :, :length], prefix.cache.data[layer, 1, 0, :, :length]
+        stacked = q.view(rows, kv, groups, dim).transpose(0, 1).reshape(kv, rows * groups, dim)
+        pre = torch.baddbmm(prefix_bias, stacked, pre_k.transpose(1, 2), alpha=self.scale)  # [kv, rows * groups, prefix]
+        both = torch.cat((pre.view(kv, rows, groups, length).transpose(0, 1), scores.view(rows, kv, groups, keys)), dim=-1)
+        probs = _softmax(both, own_v.dtype)  # [rows, kv, groups, prefix + keys]
+        out = torch.bmm(probs[..., length:].reshape(rows * kv, groups, keys), own_v)
+        pre_out = torch.bmm(probs[..., :length].transpose(0, 1).reshape(kv, rows * groups, length), pre_v)
+        out = out.view(rows, kv, groups, dim) + pre_out.view(kv, rows, groups, dim).transpose(0, 1)
+        return out.view(rows, self.heads * dim)
+
+    def _attend_rows(self, q: Any, own_k: Any, own_v: Any, mask: Any, batch: ForwardBatch, prefix: SharedPrefix | None,
+                     layer: int) -> Any:
+        """Prefill attention (several queries per row) with SDPA: packed `q` [N, heads, d] goes to
+        [rows, width] and back. Returns [N, heads * d]."""
+        import torch.nn.functional as F
+
+        rows, width = batch.rows, batch.width
+        if prefix is not None and self.device.type == "cpu":
+            return self._attend_rows_cascade(q, own_k, own_v, mask, batch, prefix, layer)
+        q = q.new_zeros((rows * width, self.heads, self.head_dim)).index_copy_(0, batch.scatter, q)
+        q = q.view(rows, width, self.heads, self.head_dim)
+        keys_k, keys_v, keys_mask = own_k, own_v, mask
+        if prefix is not None:  # a one-off per-row copy of the prefix keys is cheaper here
+            keys_k, keys_v, keys_mask = _with_prefix(own_k, own_v, mask, prefix, layer, batch.prefix_rows)
+        attention = F.scaled_dot_product_attention(
+            q.transpose(1, 2), keys_k, keys_v, attn_mask=keys_mask, scale=self.scale,
+            enable_gqa=self.kv_heads != self.heads,
+        ).transpose(1, 2)
+        return attention.reshape(rows * width, self.heads * self.head_dim)[batch.scatter]
+
+    def _attend_rows_cascade(self, q: Any, own_k: Any, own_v: Any, mask: Any, batch: ForwardBatch, prefix: SharedPrefix,
+                             layer: int) -> Any:
+        """`_attend_rows` with a shared prefix on the CPU, without a per-row copy of the prefix keys:
+        attention over the rows' own keys (padded queries) and over the prefix keys (all packed
+        queries as one batch) separately, each with its log-sum-exp from the CPU flash kernel, then
+        merged by their shares of the softmax mass: own * s + prefix * (1 - s), s = sigmoid(lse_own - lse_prefix)."""
+        import torch
+
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        rows, width, heads, dim = batch.rows, batch.width, self.heads, self.head_dim
+        padded = q.new_zeros((rows * width, heads, dim)).index_copy_(0, batch.scatter, q).view(rows, width, heads, dim)
+        bias = torch.where(mask, self._zero, self._minus_inf)  # the kernel takes additive masks only
+        own, own_lse = flash(padded.transpose(1, 2), own_k, own_v, attn_mask=bias, scale=self.scale)
+        own = own.transpose(1, 2).reshape(rows * width, heads, dim)[batch.scatter]  # [N, heads, d]
+        own_lse = own_lse.transpose(1, 2).reshape(rows * width, heads)[batch.scatter]  # [N, heads]
+        length = prefix.length
+        pre_k, pre_v = prefix.cache.data[layer, 0, :1, :, :length], prefix.cache.data[layer, 1, :1, :, :length]
+        pre, pre_lse = flash(q.transpose(0, 1).unsqueeze(0), pre_k, pre_v, scale=self.scale)
+        pre, pre_lse = pre[0].transpose(0, 1), pre_lse[0].transpose(0, 1)  # [N, heads, d], [N, heads]
+        if batch.prefix_rows is not None:  # rows without the prefix: its keys do not exist for them
+            has_prefix = batch.prefix_rows[batch.slots - batch.first_slot]
+            pre_lse = pre_lse.masked_fill(~has_prefix.unsqueeze(1), float("-inf"))
+        share = torch.sigmoid(own_lse - pre_lse).unsqueeze(-1).to(pre.dtype)
+        return torch.lerp(pre, own, share).reshape(-1, heads * dim)
+
+    def _arange(self, length: int) -> Any:
+        import torch
+
+        if self._keys is None or self._keys.shape[0] < length:
+            self._keys = torch.arange(_round_up(length, 256), device=self.device)
+        return self._keys[:length]
+
+    def _rotary(self, positions: Any) -> Any:
+        """[N, 2, 1, head_dim]: cos and sign-folded sin for `positions` [N], from a table made by
+        the model's own rotary module (so scaled rope types and their attention factor come out
+        exactly as in HF); one gather for both."""
         import torch
 
         needed = int(positions.max()) + 1
-        if self._cos is None or self._cos.shape[0] < needed:
-            length = _round_up(max(needed, 2 * (0 if self._cos is None else self._cos.shape[0])), 256)
+        if self._rope is None or self._rope.shape[0] < needed:
+            length = _round_up(max(needed, 2 * (0 if self._rope is None else self._rope.shape[0])), 256)
             ids = torch.arange(length, device=self.device).unsqueeze(0)
             probe = torch.empty((1, 1), dtype=self.dtype, device=self.device)
             cos, sin = self.rotary(probe, ids)
@@ -233,9 +406,8 @@ class LeanModel:
             # the same products (a sign flip is exact), one op instead of three.
             sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
             sign[:half] = -1
-            self._cos, self._sin = cos[0], sin[0] * sign
-        return self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
-
+            self._rope = torch.stack((cos[0], sin[0] * sign), dim=1).unsqueeze(2)
+        return self._rope[positions]
 
 @dataclass
 class SharedPrefix:
@@ -378,6 +550,29 @@ def _linear(module: Any, x: Any) -> Any:
     if type(module) is torch.nn.Linear:
         return F.linear(x, module.weight, module.bias)
     return module(x)
+
+
+def _version(tensor: Any) -> int:
+    """A tensor's version counter (-1 for None, and for inference tensors, which have none)."""
+    return -1 if tensor is None or tensor.is_inference() else tensor._version
+
+
+def _linear_add(module: Any, x: Any, residual: Any) -> Any:
+    """residual + module(x): one `addmm` for a plain bias-free `nn.Linear` (the residual add fused
+    into the matmul), else the two ops."""
+    import torch
+
+    if type(module) is torch.nn.Linear and module.bias is None and x.dim() == 2:
+        return torch.addmm(residual, x, module.weight.t())
+    return residual + _linear(module, x)
+
+
+def _softmax(scores: Any, dtype: Any) -> Any:
+    """Softmax over the last dim in float32 whatever the model's dtype (as SDPA), cast to `dtype`."""
+    import torch
+
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    return probs if probs.dtype == dtype else probs.to(dtype)
 
 
 def _rms_norm(x: Any, norm: Any, eps: float) -> Any:

@@ -25,7 +25,10 @@ from yarl import URL
 
 from workbench.errors import CONTEXT_LENGTH_MARKERS, ContextLengthError, InferenceError
 from workbench.inference.client import Client
+from workbench.inference.http_connection import BadResponse, ConnectError, ConnectionClosed
+from workbench.inference.http_transport import Transport, TransportKind, transport_for
 from workbench.inference.reasoning import check_reasoning_parser, split_reasoning
+from workbench.inference.silence_watch import SilenceWatch
 from workbench.types import Completion, Messages, SamplingParams, TokenData
 
 TRANSIENT_STATUSES = frozenset({408, 409, 429})  # plus every 5xx
@@ -61,6 +64,12 @@ def error_for_exception(exc: BaseException, url: str) -> InferenceError:
         return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=False)
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return InferenceError(f"no response from {url} (timed out)", transient=True)
+    if isinstance(exc, ConnectError):  # the lean client's (http_pool), already in words
+        return InferenceError(f"cannot connect to {url}: {exc.reason}", transient=True)
+    if isinstance(exc, ConnectionClosed):
+        return InferenceError(f"{url} closed the connection before answering", transient=True)
+    if isinstance(exc, BadResponse):  # garbled HTTP, as aiohttp's ClientResponseError: worth another try
+        return InferenceError(f"bad HTTP response from {url}: {exc}", transient=True)
     if isinstance(exc, aiohttp.ClientConnectorError):  # says why in words, not aiohttp's repr
         errno = exc.os_error.errno
         reason = os.strerror(errno).lower() if errno else str(exc.os_error)
@@ -100,8 +109,10 @@ class OpenAIClient:
     """A `Client` over one OpenAI-compatible `/v1/chat/completions` endpoint.
 
     With `return_tokens=True` it asks for sampled logprobs and token ids the vLLM way and
-    fills `Completion.tokens` (what RL trains on). The aiohttp session is created lazily
-    inside the running event loop and reused (keep-alive, `max_connections` sockets).
+    fills `Completion.tokens` (what RL trains on). Connections are made lazily inside the
+    running event loop and reused (keep-alive, `max_connections` sockets): by the lean client
+    (http_pool.py) for plain `http://` URLs, by aiohttp otherwise (`transport="aiohttp"` forces
+    aiohttp; see http_transport.py).
 
     Thinking: a server's `reasoning_content` (vLLM) or `reasoning` (newer vLLM, OpenRouter)
     becomes the message's `reasoning_content`. With `reasoning_parser` set, a reply that still
@@ -122,14 +133,15 @@ class OpenAIClient:
         return_tokens: bool = False,
         max_tokens_field: str = "max_tokens",
         reasoning_parser: str | None = None,
+        transport: TransportKind = "auto",
     ) -> None:
         self.base_url = _normalize_base_url(base_url)
         self.reasoning_parser = check_reasoning_parser(reasoning_parser)
         self.model = model
         self.return_tokens = return_tokens
-        self.timeout_s = timeout_s  # seconds of silence from the server before a request is retried
+        # Seconds of silence from the server before a request is retried (`timeout_s`, kept by the watch).
+        self._watch = SilenceWatch(timeout_s)
         self.tries = tries  # read by the engine's RetryingClient (engine.retry.policy_for)
-        self._last_answer = float("-inf")  # monotonic time this server last answered any request
         self.max_connections = max_connections
         # OpenAI's reasoning models only accept `max_completion_tokens`; vLLM takes both.
         self.max_tokens_field = max_tokens_field
@@ -138,8 +150,8 @@ class OpenAIClient:
         self.api_key = api_key  # for weight updates to the same server; never in repr or logs
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._transport: Transport = transport_for(self.base_url, self._headers, max_connections=max_connections,
+                                                   connect_timeout_s=min(self.timeout_s, 30.0), kind=transport)
 
     def __repr__(self) -> str:
         # Never the key nor the headers (which carry it).
@@ -147,27 +159,20 @@ class OpenAIClient:
 
     __str__ = __repr__
 
+    @property
+    def timeout_s(self) -> float:
+        """Seconds of server silence after which a request is given up (and retried by the engine)."""
+        return self._watch.timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self._watch.timeout_s = value
+
     def use_model(self, name: str) -> None:
         """Send requests from now on with `"model": name` (e.g. a LoRA adapter just loaded by
         `weight_sync`). Requests already sent are unaffected; the next turn of a running
         rollout uses the new name."""
         self.model = name
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            # A session is bound to the loop it was made in; a new loop (e.g. a second
-            # asyncio.run) needs a new session. The old loop's session cannot be closed
-            # from here, so it is dropped.
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, keepalive_timeout=60)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                headers=self._headers,
-                # No total timeout: `_answer` times a request out by the server's silence instead.
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(self.timeout_s, 30.0)),
-            )
-            self._session_loop = loop
-        return self._session
 
     def request_body(
         self, messages: Messages, sampling: SamplingParams, tools: list[dict[str, Any]] | None
@@ -235,49 +240,35 @@ class OpenAIClient:
                                  status=status) from exc
 
     async def _post(self, data: bytes, url: str | None = None) -> tuple[int, bytes]:
-        session = self._get_session()
         url = url or self._url
         try:
-            async with session.post(url, data=data) as response:
-                payload = await response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            status, payload = await self._transport.request("POST", url, data)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadResponse) as exc:
             raise error_for_exception(exc, url) from exc
-        self._last_answer = time.monotonic()  # any reply, even an error, shows the server is alive
-        return response.status, payload
+        self._watch.answered()  # any reply, even an error, shows the server is alive
+        return status, payload
 
     async def _answer(self, data: bytes, url: str | None = None) -> tuple[int, bytes]:
         """POST `data`: the (status, body). Given up only once the server has answered nothing at
         all for `timeout_s` since the request was sent (see the module doc).
 
-        The request runs in the caller's own task under a watchdog timer, re-armed for as long as
-        the server answers other requests; on silence it cancels the request, which closes its
-        connection. (A task per request plus `asyncio.wait` did the same at several percent of the
-        engine's CPU against a fast server.)"""
-        loop = asyncio.get_running_loop()
+        The request runs in the caller's own task, watched by the client's `SilenceWatch` (one
+        timer for all requests); on silence it cancels the request, which closes its connection.
+        (A task per request plus `asyncio.wait` did the same at several percent of the engine's
+        CPU against a fast server, and so did a timer per request.)"""
         task = asyncio.current_task()
         assert task is not None
-        sent = time.monotonic()
-        silent = False
-
-        def watch() -> None:
-            nonlocal watchdog, silent
-            remaining = max(sent, self._last_answer) + self.timeout_s - time.monotonic()
-            if remaining > 0:
-                watchdog = loop.call_later(remaining, watch)
-            else:
-                silent = True
-                task.cancel()
-
-        watchdog = loop.call_later(self.timeout_s, watch)
+        watch = self._watch
+        watch.watch(task)
         try:
             return await self._post(data, url)
         except asyncio.CancelledError:
-            if silent and task.uncancel() == 0:  # our own cancel, and no one else's
+            if watch.done(task) and task.uncancel() == 0:  # our own cancel, and no one else's
                 raise InferenceError(f"no response from {url or self._url} for {self.timeout_s:g} s",
                                      transient=True) from None
             raise
         finally:
-            watchdog.cancel()
+            watch.done(task)
 
     async def ping(self, timeout_s: float = 10.0) -> None:
         """Check the server answers at all (GET /models) before a run starts.
@@ -285,23 +276,22 @@ class OpenAIClient:
         Raises InferenceError for a connection failure, a timeout or an auth error; a server
         without /models (404) counts as reachable.
         """
-        session = self._get_session()
         url = f"{self.base_url}/models"
         try:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-                payload = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            async with asyncio.timeout(timeout_s):
+                status, payload = await self._transport.request("GET", url)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadResponse) as exc:
             raise error_for_exception(exc, url) from exc
         if status >= 400 and status != 404:
             raise error_for_status(status, payload, url)
 
+    @property
+    def connected(self) -> bool:
+        """Whether any connection to the server is held open (none after `close()` with nothing in flight)."""
+        return self._transport.is_open()
+
     async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            if self._session_loop is asyncio.get_running_loop():
-                await self._session.close()
-        self._session = None
-        self._session_loop = None
+        await self._transport.close()
 
 
 def _token_ids_from_logprobs(content: list[dict[str, Any]]) -> list[int] | None:

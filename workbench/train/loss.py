@@ -35,9 +35,10 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
 
     Position t holds log p(input_ids[t] | input_ids[:t]); position 0 gets 0 (never a loss token).
     A packed batch (`position_ids`, workbench.train.packing) holds several samples per row: each
-    sample's first token (position id 0) gets 0 likewise, instead of a "prediction" from the
-    previous sample's last token. A batch with shared prefixes (`predecessors`: per token, the
-    row index whose logits predict it, -1 for none) takes each token's logprob from there.
+    sample's first token (`starts`, else position id 0) gets 0 likewise, instead of a
+    "prediction" from the previous sample's last token. A batch with shared prompts
+    (`prompt_passes`) first runs the prompts and hands each row its prompt's keys/values as a
+    KV cache (`_prompt_cache`): every logprob still comes from the previous token in its row.
     """
     import torch
 
@@ -48,18 +49,8 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
               "use_cache": False}
     if position_ids is not None:
         inputs["position_ids"] = position_ids
-    predecessors = batch.get("predecessors")
-    if predecessors is not None:  # shared prefixes: a token's logits row is not always t-1's
-        logits = model(**inputs).logits.float() / max(temperature, 1e-6)
-        logprobs_all = torch.log_softmax(logits, dim=-1)
-        entropy_all = -(logprobs_all.exp() * logprobs_all).sum(-1)
-        none = predecessors < 0
-        index = predecessors.clamp(min=0)
-        rows = torch.arange(index.shape[0], device=index.device).unsqueeze(1)
-        # one logits row may serve several tokens (a prefix's last, every member's first): autograd sums
-        picked = logprobs_all[rows, index, batch["input_ids"]]
-        entropy = entropy_all.gather(1, index)
-        return picked.masked_fill(none, 0.0), entropy.masked_fill(none, 0.0)
+    if "prompt_passes" in batch:  # use_cache: models may ignore past_key_values without it
+        inputs.update(past_key_values=_prompt_cache(model, batch), use_cache=True)
     logits = model(**inputs).logits[:, :-1]
     logits = logits.float() / max(temperature, 1e-6)
     logprobs_all = torch.log_softmax(logits, dim=-1)
@@ -68,10 +59,74 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
     entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
     zeros = torch.zeros_like(picked[:, :1])
     picked, entropy = torch.cat([zeros, picked], dim=1), torch.cat([zeros, entropy], dim=1)
-    if position_ids is not None:
+    starts = batch.get("starts")
+    if starts is None and position_ids is not None:
         starts = position_ids == 0
+    if starts is not None:
         picked, entropy = picked.masked_fill(starts, 0.0), entropy.masked_fill(starts, 0.0)
     return picked, entropy
+
+
+def _prompt_cache(model: Any, batch: dict[str, Any]) -> Any:
+    """Run the prompt passes (a common beginning, then what follows it, ...: see
+    workbench.train.packing), each row reading its context's keys/values from the passes
+    before, and keep every layer's keys/values of every prompt token (flattened, in the passes'
+    flat order); return the final rows' contexts as a KV cache. Reading is a differentiable
+    gather: each prompt token gets the sum of its readers' gradients, as k copies would."""
+    import torch
+
+    store: list[tuple[Any, Any]] | None = None  # per layer: (keys, values) [prompt tokens, heads, dim]
+    for part in batch["prompt_passes"]:
+        out = model(input_ids=part["input_ids"], attention_mask=_model_mask(part["attention_mask"], model),
+                    position_ids=part["position_ids"], past_key_values=_read(store, part["context"]), use_cache=True,
+                    **_last_logits_only(model))
+        width = part["context"].shape[1]  # the cache holds the context, then this pass's own tokens
+        own = [(_flatten(keys[:, :, width:]), _flatten(values[:, :, width:]))
+               for keys, values in _cache_tensors(out.past_key_values)]
+        store = own if store is None else [(torch.cat([k0, k1]), torch.cat([v0, v1])) for (k0, v0), (k1, v1) in
+                                          zip(store, own, strict=True)]
+    return _read(store, batch["context"])
+
+
+def _read(store: list[tuple[Any, Any]] | None, context: Any) -> Any:
+    """A KV cache with, for each row r, the stored tokens context[r] (keys/values [rows, heads, K, dim])."""
+    from transformers import DynamicCache
+
+    if store is None or context.shape[1] == 0:
+        return None
+    cache = DynamicCache()
+    for layer, (keys, values) in enumerate(store):
+        cache.update(keys[context].transpose(1, 2), values[context].transpose(1, 2), layer)
+    return cache
+
+
+def _flatten(states: Any) -> Any:
+    """[rows, heads, L, dim] -> [rows * L, heads, dim], row-major (the flat token order)."""
+    rows, heads, length, dim = states.shape
+    return states.transpose(1, 2).reshape(rows * length, heads, dim)
+
+
+def _cache_tensors(cache: Any) -> list[tuple[Any, Any]]:
+    """Per layer (keys, values) of a transformers DynamicCache: `layers` since transformers 4.56,
+    `key_cache` / `value_cache` lists before."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+def _last_logits_only(model: Any) -> dict[str, int]:
+    """The keyword that makes a causal LM compute logits for the last position only (the prefix
+    pass needs none: with a large vocabulary, all of them would be the biggest tensor of the
+    step): `logits_to_keep` (transformers >= 4.50), `num_logits_to_keep` before; none if unknown."""
+    import inspect
+
+    inner = getattr(model, "module", model)  # DDP
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
+    parameters = inspect.signature(inner.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in parameters:
+            return {name: 1}
+    return {}
 
 
 def _model_mask(mask: Any, model: Any) -> Any:

@@ -14,7 +14,15 @@ from typing import Any
 
 from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, sync_gradients
 from workbench.train.loss import policy_loss, sft_loss, token_logprobs
-from workbench.train.packing import collate_packed, pack_width, packed_micro_batches, row_length
+from workbench.train.packing import (
+    collate_packed,
+    collate_prefixed,
+    item_length,
+    pack_width,
+    packed_micro_batches,
+    prefixed_micro_batches,
+    row_length,
+)
 from workbench.train.policy import Policy
 from workbench.train.samples import Sample, collate, micro_batches
 from workbench.train.schema import TrainConfig
@@ -79,7 +87,7 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     pad_id = policy.tokenizer.pad_token_id
     total_tokens = int(dist.sum([sum(sum(s.loss_mask) for s in samples)])[0])  # the global batch's loss tokens
     chunks, own_tokens = _equal_micro_batches(samples, config, pad_id, dist, masked=_takes_mask(model))
-    real, laid_out = dist.sum([own_tokens, sum(c["input_ids"].numel() for c in chunks)])
+    real, laid_out = dist.sum([own_tokens, sum(_laid_out(c) for c in chunks)])
     use_kl = (not sft) and config.kl_penalty.enabled
     totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0}
     for index, chunk in enumerate(chunks):
@@ -134,12 +142,17 @@ def _equal_micro_batches(samples: list[Sample], config: TrainConfig, pad_id: int
     (a shared prefix counts once). `masked`: the model's attention takes a 4D mask (see
     workbench.train.packing); only then are common prompts shared."""
     empty = Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)
-    if config.pack_samples:
-        width = pack_width(samples, config.micro_batch_size, config.seq_len, masked=masked)
-        batches = packed_micro_batches(samples, config.micro_batch_size, width, share=masked)
-        chunks = [collate_packed(rows, pad_id, with_mask=masked) for rows in batches]
+    if config.pack_samples and masked:  # shared prompts run once (workbench.train.packing)
+        groups = prefixed_micro_batches(samples, config.micro_batch_size)
+        chunks = [collate_prefixed(items, pad_id) for items in groups]
+        tokens = sum(item_length(item) for items in groups for item in items)
+        filler = collate_prefixed([empty], pad_id)
+    elif config.pack_samples:
+        width = pack_width(samples, config.micro_batch_size, config.seq_len, masked=False)
+        batches = packed_micro_batches(samples, config.micro_batch_size, width)
+        chunks = [collate_packed(rows, pad_id, with_mask=False) for rows in batches]
         tokens = sum(row_length(row) for rows in batches for row in rows)
-        filler = collate_packed([[empty]], pad_id, with_mask=masked)
+        filler = collate_packed([[empty]], pad_id, with_mask=False)
     else:
         chunks = [collate(chunk, pad_id) for chunk in micro_batches(samples, config.micro_batch_size)]
         tokens = sum(len(s.input_ids) for s in samples)
@@ -147,6 +160,11 @@ def _equal_micro_batches(samples: list[Sample], config: TrainConfig, pad_id: int
     if dist.active:
         chunks += [filler] * (dist.max(len(chunks)) - len(chunks))
     return chunks, tokens
+
+
+def _laid_out(batch: dict[str, Any]) -> int:
+    """Tokens the forward passes run on, padding included (the prompt passes' too)."""
+    return batch["input_ids"].numel() + sum(part["input_ids"].numel() for part in batch.get("prompt_passes", ()))
 
 
 def _takes_mask(model: Any) -> bool:
@@ -158,7 +176,10 @@ def _takes_mask(model: Any) -> bool:
 
 
 def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
-    return batch if device == "cpu" else {key: value.to(device) for key, value in batch.items()}
+    if device == "cpu":
+        return batch
+    return {key: [_to_device(part, device) for part in value] if key == "prompt_passes" else value.to(device)
+            for key, value in batch.items()}
 
 
 def adapt_kl_beta(beta: float, observed_kl: float, target_kl: float | None) -> float:
