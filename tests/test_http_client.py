@@ -127,6 +127,17 @@ def test_plain_http_gets_the_lean_client_and_the_rest_aiohttp() -> None:
     assert secret not in repr(client._transport) and secret not in repr(client)
 
 
+async def first_chat_error(base_url: str) -> InferenceError:
+    """The InferenceError a fresh client's first chat to `base_url` raises."""
+    client = OpenAIClient(base_url, "m")
+    try:
+        with pytest.raises(InferenceError) as info:
+            await client.chat(HELLO, sampling=SamplingParams())
+    finally:
+        await client.close()
+    return info.value
+
+
 # ----- against the real (aiohttp) server --------------------------------------------------------
 async def test_answers_tokens_and_keep_alive(url: str, echo: EchoBackend) -> None:
     seen_peers: set[Any] = set()
@@ -169,14 +180,9 @@ async def test_error_statuses(echo: EchoBackend, status: int, transient: bool) -
 async def test_connection_refused_is_transient_and_in_words() -> None:
     async with raw_server(lambda r, w, n: asyncio.sleep(0)) as base_url:
         pass  # closed: nothing listens on its port any more
-    client = OpenAIClient(base_url, "m")
-    try:
-        with pytest.raises(InferenceError) as info:
-            await client.chat(HELLO, sampling=SamplingParams())
-    finally:
-        await client.close()
-    assert info.value.transient and "cannot connect to" in str(info.value) and "refused" in str(info.value)
-    assert isinstance(info.value.__cause__, ConnectError)
+    error = await first_chat_error(base_url)
+    assert error.transient and "cannot connect to" in str(error) and "refused" in str(error)
+    assert isinstance(error.__cause__, ConnectError)
 
 
 async def test_silence_timeout_frees_the_connection(echo: EchoBackend) -> None:
@@ -300,13 +306,8 @@ async def test_a_fresh_connection_closed_unanswered_is_an_error_not_a_loop() -> 
         await read_request(reader)
 
     async with raw_server(close_at_once) as base_url:
-        client = OpenAIClient(base_url, "m")
-        try:
-            with pytest.raises(InferenceError, match="closed the connection before answering") as info:
-                await client.chat(HELLO, sampling=SamplingParams())
-        finally:
-            await client.close()
-    assert info.value.transient
+        error = await first_chat_error(base_url)
+    assert error.transient and "closed the connection before answering" in str(error)
 
 
 async def test_a_half_sent_answer_is_an_error_and_not_sent_again() -> None:
@@ -399,13 +400,8 @@ async def test_garbage_is_a_transient_bad_response() -> None:
         await reader.read()
 
     async with raw_server(garbage) as base_url:
-        client = OpenAIClient(base_url, "m")
-        try:
-            with pytest.raises(InferenceError, match="bad HTTP response") as info:
-                await client.chat(HELLO, sampling=SamplingParams())
-        finally:
-            await client.close()
-    assert info.value.transient
+        error = await first_chat_error(base_url)
+    assert error.transient and "bad HTTP response" in str(error)
 
 
 async def test_request_head_carries_headers_and_path() -> None:
