@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, sync_gradients
+from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, is_fsdp, sync_gradients
 from workbench.train.loss import policy_loss, sft_loss, token_logprobs
 from workbench.train.packing import (
     collate_packed,
@@ -86,7 +86,11 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     optimizer.zero_grad(set_to_none=True)
     pad_id = policy.tokenizer.pad_token_id
     total_tokens = int(dist.sum([sum(sum(s.loss_mask) for s in samples)])[0])  # the global batch's loss tokens
-    chunks, own_tokens = _equal_micro_batches(samples, config, pad_id, dist, masked=_takes_mask(model))
+    # FSDP2 frees a module's gathered weights after each forward, and a prompt pass followed by
+    # the completion pass is two forwards before one backward: its backward then finds them
+    # freed. FSDP packs plainly (no shared prompts) instead.
+    chunks, own_tokens = _equal_micro_batches(samples, config, pad_id, dist, masked=_takes_mask(model),
+                                              share_prompts=not is_fsdp(policy))
     real, laid_out = dist.sum([own_tokens, sum(_laid_out(c) for c in chunks)])
     use_kl = (not sft) and config.kl_penalty.enabled
     totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0}
@@ -135,24 +139,24 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
 
 
 def _equal_micro_batches(samples: list[Sample], config: TrainConfig, pad_id: int, dist: DistInfo, *,
-                         masked: bool) -> tuple[list[dict[str, Any]], int]:
+                         masked: bool, share_prompts: bool = True) -> tuple[list[dict[str, Any]], int]:
     """This rank's collated micro-batches (packed or padded, `config.pack_samples`), padded with
     empty ones (no loss tokens: zero gradient) to the largest count on any rank, so every rank
     joins the same number of gradient all-reduces; and how many of their tokens are not padding
     (a shared prefix counts once). `masked`: the model's attention takes a 4D mask (see
-    workbench.train.packing); only then are common prompts shared."""
+    workbench.train.packing); only then, and with `share_prompts`, are common prompts shared."""
     empty = Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0)
-    if config.pack_samples and masked:  # shared prompts run once (workbench.train.packing)
+    if config.pack_samples and masked and share_prompts:  # shared prompts run once (workbench.train.packing)
         groups = prefixed_micro_batches(samples, config.micro_batch_size)
         chunks = [collate_prefixed(items, pad_id) for items in groups]
         tokens = sum(item_length(item) for items in groups for item in items)
         filler = collate_prefixed([empty], pad_id)
     elif config.pack_samples:
-        width = pack_width(samples, config.micro_batch_size, config.seq_len, masked=False)
+        width = pack_width(samples, config.micro_batch_size, config.seq_len, masked=masked)
         batches = packed_micro_batches(samples, config.micro_batch_size, width)
-        chunks = [collate_packed(rows, pad_id, with_mask=False) for rows in batches]
+        chunks = [collate_packed(rows, pad_id, with_mask=masked) for rows in batches]
         tokens = sum(row_length(row) for rows in batches for row in rows)
-        filler = collate_packed([[empty]], pad_id, with_mask=False)
+        filler = collate_packed([[empty]], pad_id, with_mask=masked)
     else:
         chunks = [collate(chunk, pad_id) for chunk in micro_batches(samples, config.micro_batch_size)]
         tokens = sum(len(s.input_ids) for s in samples)
