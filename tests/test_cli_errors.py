@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,25 @@ def test_help_teaches_and_is_fast(tmp_path: Path):
     probe = subprocess.run([sys.executable, "-c", "import sys, workbench.cli.main; print('torch' in sys.modules)"],
                            capture_output=True, text=True, cwd=tmp_path)
     assert probe.stdout.strip() == "False"  # --help never imports torch
+
+
+def test_an_unexpected_exception_is_one_line_with_its_traceback_in_a_file(tmp_path: Path):
+    """A bug (any exception that is not a user error) ends with one line naming a file that
+    holds its traceback; WORKBENCH_TRACEBACK=1 lets the traceback through."""
+    code = ("import sys; from workbench.cli import main as m\n"
+            "def boom() -> None:\n    raise RuntimeError('disk on fire\\nsecond line')\n"
+            "m.app.command('boom')(boom); sys.argv = ['workbench', 'boom']; m.main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    line = done.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert line.startswith("error: unexpected RuntimeError: disk on fire (a Workbench bug; traceback in ")
+    report = Path(line.rsplit("traceback in ", 1)[1].rstrip(")"))
+    try:
+        text = report.read_text()
+        assert "Traceback" in text and "in boom" in text and "RuntimeError: disk on fire" in text
+    finally:
+        report.unlink()
+    debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                           env={**os.environ, "WORKBENCH_TRACEBACK": "1"})
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "disk on fire" in debug.stderr

@@ -1,11 +1,16 @@
 """`workbench` entry point: registers the commands and turns user errors into one line + exit 1.
 
 Command modules import their services lazily, so `workbench --help` never loads torch.
+An unexpected exception (a bug) is one line too, naming a file that holds its traceback;
+`WORKBENCH_TRACEBACK=1` lets it through instead, for debugging.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+import traceback
 
 import typer
 
@@ -58,3 +63,17 @@ def main() -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("WORKBENCH_TRACEBACK"):
+            raise
+        report = _crash_report()
+        summary = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"error: unexpected {type(exc).__name__}: {summary} (a Workbench bug; traceback in {report})", file=sys.stderr)
+        sys.exit(1)
+
+
+def _crash_report() -> str:
+    """Write the current exception's traceback to a new file in the temp folder; its path."""
+    with tempfile.NamedTemporaryFile("w", prefix="workbench-crash-", suffix=".log", delete=False) as report:
+        report.write(f"workbench {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}")
+    return report.name
