@@ -139,16 +139,21 @@ async def first_chat_error(base_url: str) -> InferenceError:
 
 
 # ----- against the real (aiohttp) server --------------------------------------------------------
-async def test_answers_tokens_and_keep_alive(url: str, echo: EchoBackend) -> None:
-    seen_peers: set[Any] = set()
+def peer_recorder(peers: set[Any]) -> Any:
+    """An aiohttp middleware adding each request's client socket (host, port) to `peers`."""
 
     @web.middleware
-    async def peers(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
         assert request.transport is not None
-        seen_peers.add(request.transport.get_extra_info("peername"))
+        peers.add(request.transport.get_extra_info("peername"))
         return await handler(request)
 
-    with serve_in_thread(make_app(echo, middlewares=(peers,))) as base_url:
+    return record
+
+
+async def test_answers_tokens_and_keep_alive(url: str, echo: EchoBackend) -> None:
+    seen_peers: set[Any] = set()
+    with serve_in_thread(make_app(echo, middlewares=(peer_recorder(seen_peers),))) as base_url:
         client = OpenAIClient(f"{base_url}/v1", "echo-model", return_tokens=True)
         try:
             for _ in range(5):
@@ -215,14 +220,7 @@ async def test_ping_timeout(echo: EchoBackend) -> None:
 
 async def test_concurrency_stays_within_max_connections(echo: EchoBackend) -> None:
     peers: set[Any] = set()
-
-    @web.middleware
-    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
-        assert request.transport is not None
-        peers.add(request.transport.get_extra_info("peername"))
-        return await handler(request)
-
-    with serve_in_thread(make_app(echo, middlewares=(record,))) as base_url:
+    with serve_in_thread(make_app(echo, middlewares=(peer_recorder(peers),))) as base_url:
         client = OpenAIClient(base_url, "echo-model", max_connections=4)
         try:
             results = await asyncio.gather(*(client.chat([{"role": "user", "content": f"m{i}"}], sampling=SamplingParams())
