@@ -16,6 +16,8 @@ Losses are summed over tokens and divided by the number of loss tokens in the wh
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,15 +120,17 @@ def _last_logits_only(model: Any) -> dict[str, int]:
     """The keyword that makes a causal LM compute logits for the last position only (the prefix
     pass needs none: with a large vocabulary, all of them would be the biggest tensor of the
     step): `logits_to_keep` (transformers >= 4.50), `num_logits_to_keep` before; none if unknown."""
-    import inspect
-
     inner = getattr(model, "module", model)  # DDP
     inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
-    parameters = inspect.signature(inner.forward).parameters
-    for name in ("logits_to_keep", "num_logits_to_keep"):
-        if name in parameters:
-            return {name: 1}
-    return {}
+    name = _logits_keyword(type(inner))
+    return {name: 1} if name else {}
+
+
+@functools.cache
+def _logits_keyword(model_class: type) -> str | None:
+    """(Once per model class: signatures are slow to read, and this runs every micro-batch.)"""
+    parameters = inspect.signature(model_class.forward).parameters
+    return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in parameters), None)
 
 
 def _model_mask(mask: Any, model: Any) -> Any:
