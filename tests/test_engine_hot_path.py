@@ -266,3 +266,10 @@ def test_per_rollout_sampling_copy_is_merged():
         assert fast == reference and fast.seed == seed
         assert fast.extra is not base.extra  # a rollout's extra is its own, as merged makes it
     assert with_seed(SamplingParams(stop="ab"), 1).stop == ["ab"]  # type: ignore[arg-type]
+
+
+def test_trajectory_ids_are_distinct_32_hex_characters():
+    from workbench.envs.multiturn import _trajectory_id
+
+    ids = [_trajectory_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
