@@ -231,13 +231,12 @@ async def test_one_watch_times_out_every_request_to_a_silent_server():
     assert not client._watch._sent and not client._watch._fired
 
 
-def test_fresh_messages_is_as_messages():
-    """The engine's cheap conversion gives exactly what `as_messages` gives: the same classes,
-    keys in the same order, new objects (a reward function's edits reach no record)."""
+def test_as_messages_fast_path_is_as_message():
+    """`as_messages`' cheap copy of plain messages gives exactly what `as_message` gives: the same
+    classes, keys in the same order, new objects (a reward function's edits reach no record)."""
     from types import MappingProxyType, SimpleNamespace
 
-    from workbench.envs.environment import fresh_messages
-    from workbench.envs.messages import UserMessage, as_messages
+    from workbench.envs.messages import UserMessage, as_message, as_messages
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     messages: list[Any] = [
@@ -247,14 +246,14 @@ def test_fresh_messages_is_as_messages():
         MappingProxyType({"role": "user", "content": "a mapping"}), UserMessage(content="already one"),
         SimpleNamespace(role="assistant", content="an object"),
     ]
-    fresh, reference = fresh_messages(messages), as_messages(messages)
+    fresh, reference = as_messages(messages), [as_message(m) for m in messages]
     assert [(type(m), list(m.items())) for m in fresh] == [(type(m), list(m.items())) for m in reference]
     assert all(f is not m for f, m in zip(fresh[:7], messages[:7]))  # copies (a ChatMessage given stays itself, as before)
     assert fresh[7] is messages[7]
     fresh[0]["content"] = "edited"
     assert messages[0]["content"] == "s"
     with pytest.raises(ValueError, match="needs a role"):
-        fresh_messages([{"content": "no role"}])
+        as_messages([{"content": "no role"}])
 
 
 def test_per_rollout_sampling_copy_is_merged():

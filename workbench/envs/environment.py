@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.envs.dataset_rows import row_info, rows_of
-from workbench.envs.messages import AssistantMessage, ChatMessage, SystemMessage, ToolMessage, UserMessage, as_message
+from workbench.envs.messages import as_messages
 from workbench.envs.parsers import Parser
 from workbench.envs.rubric import RolloutScore, Rubric, ScoringInput
 from workbench.inference.client import Client
@@ -171,7 +171,7 @@ class Environment(ABC):
         """A fresh rollout state. Its messages are ChatMessages (dict and attribute access)."""
         return {
             "example_id": example.example_id,
-            "prompt": fresh_messages(example.prompt),
+            "prompt": as_messages(example.prompt),
             "answer": example.answer,
             "info": example.info,
             "task": example.task,
@@ -192,7 +192,7 @@ class Environment(ABC):
         if not self.score_rollouts:
             return [RolloutScore(reward=0.0, rewards={}, metrics={}) for _ in outputs]
         items = [  # reward functions get ChatMessages: `m.content` works as well as `m["content"]`
-            ScoringInput(prompt=fresh_messages(example.prompt), completion=fresh_messages(o.completion), answer=example.answer, state=o.state,
+            ScoringInput(prompt=as_messages(example.prompt), completion=as_messages(o.completion), answer=example.answer, state=o.state,
                          info=example.info, task=example.task, example_id=example.example_id)
             for o in outputs
         ]
@@ -201,31 +201,6 @@ class Environment(ABC):
     def reference_completion(self, example: Example) -> Messages | None:
         """A demonstration of a correct answer (used to warm-start models with SFT), if the env has one."""
         return None
-
-
-_SIMPLE_ROLES: dict[str, type[ChatMessage]] = {
-    "system": SystemMessage, "user": UserMessage, "assistant": AssistantMessage, "tool": ToolMessage,
-}
-
-
-def fresh_messages(messages: Sequence[Any]) -> list[ChatMessage]:
-    """`as_messages(messages)`, a new list of new ChatMessages, at a fraction of its cost for the
-    usual message (a plain dict, `role` first, no tool calls): the engine converts each rollout's
-    prompt and completion this way several times per rollout. Anything else goes through
-    `as_message` itself, so the result is always what `as_messages` gives."""
-    out: list[ChatMessage] = []
-    for message in messages:
-        role = message.get("role") if type(message) is dict else None  # exactly a dict: no subclass, no model
-        cls = _SIMPLE_ROLES.get(role) if isinstance(role, str) else None
-        if cls is None or "tool_calls" in message or next(iter(message)) != "role":
-            out.append(as_message(message))
-            continue
-        # What ChatMessage.__init__ builds for such a message (the same keys, in the same order,
-        # copied), without its generic argument handling.
-        fresh = dict.__new__(cls)
-        dict.update(fresh, message)
-        out.append(fresh)
-    return out
 
 
 def _openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
