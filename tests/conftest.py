@@ -33,6 +33,22 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.g
 
 
 @pytest.fixture
+def young_heap() -> Iterator[None]:
+    """`gc.collect()` inside the test scans only the objects the test made: everything older is
+    frozen (`gc.freeze`) for its duration. A worker that has run a few hundred tests tracks
+    millions of objects (torch, transformers, textual), and a full collection of those costs
+    about half a second; a test that collects once per group would spend most of its time there."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@pytest.fixture
 def echo():
     """An echo backend that records its calls (tests/servers.py)."""
     from tests.servers import EchoBackend

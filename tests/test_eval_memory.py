@@ -218,7 +218,7 @@ def test_engine_keeps_no_finished_group_and_bounds_what_is_in_flight():
     assert max(tasks_seen) <= 1 + 3 + 3 * 4
 
 
-def test_eval_streams_groups_and_keeps_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_eval_streams_groups_and_keeps_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, young_heap: None):
     """`run_eval`'s summary is the summary of what it wrote; the groups it hands the reporter are
     freed as it goes; its result reads groups back from results.jsonl on demand."""
     from workbench.evaluate import EvalConfig, run_eval

@@ -16,6 +16,7 @@ import typer
 
 from workbench.cli import env_cmd, eval_cmd, gepa_cmd, serve_cmd, setup_cmd, train_cmd, tui_cmd
 from workbench.errors import QuietExit, UserError
+from workbench.startup import hold as hold_collector
 
 app = typer.Typer(
     name="workbench",
@@ -52,6 +53,7 @@ def quiet_libraries() -> None:
 
 
 def main() -> None:
+    hold_collector()  # until the command's start-up (its imports, its model) is done: startup.py
     quiet_libraries()
     try:
         app()

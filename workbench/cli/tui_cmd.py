@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from workbench import startup
 from workbench.errors import UserError
 
 
@@ -28,4 +29,6 @@ def tui(
     os.environ["WORKBENCH_WORKSPACE"] = str(root)  # the env list and children see the same workspace
     from workbench.tui.app import WorkbenchApp
 
-    WorkbenchApp(root).run()
+    app = WorkbenchApp(root)
+    startup.release()  # the command's start-up is over (workbench/startup.py)
+    app.run()

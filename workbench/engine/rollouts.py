@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
+from workbench import startup
 from workbench.engine.retry import Notify, RetryingClient, RetryPolicy
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.rubric import RolloutScore, maybe_await
@@ -82,6 +83,7 @@ async def run_rollouts(
     `notify` hears of retries (a line at a time, see retry.py)."""
     if rollouts_per_example < 1 or max_concurrent < 1:
         raise ValueError("rollouts_per_example and max_concurrent must be at least 1")
+    startup.release()  # the command's start-up is over (workbench/startup.py)
     retrying = RetryingClient(client, retry, notify=notify)
     slots = asyncio.Semaphore(max_concurrent)
     stats = EngineStats()

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from workbench import startup
 from workbench.errors import UserError, InferenceError
 from workbench.inference.client import Client
 from workbench.types import Completion, SamplingParams
@@ -406,6 +407,7 @@ async def serve(
         except OSError as exc:  # in use, no permission, an address this machine does not have
             raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         bound_port = runner.addresses[0][1]
+        startup.release()  # the command's start-up is over (workbench/startup.py)
         url_host = f"[{host}]" if ":" in host else host
         if on_ready is not None:
             on_ready(f"http://{url_host}:{bound_port}")

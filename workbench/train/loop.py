@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from workbench import startup
 from workbench.engine import run_rollouts
 from workbench.errors import ServerGone, UserError
 from workbench.events import NullReporter, Reporter
@@ -162,6 +163,7 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
         if start_step == 0 and config.eval.interval > 0 and config.on_policy:
             logger.log(0, await _held_out_eval(ctx, config))
         stopping = dist.any(stop.requested)
+        startup.release()  # the command's start-up is over (workbench/startup.py)
         while step < config.max_steps and not stopping:
             step += 1
             metrics = await (_rl_step(ctx, config, optimizer, scheduler, step) if config.on_policy

@@ -1,0 +1,54 @@
+"""A command's start-up without the garbage collector's tax.
+
+Importing torch and transformers (verifiers and datasets too, for a verifiers environment)
+creates about half a million long-lived objects. The cyclic collector, triggered by allocation
+counts, runs a full collection over the growing heap every time it grows by a quarter: 7-9 of
+them in one `workbench serve`/`train`/`eval run` start, 1-2.5 s of CPU out of a 5-7 s start
+(measured on 2 cores: `import torch, transformers` 4.8 s with the collector on, 3.9 s off). None
+of what they scan is garbage.
+
+`hold()`, called at CLI entry, turns the collector off. `release()`, called where a command's
+start-up ends and its long-running part begins (the engine's first rollout, the trainer's first
+step, a server bound to its port, the TUI mounted), freezes what exists (`gc.freeze`: imported
+modules and loaded models stay out of every later collection, so those are cheaper too) and turns
+the collector back on. A command with no such point gets it back `FALLBACK_S` after start, so a
+long job never runs without it. Only a process whose CLI entry called `hold` is affected:
+`release` does nothing in library use (tests, notebooks, the TUI's in-process screens).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+FALLBACK_S = 30.0  # a missed release point costs at most this long without cycle collection
+
+_held = False
+_lock = threading.Lock()
+_fallback: threading.Timer | None = None  # the pending FALLBACK_S release (tests join it)
+
+
+def hold() -> None:
+    """Turn the cyclic collector off until `release` (or `FALLBACK_S` seconds)."""
+    global _held, _fallback
+    with _lock:
+        if _held or not gc.isenabled():
+            return
+        gc.disable()
+        _held = True
+        _fallback = threading.Timer(FALLBACK_S, release)
+        _fallback.daemon = True  # never keeps a finished command alive
+        _fallback.start()
+
+
+def release() -> None:
+    """Start-up is over: freeze the objects made so far and turn the collector back on."""
+    global _held
+    with _lock:
+        if not _held:
+            return
+        _held = False
+        gc.freeze()
+        gc.enable()
+        if _fallback is not None and _fallback is not threading.current_thread():
+            _fallback.cancel()
