@@ -65,6 +65,7 @@ def test_a_verifiers_environment_runs_unchanged(name: str, tmp_path: Path, tiny_
         result = workbench(*args, cwd=workspace)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+    assert "may cause unexpected behavior" not in result.stderr  # verifiers' disabled logging stays silent
     (run_dir,) = runs(workspace, name)
     lines = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert sorted((r["example_id"], r["rollout_index"]) for r in lines) == [(0, 0), (0, 1), (1, 0), (1, 1)]

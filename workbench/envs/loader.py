@@ -159,8 +159,9 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
         valid = ", ".join(k for k, p in accepted.items() if p.kind != p.VAR_KEYWORD) or "none"
         raise UserError(f"environment '{env_id}' has no argument {', '.join(repr(k) for k in unknown)} (arguments: {valid})")
     env_args = checked_args(env_id, factory, env_args)
-    from workbench.envs.verifiers_env import is_verifiers_object, kept_signal_handlers, wrap
+    from workbench.envs.verifiers_env import is_verifiers_object, kept_signal_handlers, silence_disabled_logging, wrap
 
+    silence_disabled_logging()  # the env's module has imported verifiers by now, if it uses it
     try:
         with kept_signal_handlers():  # a verifiers env installs its own on construction
             env = factory(**env_args)

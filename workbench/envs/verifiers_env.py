@@ -21,7 +21,9 @@ prompt, answer, info, example_id); verifiers' env server (`start_server`) is nev
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -95,6 +97,19 @@ def kept_signal_handlers() -> Iterator[None]:
         for sig, handler in saved.items():
             if handler is not None:
                 signal.signal(sig, handler)
+
+
+def silence_disabled_logging() -> None:
+    """Without VF_LOG_LEVEL, verifiers' `setup_logging(None)` means "logging disabled", but it
+    leaves its logger with no handler, so Python's last-resort handler still prints its warnings,
+    bare, into our progress display ("The parser and rubric parser are different..."). A
+    NullHandler makes disabled mean disabled; with VF_LOG_LEVEL set, verifiers' own handler
+    prints what the user asked for."""
+    import logging
+
+    logger = logging.getLogger("verifiers")
+    if "verifiers" in sys.modules and not logger.handlers and not os.environ.get("VF_LOG_LEVEL"):
+        logger.addHandler(logging.NullHandler())
 
 
 class VerifiersEnv(Environment):
