@@ -8,7 +8,8 @@ launch by the pid the run writes into its `metadata.json`. Stopping sends SIGINT
 Ctrl-C in a terminal — so the CLI keeps every finished result and marks the run `stopped`.
 
 A launch that ends before it writes a run folder (a config error) stays listed as a row of its own,
-in later TUI sessions too: its record keeps the exit code and the error line of its log.
+in later TUI sessions too: its record keeps the exit code and the error line of its log — until the
+user dismisses it (`Launcher.dismiss`), which deletes that record and log and nothing else.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -193,6 +195,9 @@ class Launcher:
         self._session: dict[str, Launch] = {}
         self._records: dict[Path, tuple[float, Launch | None]] = {}  # earlier sessions' records by mtime
         self._settled: dict[str, str | None] = {}  # earlier sessions' ended launches: their error line
+        # `poll` (the Runs screen's scan thread) saves a record when its child ends; `dismiss` (the
+        # UI thread) deletes records: one at a time, so a dismissed record is never saved again.
+        self._lock = threading.Lock()
 
     def start(self, spec: LaunchSpec) -> Launch:
         """Start `workbench ARGS` in the workspace; returns at once (the run writes its own files)."""
@@ -220,15 +225,16 @@ class Launcher:
     def poll(self) -> None:
         """Reap children that exited (so their pids stop looking alive); record exit codes and, for
         a failure, the error line of the log, so a later TUI session can still say what went wrong."""
-        for launch_id, proc in list(self._procs.items()):
-            code = proc.poll()
-            if code is not None:
-                launch = self._session[launch_id]
-                launch.returncode = code
-                if code != 0 and code not in INTERRUPTED:
-                    launch.error = last_error(launch.log) or f"exited with code {code}"
-                self._save(launch)
-                self._procs.pop(launch_id, None)  # pop: the scan thread and a quit may both be polling
+        with self._lock:
+            for launch_id, proc in list(self._procs.items()):
+                code = proc.poll()
+                if code is not None:
+                    launch = self._session[launch_id]
+                    launch.returncode = code
+                    if code != 0 and code not in INTERRUPTED:
+                        launch.error = last_error(launch.log) or f"exited with code {code}"
+                    self._save(launch)
+                    self._procs.pop(launch_id, None)  # pop: the scan thread and a quit may both be polling
 
     def is_running(self, launch: Launch) -> bool:
         proc = self._procs.get(launch.id)
@@ -345,6 +351,29 @@ class Launcher:
         except (ProcessLookupError, PermissionError):
             return False
         return True
+
+    def dismiss(self, launch_id: str) -> Launch:
+        """Forget a launch that has ended: delete its record and its output log, both in
+        outputs/tui/launches/ (never a run folder), so its row is gone in this session and later
+        ones. For a launch whose run folder never appeared (its pending row). ValueError with a
+        one-line reason when there is no such record, or its process still runs; OSError when
+        the files cannot be deleted."""
+        if not launch_id or Path(launch_id).name != launch_id or launch_id.startswith("."):
+            raise ValueError(f"not a launch id: {launch_id!r}")
+        record = self.folder / f"{launch_id}.json"
+        with self._lock:
+            launch = self._session.get(launch_id) or self._record(record)
+            if launch is None or launch.id != launch_id:
+                raise ValueError(f"no launch record {launch_id}")
+            if self.is_running(launch):
+                raise ValueError(f"launch {launch_id} is still running (pid {launch.pid})")
+            record.unlink(missing_ok=True)
+            (self.folder / f"{launch_id}.log").unlink(missing_ok=True)
+            self._session.pop(launch_id, None)
+            self._procs.pop(launch_id, None)  # ended (is_running reaped it): nothing left to poll
+            self._records.pop(record, None)
+            self._settled.pop(launch_id, None)
+        return launch
 
     def _record(self, path: Path) -> Launch | None:
         """A launch record from disk, parsed once per change (polled every second)."""

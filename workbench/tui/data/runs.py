@@ -74,6 +74,17 @@ class RunInfo:
     def is_live(self) -> bool:
         return self.status in ("running", "starting")
 
+    @property
+    def error(self) -> str | None:
+        """Why a failed run failed, in one line: the first line of the `error` its metadata.json
+        keeps (a pending launch's rows keep their log's error line there too); None for a row that
+        did not fail, or whose error is not known."""
+        error = self.metadata.get("error")
+        if self.status not in ("failed", "died") or not isinstance(error, str):
+            return None
+        first = next((line.strip() for line in error.splitlines() if line.strip()), "")
+        return first or None
+
     def matches(self, query: str) -> bool:
         """Case-insensitive substring search over the visible fields."""
         text = f"{self.kind} {self.env} {self.model} {self.checkpoint or ''} {self.status} {self.run_id}".lower()

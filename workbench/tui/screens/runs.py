@@ -1,29 +1,49 @@
 """Runs (home): every eval, training and GEPA run in the workspace, refreshed live, with filters
-and search; Enter opens a run on the screen made for its kind."""
+and search; Enter opens a run on the screen made for its kind.
+
+A failed row says why: in the table's `error` column where the terminal is wide enough for one,
+and, for the highlighted row, in the hint line under the table. `d` dismisses a launch that ended
+before it wrote a run folder (its row, record and output log), once confirmed."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Static
 
 from workbench.tui.data.runs import KINDS, RunInfo, filter_runs
 from workbench.tui.data.training import step_rollout_files
-from workbench.tui.launcher import Launch
+from workbench.tui.launcher import Launch, launch_of
 from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.format import STATUS_RICH
 from workbench.tui.widgets.prompt_bar import PromptBar
 from workbench.tui.widgets.runs_table import RunsTable
+from workbench.tui.widgets.virtual_table import VirtualTable
 
 STATUS_FILTERS = (None, "running", "finished", "stopped", "failed", "died")
+HINT = ("[b]space[/b] mark · [b]c[/b] compare · [b]r[/b] rollouts · [b]v[/b] variance · "
+        "[b]K[/b] checkpoints · [b]o[/b]/[b]O[/b] sort · [b]?[/b] all keys")
+
+
+def dismissable(run: RunInfo | None) -> bool:
+    """A row `d` dismisses: a launch from the TUI that ended before it wrote a run folder."""
+    return run is not None and run.is_launch and not run.is_live
 
 
 class RunsScreen(WorkbenchScreen):
     BINDINGS = [
         Binding("enter", "open", "Open"),
+        # Two bindings of `d`: the footer and `?` show "Dismiss" only on a row it applies to
+        # (check_action), early enough to fit an 80-column footer; on any other row the second,
+        # unlisted one says why nothing happens.
+        Binding("d", "dismiss_launch", "Dismiss"),
+        Binding("d", "cannot_dismiss", show=False),
         Binding("l", "launch", "Launch"),
         Binding("slash", "search", "Search"),
         Binding("f", "kind_filter", "Kind"),
@@ -55,12 +75,13 @@ class RunsScreen(WorkbenchScreen):
         self.marked: set[str] = set()
         self._scanning = False
         self._follow_pid: int | None = None  # select this launch's run once its folder appears
+        self._generation = 0  # bumped when rows are removed here: a scan begun before is stale
+        self._row_state: tuple[bool, str | None] | None = None  # the cursor's row: (dismissable, its error shown)
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-summary", classes="screen-title")
         yield RunsTable(id="runs-table")
-        yield Static("[b]space[/b] mark · [b]c[/b] compare · [b]r[/b] rollouts · [b]v[/b] variance · "
-                     "[b]K[/b] checkpoints · [b]o[/b]/[b]O[/b] sort · [b]?[/b] all keys", id="runs-hint", classes="hint")
+        yield Static(HINT, id="runs-hint", classes="hint")
         yield Static("No runs yet. Press [b]l[/b] to launch one, or run "
                      "`workbench eval run reverse-text -m tiny` in this workspace.", id="runs-empty", classes="empty")
         yield PromptBar(id="runs-prompt")
@@ -81,10 +102,14 @@ class RunsScreen(WorkbenchScreen):
         if self._scanning or not self.is_current:
             return
         self._scanning = True
+        generation = self._generation
         try:
             runs = await asyncio.to_thread(self._scan)
         finally:
             self._scanning = False
+        if generation != self._generation:  # a row was dismissed meanwhile: this scan may still list it
+            self.refresh_runs()
+            return
         self.all_runs = runs
         if not self.is_current or self.closing:  # covered, popped or quitting while the scan ran
             return
@@ -115,6 +140,37 @@ class RunsScreen(WorkbenchScreen):
             parts.append(f"{len(self.marked)} marked")
         self.query_one("#runs-summary", Static).update(f"[b]Runs[/b] · {self.wb.root.name} · " + " · ".join(parts))
         self.query_one("#runs-empty").display = not self.all_runs
+        self._sync_row_state()
+
+    @on(VirtualTable.Highlighted, "#runs-table")
+    def _highlighted(self) -> None:
+        self._sync_row_state()
+
+    def _sync_row_state(self) -> None:
+        """Follow the cursor's row: the footer offers `d` only on a row it dismisses, and the hint
+        line shows a failed row's error (the table's own column for it needs a wide terminal).
+        Acts only on a change (the table re-renders every poll)."""
+        run = self.current
+        error = run.error if run is not None else None
+        state = (dismissable(run), f"{run.status}: {error}" if run is not None and error is not None else None)
+        if state == self._row_state:
+            return
+        self._row_state = state
+        self.refresh_bindings()
+        hint = self.query_one("#runs-hint", Static)
+        hint.set_class(run is not None and error is not None, "-error")
+        if run is not None and error is not None:
+            hint.update(Text.assemble((f"{run.status}: ", STATUS_RICH["failed"]), error))
+        else:
+            hint.update(HINT)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "dismiss_launch":
+            try:
+                return dismissable(self.current)
+            except NoMatches:  # not composed yet
+                return False
+        return True
 
     @property
     def current(self) -> RunInfo | None:
@@ -202,6 +258,51 @@ class RunsScreen(WorkbenchScreen):
             self.notify(f"not running ({run.status})", severity="warning")
             return
         self.confirm_stop(pid, f"{run.kind} {run.env}")
+
+    def action_dismiss_launch(self) -> None:
+        """`d`: forget a launch that ended before it wrote a run folder — its row, and its record
+        and output log in outputs/tui/launches/ — once confirmed (the log is all that says why it
+        failed). A run folder or a live process is never touched."""
+        run = self.current
+        launch = launch_of(run) if run is not None and dismissable(run) else None
+        if run is None or launch is None:
+            self.action_cannot_dismiss()
+            return
+        log = launch.log
+        shown = log.relative_to(self.wb.root) if log.is_relative_to(self.wb.root) else log
+        what = f"{run.status} {run.kind} launch ({run.env}, {run.model})"
+
+        def answered(yes: object) -> None:
+            if yes is True:
+                self.dismiss_launch(run, launch)
+
+        self.open("confirm", f"Dismiss the {what}? Its record and its output log ({shown}) are deleted.",
+                  title="Dismiss launch", yes="Dismiss", no="Keep", callback=answered)
+
+    def dismiss_launch(self, run: RunInfo, launch: Launch) -> None:
+        """Delete the launch's record and log, and its row (the cursor goes to the next row)."""
+        try:
+            self.wb.launcher.dismiss(launch.id)
+        except (OSError, ValueError) as exc:
+            self.notify(f"not dismissed: {exc}", severity="warning")
+            return
+        self._generation += 1
+        visible = self.query_one(RunsTable).runs
+        at = next((i for i, r in enumerate(visible) if r.key == run.key), None)
+        rest = [r for r in visible if r.key != run.key]
+        select = rest[min(at, len(rest) - 1)].key if at is not None and rest else None
+        self.all_runs = [r for r in self.all_runs if r.key != run.key]
+        self._render_runs(select)
+        self.notify(f"dismissed the {run.status} {run.kind} launch {launch.id}", title="dismissed")
+
+    def action_cannot_dismiss(self) -> None:
+        """`d` on a row it does not apply to: say what it is for."""
+        run = self.current
+        if run is None:
+            return
+        why = "it is still starting" if run.is_launch else "it has a run folder (d never deletes runs)"
+        self.notify(f"d dismisses a launch that ended before it wrote a run folder; not this row: {why}",
+                    severity="warning")
 
     # ----- marks and compare --------------------------------------------------------------
     def action_mark(self) -> None:
