@@ -267,3 +267,38 @@ async def test_http_400_context_message_maps_to_context_length_error():
     body = b'{"error": {"message": "This model\'s maximum context length is 1024 tokens."}}'
     assert isinstance(error_for_status(400, body, "http://x/v1/chat/completions"), ContextLengthError)
     assert not isinstance(error_for_status(400, b'{"error": {"message": "bad"}}', "u"), ContextLengthError)
+
+
+async def test_a_tool_env_logs_verifiers_tool_call_metrics():
+    """As verifiers' ToolMonitorRubric: `total_tool_calls` and `<tool>_calls` per tool, weight 0,
+    next to the env's own rubric (which is not changed), following add_tool/remove_tool."""
+    from workbench.envs.environment import RolloutOutput
+    from workbench.envs.rubric import Rubric
+    from workbench.envs.tool_env import ToolEnv
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    def echo(text: str) -> str:
+        """Echo text."""
+        return text
+
+    def answered(completion) -> float:
+        return float("7" in (completion[-1].get("content") or ""))
+
+    own = Rubric([answered])
+    env = ToolEnv(tools=[add], rubric=own, dataset=[{"question": "3 + 4?", "answer": "7"}])
+    env.add_tool(echo)
+    call = lambda name, args: {"id": name, "type": "function", "function": {"name": name, "arguments": args}}  # noqa: E731
+    completion = [{"role": "assistant", "content": "", "tool_calls": [call("add", '{"a": 3, "b": 4}'), call("add", "{}")]},
+                  {"role": "tool", "tool_call_id": "add", "content": "7"},
+                  {"role": "assistant", "content": "", "tool_calls": [call("echo", '{"text": "7"}')]},
+                  {"role": "assistant", "content": "7"}]
+    (score,) = await env.score_group(env.get_examples(1)[0], [RolloutOutput(completion, {})])
+    assert score.reward == 1.0 and score.rewards == {"answered": 1.0}
+    assert score.metrics == {"total_tool_calls": 3.0, "add_calls": 2.0, "echo_calls": 1.0}
+    assert own.func_names == ["answered"]
+    env.remove_tool(echo)
+    (score,) = await env.score_group(env.get_examples(1)[0], [RolloutOutput(completion, {})])
+    assert score.metrics == {"total_tool_calls": 3.0, "add_calls": 2.0}

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,23 @@ GSM8K = SHARED / "data" / "gsm8k" / "train.jsonl"
 LIMITS = {"timeout_s": 3.0, "cpu_time_s": 1, "memory_mb": 256, "max_processes": 8}
 
 
+@pytest.fixture(autouse=True)
+def own_sandboxes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's sandboxes make their working dirs (named in the child's command line) under its
+    tmp_path, so `sandbox_processes` sees them alone: other xdist workers run sandboxes too."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 def sandbox_processes() -> list[int]:
-    """Pids of sandbox processes still alive (their command line names the child script)."""
+    """Pids of this test's sandbox processes still alive (their command line names the child
+    script and a working dir under the test's temp folder, see `own_sandboxes`)."""
     pids = []
+    mine = tempfile.gettempdir().encode()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                if b"sandbox_child.py" in (entry / "cmdline").read_bytes():
+                cmdline = (entry / "cmdline").read_bytes()
+                if b"sandbox_child.py" in cmdline and mine in cmdline:
                     pids.append(int(entry.name))
             except OSError:
                 pass

@@ -190,14 +190,16 @@ def scripted_judge() -> ScriptedBackend:
 async def test_judge_rubric_over_http_with_wiki_search():
     with serve_in_thread(make_app(scripted_judge())) as url:
         env = load_environment("wiki-search", judge_model="judge", judge_base_url=f"{url}/v1")
-        assert isinstance(env.rubric, JudgeRubric)
+        judge_rubric = env.rubric.rubrics[0]  # a ToolEnv's rubric: the env's own, then the tool metrics (as verifiers)
+        assert isinstance(judge_rubric, JudgeRubric)
         example = env.get_examples(1)[0]
         variants = [answer(f"<answer>It is {example.answer}, I believe</answer>"),  # judge: yes; exact match: no
                     answer("<answer>Nobody</answer>"), answer("no tags")]
         scores = await env.score_group(example, [RolloutOutput(c, {}) for c in variants])
-        assert not env.rubric.judge_client.connected  # closed when idle: nothing leaks at exit
+        assert not judge_rubric.judge_client.connected  # closed when idle: nothing leaks at exit
     assert [s.reward for s in scores] == [1.0, 0.0, 0.0]
     assert scores[0].rewards == {"judge_reward": 1.0} and scores[0].metrics["exact_match_reward"] == 0.0
+    assert all(s.metrics["total_tool_calls"] == 0.0 and "search_pages_calls" in s.metrics for s in scores)
     assert all(s.error is None for s in scores)
 
 

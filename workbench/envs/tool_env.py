@@ -3,6 +3,10 @@
 A tool's OpenAI schema comes from its type hints and docstring (first paragraph = description,
 `name: text` lines under `Args:` = parameter descriptions). A tool that raises returns the error
 to the model as the tool message and is counted in `state["tool_errors"]`; the run goes on.
+
+As verifiers' ToolEnv (its `ToolMonitorRubric`), every rollout is scored with the metrics
+`total_tool_calls` and `<tool>_calls` for each tool (weight 0: logged, never in the reward): a
+member rubric next to the env's own, kept in step with `add_tool`/`remove_tool`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 
 from workbench.envs.messages import ToolMessage
 from workbench.envs.multiturn import MultiTurnEnv
+from workbench.envs.rubric import Rubric
+from workbench.envs.rubric_group import RubricGroup
 from workbench.types import Messages, State
 
 _JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
@@ -100,6 +106,10 @@ class ToolEnv(MultiTurnEnv):
         self.tools: list[Callable[..., Any]] = []
         self.tool_map: dict[str, Callable[..., Any]] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
+        # verifiers' tool metrics, as a member of its own: the env's rubric object is not changed.
+        self.tool_monitor_rubric = Rubric()
+        self.tool_monitor_rubric.add_metric(total_tool_calls)
+        self.rubric = RubricGroup([self.rubric, self.tool_monitor_rubric])
         for tool in tools or ():  # not via add_tool: a subclass may override it with more arguments
             self._register(tool, tool_schema(tool))
         # Long tool outputs blow up the context of small models; the model sees a truncated copy.
@@ -114,6 +124,11 @@ class ToolEnv(MultiTurnEnv):
         self.tools.remove(tool)
         self.tool_map.pop(tool.__name__, None)
         self._schemas.pop(tool.__name__, None)
+        monitor = self.tool_monitor_rubric
+        for index, func in enumerate(monitor.funcs):
+            if func.__name__ == f"{tool.__name__}_calls":
+                del monitor.funcs[index], monitor.weights[index]
+                break
 
     def _register(self, tool: Callable[..., Any], schema: dict[str, Any]) -> None:
         name = tool.__name__
@@ -122,6 +137,7 @@ class ToolEnv(MultiTurnEnv):
         self.tools.append(tool)
         self.tool_map[name] = tool
         self._schemas[name] = schema
+        self.tool_monitor_rubric.add_metric(tool_call_counter(name))
 
     @property
     def oai_tools(self) -> list[dict[str, Any]] | None:
@@ -184,6 +200,27 @@ class ToolEnv(MultiTurnEnv):
             raise exc
         state["tool_errors"] = state.get("tool_errors", 0) + 1
         return ToolMessage(tool_call_id=call.get("id", ""), content=self.error_formatter(exc))
+
+
+def total_tool_calls(completion: Messages) -> float:
+    """Tool calls the model made in the rollout, all tools together."""
+    return float(_calls(completion, None))
+
+
+def tool_call_counter(name: str) -> Callable[[Messages], float]:
+    """The metric `<name>_calls`: calls of the tool `name` in the rollout."""
+
+    def count(completion: Messages) -> float:
+        return float(_calls(completion, name))
+
+    count.__name__ = count.__qualname__ = f"{name}_calls"
+    return count
+
+
+def _calls(completion: Messages, name: str | None) -> int:
+    return sum(1 for message in completion if message.get("role") == "assistant"
+               for call in message.get("tool_calls") or ()
+               if name is None or (call.get("function") or {}).get("name") == name)
 
 
 def _tool_content(result: Any) -> str:
