@@ -399,6 +399,9 @@ def test_ported_env_through_the_cli(name: str, tmp_path: Path, tiny_model: Path)
         assert record["completion"][0]["role"] == "assistant"
         assert record["rewards"] or name == "example_stateful_tool_env"  # its Rubric() has no functions
         assert record["num_turns"] >= 1 and record["stop_condition"]
+    if name == "tool_test":  # verifiers' ToolEnv metrics, as the original reports them
+        expected = {"total_tool_calls", "tool_A_calls", "tool_B_calls", "tool_C_calls", "tool_D_calls"}
+        assert all(expected <= set(r["metrics"]) for r in records), records[0]["metrics"]
     if name == "alphabet_sort":
         assert all("weighted_reward" in r["rewards"] for r in records)
         assert all(r["stop_condition"] in {"max_turns_for_example", "length"} for r in records)
