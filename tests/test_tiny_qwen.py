@@ -269,3 +269,41 @@ def test_first_use_builds_once_with_a_notice(workspace: Path, monkeypatch: pytes
     ensure_embedded_model("tiny-qwen")
     assert built == [workspace]
     assert "tiny-qwen is not built yet" in capsys.readouterr().err
+
+
+def test_trainer_sft_data_trains_every_turn_once_with_its_tools(tok, tmp_path: Path) -> None:
+    """`mode = "sft"` reads prime-rl's format (`messages`, optional `tools`): a thinking
+    conversation whose template drops earlier thinking is two samples, one per assistant turn in
+    its own context, and a conversation's tools are rendered into its prompt."""
+    import json
+
+    from workbench.train.schema import TrainConfig
+    from workbench.train.setup import SFTData
+
+    thinking = [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1", "reasoning_content": "t1"},
+                {"role": "user", "content": "u2"}, {"role": "assistant", "content": "a2", "reasoning_content": "t2"}]
+    with_tools = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "", "tool_calls": [CALL]},
+                  {"role": "tool", "content": "1"}, {"role": "assistant", "content": "done"}]
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps({"messages": thinking}) + "\n" + json.dumps({"messages": with_tools, "tools": TOOLS}) + "\n")
+    config = TrainConfig.model_validate({"model": "tiny-qwen", "mode": "sft", "sft": {"data_path": str(data)}})
+    samples = SFTData.from_config(config, None, tok).samples
+    trained = [tok.decode([t for t, m in zip(s.input_ids, s.loss_mask) if m]) for s in samples]
+    assert trained[:2] == ["<think>\nt1\n</think>\n\na1<|im_end|>", "<think>\nt2\n</think>\n\na2<|im_end|>"]
+    # The tool call turn, then the answer: each in the context it is generated in (the empty
+    # thinking Qwen3 shows on the latest turn only), with the tools in the system prompt.
+    assert len(trained) == 4 and "<tool_call>" in trained[2] and trained[3] == "<think>\n\n</think>\n\ndone<|im_end|>"
+    assert tok.decode(samples[3].input_ids) == render(tok, with_tools, tools=TOOLS)
+    assert all("# Tools" in tok.decode(sample.input_ids) for sample in samples[2:])
+
+
+def test_trainer_sft_data_lines_that_are_not_conversations_are_one_line_errors(tok, tmp_path: Path) -> None:
+    from workbench.errors import UserError
+    from workbench.train.schema import TrainConfig
+    from workbench.train.setup import SFTData
+
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "u"}]}\n{"messages": "hi"}\n')
+    config = TrainConfig.model_validate({"model": "tiny-qwen", "mode": "sft", "sft": {"data_path": str(data)}})
+    with pytest.raises(UserError, match=r"bad.jsonl:2: 'messages' .* must be lists"):
+        SFTData.from_config(config, None, tok)

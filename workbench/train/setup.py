@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from workbench.train.samples import Sample
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, EnvConfig, TrainConfig
 from workbench.train.shared_source import SharedSource
 from workbench.train.teacher import Teacher, load_teacher
-from workbench.types import SamplingParams
+from workbench.types import Messages, SamplingParams
 from workbench.workspace import model_label, new_run_id, runs_dir
 
 
@@ -178,20 +178,25 @@ class SFTData:
 
     @classmethod
     def from_config(cls, config: TrainConfig, env: Environment | None, tokenizer: Any) -> SFTData:
-        from workbench.models.sft_data import IGNORE_INDEX, encode_demonstration
+        """Every assistant turn of every conversation trained exactly once, in the context it is
+        generated in (`encode_conversation`: a chat template that rewrites earlier turns, as
+        Qwen3's drops their thinking, gives a conversation several samples), with the tools the
+        conversation offers rendered into its prompt."""
+        from workbench.models.sft_data import IGNORE_INDEX, encode_conversation
 
         conversations = list(_read_jsonl_messages(Path(config.sft.data_path))) if config.sft.data_path else []
         if config.sft.from_env and env is not None:
             for example in env.get_examples(-1, split="train"):
                 reference = env.reference_completion(example)
                 if reference:
-                    conversations.append(example.prompt + reference)
+                    conversations.append((example.prompt + reference, env.oai_tools))
         max_len = config.seq_len or 4096
         samples = []
-        for messages in conversations:
-            demo = encode_demonstration(tokenizer, messages, max_len)
-            mask = [int(label != IGNORE_INDEX) for label in demo.labels]
-            samples.append(Sample(demo.input_ids, mask, [0.0] * len(mask), 0.0))
+        for messages, tools in conversations:
+            for demo in encode_conversation(tokenizer, messages, max_len, tools):
+                mask = [int(label != IGNORE_INDEX) for label in demo.labels]
+                if any(mask):  # a sequence cut before its turn (max_len) has nothing to train
+                    samples.append(Sample(demo.input_ids, mask, [0.0] * len(mask), 0.0))
         return cls(samples, config.seed)
 
     def batch(self, step: int, size: int) -> list[Sample]:
@@ -204,7 +209,9 @@ class SFTData:
         return out
 
 
-def _read_jsonl_messages(path: Path):
+def _read_jsonl_messages(path: Path) -> Iterator[tuple[Messages, list[dict[str, Any]] | None]]:
+    """(messages, tools) of each line: prime-rl's SFT format, `{"messages": [...], "tools": [...]}`
+    (tools optional)."""
     import orjson
 
     if not path.is_file():
@@ -214,6 +221,9 @@ def _read_jsonl_messages(path: Path):
             continue
         try:
             record = orjson.loads(line)
-            yield record["messages"]
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            messages, tools = record["messages"], record.get("tools")
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"{path}:{number}: expected a JSON object with 'messages'") from exc
+        if not isinstance(messages, list) or (tools is not None and not isinstance(tools, list)):
+            raise UserError(f"{path}:{number}: 'messages' (and 'tools', when given) must be lists")
+        yield messages, tools
