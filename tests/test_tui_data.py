@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.tui_data import VariedClient, make_eval, make_gepa_run, make_train_run
+from tests.tui_data import (REWARD_FAILED, SERVER_FAILED, VariedClient, make_eval, make_gepa_run, make_train_run,
+                             write_results)
 from workbench.inference.echo import EchoClient
 from workbench.store.results import read_groups
 from workbench.tui.data.compare import compare_groups
@@ -19,7 +20,7 @@ from workbench.tui.data.runs import RunCatalog, filter_runs
 from workbench.tui.data.tail import JsonlTail, TextTail
 from workbench.store.checkpoints import list_checkpoint_infos
 from workbench.tui.data.training import eta_seconds, series, step_rollout_files
-from workbench.tui.data.variance import bucket_labels, variance_report
+from workbench.tui.data.variance import bucket_labels, difficulty, index_variance_report, variance_report
 from workbench.tui.launcher import config_spec
 
 
@@ -116,6 +117,57 @@ def test_variance_report_uses_eval_summary_buckets(varied_run: Path):
     saved = json.loads((varied_run / "metadata.json").read_text())["summary"]
     assert report.summary["verdict"] == saved["verdict"]
     assert dict(report.histogram)["0"] == saved["group_std_histogram"].get("0", 0)
+
+
+
+
+def test_index_variance_report_equals_the_loaded_groups_report(tmp_path: Path):
+    """Built from the index's rows (no record parsed), the report shows exactly what the report of
+    the loaded groups shows: histogram, difficulty counts and shares, the table's order and
+    numbers, and summarize's mean reward / zero-variance share / verdict, which leave out the
+    group a server failure spoiled."""
+    path = write_results(tmp_path, {
+        7: [1.0, 1.0, 1.0, 1.0],  # zero variance, too easy
+        3: [0.0, 0.0, 0.0, 0.0],  # zero variance, too hard
+        5: [0.1, 0.2, 0.3, 0.7],  # in range (floats whose sum rounds: the mean must be summarize's)
+        2: [0.9, 0.2, 0.6, 1],  # in range, an int reward and a truncated rollout
+        4: [0.5, 0.52, 0.5, 0.52],  # std under 0.05: no signal
+        9: [0.9, 0.0, 0.4, 0.3],  # a reward function raised (reward 0): still a result
+        6: [0.95, 0.05, 1.0, 0.0],  # a server failure: not a result, left out of summarize
+        8: [0.25, 0.25, 0.75, 0.75],  # the same std as example 1: the table puts 1 first
+        1: [0.75, 0.25, 0.75, 0.25],
+    }, {(9, 1): REWARD_FAILED, (6, 2): SERVER_FAILED})
+    index = RolloutIndex(path)
+    index.refresh()
+    old = variance_report(index.load_groups())
+    assert old.summary["incomplete_groups"] == 1 and old.summary["num_groups"] == 8  # the case is there
+
+    def load_group(*_):
+        raise AssertionError("the index report read a record")
+
+    index.load_group = load_group  # type: ignore[method-assign]
+    new = index_variance_report(index)
+    assert new.histogram == old.histogram and new.counts == old.counts and new.shares == old.shares
+    assert new.num_groups == old.num_groups == 9
+    table = [(g.example_id, g.mean, g.std, difficulty(g)) for g in new.by_variance]
+    assert table == [(g.example_id, g.mean, g.std, difficulty(g)) for g in old.by_variance]
+    order = [g.example_id for g in new.by_variance]
+    assert order[-2:] == [3, 7] and order.index(8) == order.index(1) + 1  # std ties: by example id
+    assert {"reward_mean", "zero_variance_frac", "verdict", "infrastructure_failures"} <= new.summary.keys()
+    assert new.summary == {key: old.summary[key] for key in new.summary}  # exactly equal, float for float
+    assert new.summary["reward_mean"] != pytest.approx(index.reward_mean)  # the failed group is left out
+
+
+def test_index_variance_report_when_every_group_failed(tmp_path: Path):
+    path = write_results(tmp_path, {0: [0.0, 1.0], 1: [0.5, 0.5]}, {(0, 0): SERVER_FAILED, (1, 1): SERVER_FAILED,
+                                                                    (1, 0): SERVER_FAILED})
+    index = RolloutIndex(path)
+    index.refresh()
+    old, new = variance_report(index.load_groups()), index_variance_report(index)
+    assert new.summary == old.summary == {"num_groups": 0, "num_rollouts": 0, "infrastructure_failures": 3,
+                                          "incomplete_groups": 2}
+    assert new.histogram == old.histogram and new.counts == old.counts
+    assert [g.example_id for g in new.by_variance] == [g.example_id for g in old.by_variance] == [0, 1]
 
 
 def test_compare_counts_flips(workspace: Path):

@@ -13,6 +13,8 @@ import pytest
 
 from tests.tui_data import (
     CREATED,
+    REWARD_FAILED,
+    SERVER_FAILED,
     make_eval,
     make_gepa_run,
     make_train_run,
@@ -20,8 +22,11 @@ from tests.tui_data import (
     text_of,
     train_metrics,
     wait_for,
+    write_results,
 )
+from workbench.engine.summary import summarize
 from workbench.inference.echo import EchoClient
+from workbench.store.results import read_groups
 from workbench.train.metrics import MetricsLogger
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.launcher import Launch, Launcher, LaunchSpec
@@ -34,6 +39,7 @@ from workbench.tui.screens.log import LogScreen
 from workbench.tui.screens.monitor import TrainMonitorScreen
 from workbench.tui.screens.rollouts import RolloutsScreen
 from workbench.tui.screens.runs import RunsScreen
+from workbench.tui.data.rollout_index import RolloutIndex
 from workbench.tui.screens.variance import VarianceScreen
 from workbench.tui.widgets.conversation import ConversationView, MessageBlock
 from workbench.tui.widgets.groups_table import GroupsTable
@@ -243,6 +249,43 @@ async def test_variance_histogram_shares_and_jump_to_example(ws):
         assert isinstance(rollouts, RolloutsScreen)
         await wait_for(pilot, lambda: rollouts.rollout is not None)
         assert rollouts.rollout.example_id == example
+
+
+
+async def test_variance_reads_no_record_and_shows_summarize_numbers(workspace: Path, monkeypatch):
+    """The screen is built from the index's numbers: no record is read back, and the mean reward,
+    zero-variance share and verdict are summarize's, which leave out a group a server failure
+    spoiled (here it would pull the mean down to 0.5)."""
+    path = write_results(workspace / "run", {
+        0: [1.0, 1.0, 1.0, 1.0], 1: [0.0, 1.0, 1.0, 1.0], 2: [0.5, 1.0, 0.75, 1.0], 3: [1.0, 1.0, 1.0, 0.0],
+        4: [0.0, 0.0, 0.0, 0.0]}, {(1, 0): REWARD_FAILED, (4, 0): SERVER_FAILED})
+    expected = summarize(read_groups(path.parent))
+    assert expected["incomplete_groups"] == 1 and expected["zero_variance_frac"] == 0.25
+
+    def no_records(*_):
+        raise AssertionError("the variance screen read a record")
+
+    for name in ("load_group", "record", "raw"):
+        monkeypatch.setattr(RolloutIndex, name, no_records)
+    app = app_for(workspace)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+        chosen: list[int] = []
+        screen = VarianceScreen(path)
+        app.push_screen(screen, chosen.append)
+        await wait_for(pilot, lambda: screen.report is not None and len(screen.query_one("#variance-table").rows) == 5)
+        table, shares_widget = screen.query_one("#variance-table"), screen.query_one("#variance-shares")
+
+        def shares() -> str:  # the text shown, its lines joined (a long verdict wraps)
+            return " ".join(text_of(shares_widget).split())
+
+        await wait_for(pilot, lambda: expected["verdict"] in shares())  # laid out
+        assert "5 groups" in shares() and f"mean reward {expected['reward_mean']:.3f}" in shares()
+        assert "zero-variance groups 25%" in shares()
+        assert [row[0] for row in table.rows] == ["1", "3", "2", "0", "4"]  # std desc, then example id
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: chosen)
+        assert chosen == [3] and app.screen is not screen
 
 
 # ----- training monitor ---------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from workbench.evaluate.service import RunLog
 from workbench.inference.echo import EchoClient
 from workbench.store.files import read_json, write_json_atomic
 from workbench.train.metrics import MetricsLogger
-from workbench.types import Completion, Messages, SamplingParams
+from workbench.store.results import ResultsWriter
+from workbench.types import Completion, Group, Messages, Rollout, RolloutError, SamplingParams
 
 CREATED = "2026-01-02T03:04:05+00:00"
 
@@ -165,6 +166,29 @@ def make_eval(env_id: str, client: Any, n: int, r: int, run_id: str, model: str 
                         max_tokens=max_tokens)
     result = run_eval(config, client=client)
     return normalize_run(result.run_dir, run_id, created_at)
+
+
+
+SERVER_FAILED = RolloutError("InferenceError", "503 after retries", where="inference", infrastructure=True)
+REWARD_FAILED = RolloutError("ValueError", "reward function 'score' raised: boom", where="reward")
+
+
+def write_results(run_dir: Path, rewards_by_example: dict[int, list[float]],
+                  errors: dict[tuple[int, int], RolloutError] | None = None) -> Path:
+    """A results.jsonl of hand-picked rewards, written with `ResultsWriter` (one group per example,
+    in the given order); `errors` puts an error on (example id, rollout index). Rollout 1 of
+    example 2 is truncated. Returns the file."""
+    errors = errors or {}
+    writer = ResultsWriter(run_dir)
+    for example_id, rewards in rewards_by_example.items():
+        writer.write_group(Group(example_id, [
+            Rollout(example_id, i, prompt=[{"role": "user", "content": f"q{example_id}"}],
+                    completion=[{"role": "assistant", "content": f"a{i}"}], reward=reward,
+                    rewards={"score": float(reward)}, is_truncated=(example_id, i) == (2, 1),
+                    error=errors.get((example_id, i)))
+            for i, reward in enumerate(rewards)]))
+    writer.close()
+    return run_dir / "results.jsonl"
 
 
 _KEEPALIVE: list[Any] = []

@@ -14,9 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
-
-from workbench.types import Group
+from typing import Literal, Protocol
 
 Difficulty = Literal["too easy", "in range", "too hard"]
 DIFFICULTIES: tuple[Difficulty, ...] = ("too easy", "in range", "too hard")
@@ -25,6 +23,17 @@ DIFFICULTIES: tuple[Difficulty, ...] = ("too easy", "in range", "too hard")
 # summary's std histogram).
 SIGNAL_STD = 0.05
 ZERO_STD = 1e-6  # float noise: a group this flat scored every rollout the same
+
+
+class Scored(Protocol):
+    """What the rule reads of a group: its mean reward and within-group (population) std. A
+    `workbench.types.Group`, or a row of those two numbers without the rollouts (the TUI's)."""
+
+    @property
+    def mean(self) -> float: ...
+
+    @property
+    def std(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,7 @@ class DifficultyRule:
         """The rule for a training config, which states the threshold as a variance."""
         return cls(min_std=math.sqrt(min_variance), min_reward=min_reward, max_reward=max_reward)
 
-    def classify(self, group: Group) -> Difficulty:
+    def classify(self, group: Scored) -> Difficulty:
         std = group.std
         if std <= ZERO_STD or std < self.min_std:
             return "too easy" if group.mean >= 0.5 else "too hard"
@@ -48,7 +57,7 @@ class DifficultyRule:
             return "too hard"
         return "in range"
 
-    def teaches(self, group: Group) -> bool:
+    def teaches(self, group: Scored) -> bool:
         return self.classify(group) == "in range"
 
 
@@ -66,7 +75,7 @@ def run_verdict(mean_reward: float) -> str:
     return "borderline for RL (between the good range and too easy/hard)"
 
 
-def difficulty_counts(groups: Iterable[Group], rule: DifficultyRule = DEFAULT_RULE) -> dict[Difficulty, int]:
+def difficulty_counts(groups: Iterable[Scored], rule: DifficultyRule = DEFAULT_RULE) -> dict[Difficulty, int]:
     """How many groups are too easy, in range and too hard under `rule`."""
     counts: dict[Difficulty, int] = dict.fromkeys(DIFFICULTIES, 0)
     for group in groups:

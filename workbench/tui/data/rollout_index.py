@@ -2,9 +2,10 @@
 
 Opening a run with 10,000 rollouts must take well under half a second, and one with 100,000
 must not hold the run in memory. So the index keeps, per line, only a few numbers in flat
-arrays — byte offset and length, example id, rollout index, reward, error/truncated flags
-(about 40 bytes a rollout) — and per example a `GroupRow` (its lines, mean, std, flags). A
-rollout (or one example's group) is read back from disk, by offset, when it is shown.
+arrays — byte offset and length, example id, rollout index, reward, error/truncated/
+infrastructure flags (about 40 bytes a rollout) — and per example a `GroupRow` (its lines, mean,
+std, flags). A rollout (or one example's group) is read back from disk, by offset, when it is
+shown; whole-run numbers (the variance report) come from the rows alone.
 
 `refresh()` reads only bytes appended since the last call (a live eval grows group by group),
 in chunks, and never consumes a torn last line; a file that shrank (a resume compacts it) is
@@ -26,7 +27,9 @@ import orjson
 from workbench.types import Group, Rollout
 
 CHUNK = 8 << 20  # bytes read at a time: memory stays bounded however large the file
-ERROR, TRUNCATED = 1, 2  # bits of a line's flags
+# Bits of a line's flags. INFRASTRUCTURE: its error is one the serving side caused
+# (`RolloutError.infrastructure`), so its group is no result (`Group.infrastructure_failures`).
+ERROR, TRUNCATED, INFRASTRUCTURE = 1, 2, 4
 
 
 @dataclass(slots=True)
@@ -39,6 +42,7 @@ class GroupRow:
     std: float  # population std, as `Group.std`
     errors: bool  # at least one rollout errored
     truncated: bool  # at least one rollout was truncated
+    infrastructure_failures: int = 0  # rollouts the serving side failed, as `Group.infrastructure_failures`
 
     @property
     def size(self) -> int:
@@ -165,7 +169,9 @@ class RolloutIndex:
         self.rollout_indices.append(rollout_index)
         reward = record.get("reward")
         self.rewards.append(float(reward) if isinstance(reward, (int, float)) else 0.0)
-        self.flags.append((ERROR if record.get("error") else 0) | (TRUNCATED if record.get("is_truncated") else 0))
+        error = record.get("error")
+        self.flags.append((ERROR if error else 0) | (TRUNCATED if record.get("is_truncated") else 0)
+                          | (INFRASTRUCTURE if isinstance(error, dict) and error.get("infrastructure") else 0))
         return 1
 
     def groups(self) -> list[GroupRow]:
@@ -179,11 +185,12 @@ class RolloutIndex:
                 lines = sorted(lines_of[example_id], key=self.rollout_indices.__getitem__)
                 rewards = [self.rewards[i] for i in lines]
                 mean = sum(rewards) / len(rewards)
-                flags = 0
+                flags = failures = 0
                 for i in lines:
                     flags |= self.flags[i]
+                    failures += self.flags[i] & INFRASTRUCTURE != 0
                 rows.append(GroupRow(example_id, lines, mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-                                     bool(flags & ERROR), bool(flags & TRUNCATED)))
+                                     bool(flags & ERROR), bool(flags & TRUNCATED), failures))
             self._groups = rows
             self._group_of = {row.example_id: row for row in rows}
         return self._groups
