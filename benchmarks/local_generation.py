@@ -89,7 +89,9 @@ async def _run_interleaved(model_path: str, prompts: list[Messages], loop_prompt
     padded_inputs = _padded_inputs(tokenizer, prompts)
     loop_inputs = [_torch_ids(_prompt_ids(tokenizer, messages)) for messages in loop_prompts]
     try:
-        await client.chat(prompts[0], sampling=sampling)  # warm-up: first-call kernel setup
+        # Warm-up, each path at its own unit of work: the client's and the padded call's whole batch
+        # (first-call kernel setup, the client's KV cache sized for all rows), the loop's one request.
+        await asyncio.gather(*[client.chat(p, sampling=sampling) for p in prompts])
         _padded_generate(model, tokenizer, padded_inputs, sampling)
         _generate_loop(model, tokenizer, loop_inputs[:1], sampling)
         client_rates, padded_rates, loop_rates = [], [], []

@@ -7,10 +7,15 @@ stop handling and logprobs are `generation`'s (`sample_next`, `record_token`, `p
 so results match `generate_batch_hf` for seeded rows up to floating-point differences.
 
 Layout: live rows occupy cache slots [0, n). A finished row's slot is filled by moving the
-last live row into it (its keys/values and per-row tensors are copied), so every forward pass
-works on contiguous views and the cache is never reallocated per step; buffers grow (doubling,
-rarely) only when a session needs more rows or positions than any before (`reuse` hands them
-from one session to the next).
+last live row into it (its keys/values, one strided copy per moved row, and per-row tensors are
+copied), so every forward pass works on contiguous views and the cache is never reallocated per
+step; buffers grow (doubling, rarely) only when a session needs more rows or positions than any
+before (`reuse` hands them from one session to the next).
+
+A decode step's Python work is one pass over the rows (recording each row's token): the longest
+row's length (the attention's key count, the rotary table's extent) is kept up to date rather
+than recomputed per step, and the forward skips its weight-change check (the weights are held
+still for the session).
 
 Prefill shares work between prompts:
 - a shared prefix (`lean_model.SharedPrefix`): when no live row uses one, the longest prefix
@@ -75,8 +80,10 @@ class _Row:
 class _SlotTensors:
     """Per-slot tensors, indexed like the cache slots; grown by `resize`."""
 
+    # What `move` carries: not `logits`, which a move (finished rows leaving, after sampling)
+    # always precedes a forward pass that rewrites them for every live slot.
     FIELDS = ("position", "offset", "steps", "temperature", "top_p", "top_k", "min_p", "penalty", "seeded",
-              "seeded_uniforms", "logits", "prompts", "seen")
+              "seeded_uniforms", "prompts", "seen")
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -162,6 +169,8 @@ class DecodeEngine:
         self._seeded_rows = 0
         self._greedy_rows = 0  # live rows with temperature 0 / with top-k or top-p: while none are
         self._truncated_rows = 0  # live, `sample_next` skips those branches
+        self._longest = 0  # the longest live row's length / slot length (`_Row.length`, `_Row.slot_length`)
+        self._longest_slot = 0
 
     @property
     def live_rows(self) -> int:
@@ -208,8 +217,8 @@ class DecodeEngine:
         if duplicates:
             dst = torch.arange(first + len(prompts), first + len(specs), device=self.model.device)
             src = torch.tensor([first + row_to_unique[i] for i in duplicates], device=self.model.device)
-            length = max(len(prompts[row_to_unique[i]]) - offsets[row_to_unique[i]] for i in duplicates)
-            self.cache.copy_slots(dst, src, length)
+            self.cache.copy_slots([(slot, first + row_to_unique[i], len(prompts[row_to_unique[i]]) - offsets[row_to_unique[i]])
+                                   for slot, i in enumerate(duplicates, start=first + len(prompts))])
             self.slots.logits[dst] = self.slots.logits[src]
             self.slots.prompts[dst] = self.slots.prompts[src]  # a stale prompt here would fake a shared prefix
         base = next(self._orders)
@@ -301,13 +310,7 @@ class DecodeEngine:
             if length > starts[i]:
                 starts[i] = length
                 moves.append((first + i, slot))
-        if moves:
-            device = self.model.device
-            dst = torch.tensor([d for d, _ in moves], device=device)
-            src = torch.tensor([s for _, s in moves], device=device)
-            # One copy of the longest share: indices past a row's own share are rewritten by
-            # its prefill or by decoding before any query may attend to them.
-            self.cache.copy_slots(dst, src, max(starts[d - first] - offsets[d - first] for d, _ in moves))
+        self.cache.copy_slots([(dst, src, starts[dst - first] - offsets[dst - first]) for dst, src in moves])
         return starts
 
     def _prefill(self, prompts: list[tuple[int, ...]], starts: list[int], offsets: list[int], first: int) -> None:
@@ -399,6 +402,8 @@ class DecodeEngine:
             s.steps[:n] += 1
         finished = [i for i, (row, token, logprob) in enumerate(zip(self.rows, tokens.tolist(), logprobs.tolist()))
                     if record_token(row.spec, row.result, token, logprob, self.stop_token_ids, self.stopper, row.stops)]
+        self._longest += 1  # every live row has one more token
+        self._longest_slot += 1
         return tokens, finished
 
     def _uniforms(self, n: int) -> Any:
@@ -408,7 +413,8 @@ class DecodeEngine:
         values = torch.rand(n)  # the global generator, one draw per live row (as the HF path)
         if self._rank is not None:
             values = values[self._rank]
-        values = values.to(s.device)
+        if s.device.type != "cpu":
+            values = values.to(s.device)
         if self._seeded_rows:
             steps = s.steps[:n].clamp(max=s.seeded_uniforms.shape[1] - 1)
             seeded = s.seeded_uniforms[s.index[:n], steps]
@@ -418,13 +424,15 @@ class DecodeEngine:
     def _decode(self, tokens: Any) -> None:
         """Write the sampled tokens into the cache and compute the next logits."""
         n, s = len(self.rows), self.slots
-        key_length = self._slot_length()
+        key_length = self._longest_slot
         if key_length > self.cache.length:
             self.cache.reserve(self.cache.slots, key_length, keep_slots=n, keep_length=key_length - 1)
         position = s.position[:n]
         batch = ForwardBatch.decode(tokens, position, position - s.offset[:n], s.index[:n], key_length,
-                                    prefix_rows=self._prefix_mask)
-        s.logits[:n] = self.model.forward(self.cache, batch, self.prefix if self._prefix_rows else None)
+                                    prefix_rows=self._prefix_mask, max_position=self._longest - 1)
+        # Weights are held still for the session (see the class): no need to look for changes.
+        s.logits[:n] = self.model.forward(self.cache, batch, self.prefix if self._prefix_rows else None,
+                                          check_weights=False)
         position += 1
         self.counters.forward_passes += 1
 
@@ -449,15 +457,17 @@ class DecodeEngine:
             self._greedy_rows -= _greedy(row.spec)
             self._truncated_rows -= _truncated(row.spec, self.slots.vocab)
             self._prefix_rows -= row.offset > 0
-        if holes:
-            device = self.model.device
-            dst, src = torch.tensor(holes, device=device), torch.tensor(movers, device=device)
-            # The movers' last sampled token is not in the cache yet: slot_length - 1 indices.
-            self.cache.copy_slots(dst, src, max(self.rows[i].slot_length - 1 for i in movers))
-            self.slots.move(dst, src)
+        if not holes:  # only rows at the end left: nothing moves
+            self.rows = self.rows[:keep]
+            self._membership_changed()
+            return tokens[:keep]
+        # The movers' last sampled token is not in the cache yet: slot_length - 1 indices.
+        self.cache.copy_slots([(hole, mover, self.rows[mover].slot_length - 1) for hole, mover in zip(holes, movers)])
+        device = self.model.device
+        self.slots.move(torch.tensor(holes, device=device), torch.tensor(movers, device=device))
         self.rows = [self.rows[i] for i in order]
         self._membership_changed()
-        return tokens[torch.tensor(order, device=tokens.device)] if keep else tokens[:0]
+        return tokens[torch.tensor(order, device=tokens.device)]
 
     def _membership_changed(self) -> None:
         """Recompute what depends on which rows are live: the uniform ranks and the prefix mask."""
@@ -473,6 +483,9 @@ class DecodeEngine:
             self._rank = torch.tensor(rank)
         uses = [row.offset > 0 for row in self.rows]
         self._prefix_mask = None if all(uses) or not any(uses) else torch.tensor(uses, device=self.model.device)
+        # Kept up to date by `_sample` until the next change: no per-row loop in a decode step.
+        self._longest = max((row.length for row in self.rows), default=0)
+        self._longest_slot = self._slot_length()
 
     def _complete(self, row: _Row) -> RowResult:
         if row.result.text is None:

@@ -381,7 +381,7 @@ def record_token(row: GenerationRow, result: RowResult, token: int, logprob: flo
     if token in stop_token_ids:
         result.finish_reason = "stop"
         return True
-    text = stopper.check(stops, result.completion_ids)
+    text = stopper.check(stops, result.completion_ids) if stops else None
     if text is not None:
         result.text, result.finish_reason = text, "stop"
         return True

@@ -7,6 +7,7 @@ function directly: embed, per layer RMSNorm -> q/k/v -> (q/k norm) -> rotary -> 
 into `KVCache` at each row's own position -> attention over the cached keys -> o_proj -> MLP,
 then the final norm and `lm_head` for the positions whose logits are wanted. Tokens are
 packed (no padding) for everything but attention, which runs on [rows, longest row] queries.
+The cache, shared prefix and batch structures are in `lean_cache`.
 
 Supported: `model_type` llama, mistral, qwen2 (attention bias), qwen3 (q/k norm), with full
 attention on every layer, SiLU MLP and a rotary embedding whose table does not depend on the
@@ -16,24 +17,32 @@ and the caller keeps the Hugging Face path.
 Current weights, always: `LeanModel` keeps references to the model's *modules* and reads
 `weight` at each call, so in-place updates (an optimizer step, `load_weights_in_place`) are seen
 at once. The one copy: for a small model, q/k/v and gate/up (plain `nn.Linear`s) run as one
-matmul each over their stacked weights (`_Fused`), re-stacked whenever a source's version
-counter moves. A projection that is not a plain `nn.Linear` (a peft LoRA layer, runtime or
-trained) is called as a module, so adapters and their enable/disable switches apply exactly as
-in the Hugging Face forward. Build one per decode session: a module swapped for another object
+matmul each over their stacked weights (`_Fused`; o and down over transposed copies), re-made
+whenever a source's version counter moves. A projection that is not a plain `nn.Linear` (a peft
+LoRA layer, runtime or trained) is called as a module, so adapters and their enable/disable
+switches apply exactly as in the Hugging Face forward. Build one per decode session: a module swapped for another object
 (peft injecting layers) is picked up by the next.
 
 Decode steps (one query per row) cost, for a small model, about one dispatch per op, so the
-step is written for few ops: fused projections, one rotary pass for q and k, cache writes by
-`index_put_`, residual adds fused into `addmm`, and attention as a handful of batched matmuls
-with additive masks (`_attend_one`). A prefill's last layer runs only at each row's last token.
+step is written for few ops: fused projections, the rotary embedding of q and k as one in-place
+complex multiply, one `index_put_` per layer for keys and values, residual adds fused into
+`addmm`, and attention as a handful of batched matmuls with additive masks (`_attend_one`). A
+prefill's last layer runs only at each row's last token.
 
-Cache layout: one tensor [layers, 2 (k, v), slots, kv_heads, length, head_dim]; a row lives in
-one slot, its token at position p at index p - offset (no padding inside a slot), where offset
-is the length of a `SharedPrefix` the row uses (0 if none): keys/values of a prompt prefix many
-rows share (a system prompt, an RL group's prompt) stored once. Decoding attends to it as one
-matmul for all rows plus each row's own keys, merged in one softmax ("cascade" attention), so
-the prefix is read once per step instead of once per row. Rows of a batch are slots
-[first, first + n): the decode loop keeps live rows contiguous (see `decode_engine`).
+"Pairs" head-dim order: q and k are used with the two halves of each head interleaved
+(HF index i and i + head_dim/2 side by side), so a rotary pair is one complex number and the
+rotation is `view_as_complex(x) *= cos + i sin` (the same products and sums as HF's
+`x * cos + rotate_half(x) * sin`, one op instead of four). The order is the same for q and k,
+so their dot products are those of HF's order summed in another order; cached keys are kept
+in it. Fused q/k weights are stored with their rows in that order (no per-step permutation);
+projections that are not fused are permuted after the fact (`_qkv`). Dtypes without a complex
+counterpart (bfloat16) rotate with real ops in the same order.
+
+Cascade attention: keys/values of a prompt prefix many rows share (`SharedPrefix`: a system
+prompt, an RL group's prompt) are stored once. Decoding attends to it as one matmul for all
+rows plus each row's own keys, merged in one softmax, so the prefix is read once per step
+instead of once per row. Rows of a batch are slots [first, first + n): the decode loop keeps
+live rows contiguous (see `decode_engine`).
 """
 
 from __future__ import annotations
@@ -41,47 +50,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.inference.lean_cache import ForwardBatch, KVCache, SharedPrefix, round_up
+
+__all__ = ["ForwardBatch", "KVCache", "LeanModel", "SharedPrefix", "unsupported_reason", "unwrap_causal_lm"]
+
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # Rotary types whose cos/sin at a position do not depend on the sequence length (dynamic NTK
 # and longrope switch tables with it), so one table per session is exact.
 _STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-
-
-class KVCache:
-    """Preallocated keys and values; grows (by copying, rarely) when asked for more."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, *, dtype: Any, device: Any) -> None:
-        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
-        self.dtype, self.device = dtype, device
-        self.data: Any = None
-        self.slots = 0
-        self.length = 0
-
-    def reserve(self, slots: int, length: int, *, keep_slots: int, keep_length: int) -> None:
-        """Make room for `slots` x `length`, keeping slots [0, keep_slots) up to `keep_length`.
-        Sizes round up (length to 64, at least doubling) so growth happens O(log) times."""
-        import torch
-
-        if slots <= self.slots and length <= self.length:
-            return
-        new_slots = max(slots, self.slots)
-        new_length = max(_round_up(length, 64), self.length * 2 if length > self.length else self.length)
-        # Zeros, not empty: masked-out keys still enter q.k, and NaN garbage would survive the mask.
-        data = torch.zeros((self.layers, 2, new_slots, self.kv_heads, new_length, self.head_dim),
-                           dtype=self.dtype, device=self.device)
-        if self.data is not None and keep_slots and keep_length:
-            data[:, :, :keep_slots, :, :keep_length] = self.data[:, :, :keep_slots, :, :keep_length]
-        self.data, self.slots, self.length = data, new_slots, new_length
-
-    def fits(self, model: LeanModel) -> bool:
-        """Whether this cache has `model`'s shape, dtype and device (so it can be reused)."""
-        return (self.layers, self.kv_heads, self.head_dim, self.dtype, self.device) == (
-            len(model.layers), model.kv_heads, model.head_dim, model.dtype, model.device)
-
-    def copy_slots(self, dst: Any, src: Any, length: int) -> None:
-        """Slots `dst` take the first `length` positions of slots `src` (index tensors)."""
-        if length > 0 and len(dst):
-            self.data[:, :, dst, :, :length] = self.data[:, :, src, :, :length]
 
 
 @dataclass
@@ -99,12 +75,17 @@ class _Layer:
     down: Any
     qkv: _Fused | None = None  # q, k and v as one matmul, when `_Fused` applies
     gate_up: _Fused | None = None
+    o_copy: _Fused | None = None  # o and down alone, for their transposed copies (a plain matmul)
+    down_copy: _Fused | None = None
 
 
 class _Fused:
-    """Several plain `nn.Linear` projections of one input (q/k/v; gate/up) as one matmul over a
-    copy of their weights stacked along the output dimension: one op instead of three (two), and
-    q and k come out side by side, so one rotary pass covers both.
+    """Plain `nn.Linear` projections of one input (q/k/v; gate/up) as one matmul over a copy of
+    their weights stacked along the output dimension: one op instead of three (two), and q, k and
+    v come out side by side, so one rotary pass covers q and k and one cache write k and v.
+    `rows`, when given, reorders the stacked output rows (q/k into "pairs" order) in the copy.
+    The copy is kept transposed ([in, out]): `x @ W_t` is a little faster than `F.linear` at
+    decode sizes (and bit for bit the same), which is also why o and down get a copy of their own.
 
     The copy is remade whenever a source changes: `stale` compares each module's current `weight`
     and `bias` objects and their version counters (bumped by every in-place update: an optimizer
@@ -113,10 +94,11 @@ class _Fused:
     sessions they are still seen, since a `LeanModel` is built per session (under the caller's
     weights lock) and copies afresh."""
 
-    def __init__(self, modules: list[Any]) -> None:
+    def __init__(self, modules: list[Any], rows: Any = None) -> None:
         self.modules = modules
+        self.rows = rows
         self.sources: list[tuple[dict[str, Any], str, Any, int]] = []  # (module._parameters, name, tensor, version)
-        self.weight: Any = None
+        self.weight_t: Any = None  # [in, out]: a plain (NN) matmul is a little faster than x @ W.t() at decode sizes
         self.bias: Any = None
         self.refresh()
 
@@ -139,15 +121,19 @@ class _Fused:
         import torch
 
         with torch.no_grad():
-            self.weight = torch.cat([m.weight for m in self.modules])
+            weight = torch.cat([m.weight for m in self.modules])
             self.bias = None if self.modules[0].bias is None else torch.cat([m.bias for m in self.modules])
+            if self.rows is not None:
+                weight = weight[self.rows]
+                self.bias = None if self.bias is None else self.bias[self.rows]
+            self.weight_t = weight.t().contiguous()
         self.sources = [(m._parameters, name, m._parameters.get(name), _version(m._parameters.get(name)))
                         for m in self.modules for name in ("weight", "bias")]
 
     def __call__(self, x: Any) -> Any:
-        import torch.nn.functional as F
+        import torch
 
-        return F.linear(x, self.weight, self.bias)
+        return torch.mm(x, self.weight_t) if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
 
 
 class LeanModel:
@@ -179,7 +165,11 @@ class LeanModel:
         self.eps = float(config.rms_norm_eps)
         weight = self.lm_head.weight if hasattr(self.lm_head, "weight") else next(lm.parameters())
         self.dtype, self.device = weight.dtype, weight.device
-        self._rope: Any = None  # [positions, 2, 1, head_dim] rotary cos and signed sin, extended on demand
+        # Rotary table, extended on demand: complex [positions, 1, head_dim / 2] cos + i sin, or,
+        # for dtypes without a complex counterpart, real [positions, 2, 1, head_dim] (see `_rotary`).
+        self._rope: Any = None
+        self._complex_rope = self.dtype in (torch.float32, torch.float64)
+        self._pairs = _pairs_order(self.head_dim, self.device)
         self._keys: Any = None  # arange over cache indices, for the attention masks
         self._zero = torch.zeros((), dtype=self.dtype, device=self.device)  # additive-mask values
         self._minus_inf = torch.full((), float("-inf"), dtype=self.dtype, device=self.device)
@@ -200,18 +190,35 @@ class LeanModel:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype=self.dtype, device=self.device)
 
     def _fuse(self) -> None:
-        groups = [(layer, name, modules) for layer in self.layers
-                  for name, modules in (("qkv", [layer.q, layer.k, layer.v]), ("gate_up", [layer.gate, layer.up]))]
-        groups = [group for group in groups if _Fused.applies(group[2])]
-        size = sum(m.weight.numel() * m.weight.element_size() for _, _, modules in groups for m in modules)
-        if size <= self.FUSE_MAX_BYTES:
+        stacked = [(layer, name, modules) for layer in self.layers
+                   for name, modules in (("qkv", [layer.q, layer.k, layer.v]), ("gate_up", [layer.gate, layer.up]))]
+        alone = [(layer, name, [module]) for layer in self.layers
+                 for name, module in (("o_copy", layer.o), ("down_copy", layer.down))]
+        budget = self.FUSE_MAX_BYTES
+        for groups in (stacked, alone):  # q/k/v and gate/up first (they save ops); o and down if they fit too
+            groups = [group for group in groups if _Fused.applies(group[2])]
+            size = sum(m.weight.numel() * m.weight.element_size() for _, _, modules in groups for m in modules)
+            if size > budget:
+                return
+            budget -= size
             for layer, name, modules in groups:
-                setattr(layer, name, _Fused(modules))
+                # q/k rows in pairs order, unless a q/k norm (whose weight is in HF order) comes first.
+                pairs = name == "qkv" and layer.q_norm is None
+                setattr(layer, name, _Fused(modules, self._qkv_rows(modules) if pairs else None))
+
+    def _qkv_rows(self, modules: list[Any]) -> Any:
+        """Fused q/k/v output rows: each q and k head's in pairs order, v's as they are."""
+        import torch
+
+        qk_rows = modules[0].weight.shape[0] + modules[1].weight.shape[0]
+        heads = torch.arange(0, qk_rows, self.head_dim, device=self.device).unsqueeze(1)
+        values = torch.arange(qk_rows, qk_rows + modules[2].weight.shape[0], device=self.device)
+        return torch.cat(((heads + self._pairs).flatten(), values))
 
     def _refresh_fused(self) -> None:
         """Re-copy fused weights whose sources changed (cheap to check: once per forward)."""
         for layer in self.layers:
-            for name in ("qkv", "gate_up"):
+            for name in ("qkv", "gate_up", "o_copy", "down_copy"):
                 fused = getattr(layer, name)
                 if fused is not None and fused.stale():
                     if _Fused.applies(fused.modules):
@@ -219,29 +226,37 @@ class LeanModel:
                     else:  # a bias appeared on one of them, or a dtype changed: unfused from now on
                         setattr(layer, name, None)
 
-    def forward(self, cache: KVCache, batch: ForwardBatch, prefix: SharedPrefix | None = None) -> Any:
+    def forward(self, cache: KVCache, batch: ForwardBatch, prefix: SharedPrefix | None = None, *,
+                check_weights: bool = True) -> Any:
         """Run `batch`, writing its keys/values into `cache`; returns float32 logits [rows, vocab]
         at each row's last token (every token for a decode batch), or None for `batch.last` = -1.
         With `prefix`, rows flagged in `batch.prefix_rows` (all when None) also attend to the
-        shared prefix's keys, which precede the keys in their own slots."""
-        self._refresh_fused()
+        shared prefix's keys, which precede the keys in their own slots. `check_weights=False`
+        skips looking for weight changes since the last call (a decode loop whose weights are
+        held still: the check is a few dozen Python operations per step)."""
+        import torch
+
+        if check_weights:
+            self._refresh_fused()
         rows, width = batch.rows, batch.width
-        rope = self._rotary(batch.positions)
-        cos, sin = rope[:, 0], rope[:, 1]  # [N, 1, head_dim]: broadcast over heads
+        rope = self._rotary(batch.positions, batch.max_position)
         live = slice(batch.first_slot, batch.first_slot + rows)
         mask = self._prefill_mask(batch) if width > 1 else None
         bias = None  # (own keys, prefix) additive masks of the one-query attention, made when first needed
+        write = cache.write_index(batch.slots, batch.cache_index)  # the same rows in every layer
+        # Made per pass and indexed per layer (not kept, not `unbind`): outside inference mode,
+        # autograd rejects in-place writes to older views and to `unbind`'s.
+        layer_rows = cache.data.view(len(self.layers), -1, self.head_dim)
+        own = cache.data[:, :, live, :, : batch.key_length]  # [layers, 2, rows, kv_heads, keys, head_dim] views
+        if width == 1:  # per layer, keys transposed [rows * kv_heads, d, keys] and values [rows * kv_heads, keys, d]
+            own = list(zip(own[:, 0].flatten(1, 2).transpose(2, 3).unbind(0), own[:, 1].flatten(1, 2).unbind(0)))
         x = _embed(self.embed, batch.tokens)  # [N, hidden]: packed, no padding
         last_layer = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm, self.eps)
-            q, k, v = self._qkv(layer, h, cos, sin)
-            k_cache, v_cache = cache.data[index, 0], cache.data[index, 1]
-            # One index_put_ per tensor on a [slots, length, kv_heads, head_dim] view: token i's
-            # keys go to (slots[i], cache_index[i]), no flat index to build, no copy of k or v.
-            k_cache.transpose(1, 2).index_put_((batch.slots, batch.cache_index), k)
-            v_cache.transpose(1, 2).index_put_((batch.slots, batch.cache_index), v)
-            own_k, own_v = k_cache[live, :, : batch.key_length], v_cache[live, :, : batch.key_length]
+            q, kv = self._qkv(layer, h, rope)
+            layer_rows[index].index_put_((write,), kv)
+            own_k, own_v = own[index]
             if index == last_layer and batch.last is not None:
                 # The cache has every token's keys now; what follows only feeds the logits, which
                 # are wanted at each row's last token (or not at all): run it for those alone.
@@ -249,44 +264,51 @@ class LeanModel:
                     return None
                 if width > 1:
                     x, q, width = x[batch.last], q[batch.last], 1
+                    own_k, own_v = own_k.flatten(0, 1).transpose(1, 2), own_v.flatten(0, 1)
             if width == 1:
                 if bias is None:
                     bias = self._decode_bias(batch, prefix is not None)
                 attention = self._attend_one(q, own_k, own_v, bias, prefix, index)
             else:
                 attention = self._attend_rows(q, own_k, own_v, mask, batch, prefix, index)
-            x = _linear_add(layer.o, attention, x)
+            x = _linear_add(layer.o, layer.o_copy, attention, x)
             h = _rms_norm(x, layer.post_norm, self.eps)
-            x = _linear_add(layer.down, self._gate_up(layer, h), x)
-        return _linear(self.lm_head, _rms_norm(x, self.norm, self.eps)).float()
+            x = _linear_add(layer.down, layer.down_copy, self._gate_up(layer, h), x)
+        logits = _linear(self.lm_head, _rms_norm(x, self.norm, self.eps))
+        return logits if logits.dtype == torch.float32 else logits.float()
 
-    def _qkv(self, layer: _Layer, h: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
-        """Rotated queries [N, heads, d] and keys [N, kv_heads, d], and values [N, kv_heads, d]
-        (views into one fused output when q/k/v are fused)."""
+    def _qkv(self, layer: _Layer, h: Any, rope: Any) -> tuple[Any, Any]:
+        """Rotated queries [N, heads, d] and keys then values [N, 2 * kv_heads, d] (what the cache
+        takes in one write), q and k in pairs order: views into one [N, heads + 2 * kv_heads, d]."""
+        import torch
+
         count, dim, heads, kv = h.shape[0], self.head_dim, self.heads, self.kv_heads
-        if layer.qkv is not None:
-            qkv = layer.qkv(h).view(count, heads + 2 * kv, dim)
-            if layer.q_norm is None:
-                qk = _rotate(qkv[:, : heads + kv], cos, sin)  # q and k side by side: one rotary pass
-                return qk[:, :heads], qk[:, heads:], qkv[:, heads + kv :]
-            q, k, v = qkv[:, :heads], qkv[:, heads : heads + kv], qkv[:, heads + kv :]
+        fused = layer.qkv(h).view(count, heads + 2 * kv, dim) if layer.qkv is not None else None
+        if fused is not None and layer.q_norm is None:
+            qkv = fused  # its q/k rows are already in pairs order (`_fuse`)
         else:
-            q = _linear(layer.q, h).view(count, heads, dim)
-            k = _linear(layer.k, h).view(count, kv, dim)
-            v = _linear(layer.v, h).view(count, kv, dim)
-        if layer.q_norm is not None:
-            q, k = _rms_norm(q, layer.q_norm, self.eps), _rms_norm(k, layer.k_norm, self.eps)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+            if fused is not None:
+                q, k, v = fused[:, :heads], fused[:, heads : heads + kv], fused[:, heads + kv :]
+            else:
+                q = _linear(layer.q, h).view(count, heads, dim)
+                k = _linear(layer.k, h).view(count, kv, dim)
+                v = _linear(layer.v, h).view(count, kv, dim)
+            if layer.q_norm is not None:
+                q, k = _rms_norm(q, layer.q_norm, self.eps), _rms_norm(k, layer.k_norm, self.eps)
+            qkv = torch.cat((q[..., self._pairs], k[..., self._pairs], v), dim=1)
+        _rotate(qkv[:, : heads + kv], rope)
+        return qkv[:, :heads], qkv[:, heads:]
 
     def _gate_up(self, layer: _Layer, h: Any) -> Any:
-        """The MLP's silu(gate(h)) * up(h)."""
+        """The MLP's silu(gate(h)) * up(h); fused, in place in the gate's half of the output (no new
+        buffers: at prefill sizes fresh ones cost page faults)."""
         import torch.nn.functional as F
 
         if layer.gate_up is not None:
             both = layer.gate_up(h)
             half = both.shape[-1] // 2
-            return F.silu(both[:, :half]) * both[:, half:]
-        return F.silu(_linear(layer.gate, h)) * _linear(layer.up, h)
+            return F.silu(both[:, :half], inplace=True).mul_(both[:, half:])
+        return F.silu(_linear(layer.gate, h)) * _linear(layer.up, h)  # module outputs: not ours to overwrite
 
     def _prefill_mask(self, batch: ForwardBatch) -> Any:
         """[rows, 1, width, keys] bool: query (row, i) sees the row's cache indices <= its own."""
@@ -308,34 +330,35 @@ class LeanModel:
             pre = torch.where(batch.prefix_rows, zero, minus_inf).repeat_interleave(groups).view(1, rows * groups, 1)
         return own, pre
 
-    def _attend_one(self, q: Any, own_k: Any, own_v: Any, bias: tuple[Any, Any], prefix: SharedPrefix | None,
+    def _attend_one(self, q: Any, own_kt: Any, own_v: Any, bias: tuple[Any, Any], prefix: SharedPrefix | None,
                     layer: int) -> Any:
-        """Attention of one query per row (`q` [rows, heads, d]) over the row's own keys (`own_k`,
-        `own_v` [rows, kv_heads, keys, d]: views of its cache slot) and, with `prefix`, the shared
-        prefix's keys, read once for all rows ("cascade" attention): scores against both, one
-        softmax over them together, two weighted sums. Returns [rows, heads * d].
-        A handful of ops per layer: at decode sizes their count, not their arithmetic, is the cost."""
+        """Attention of one query per row (`q` [rows, heads, d]) over the row's own keys (`own_kt`
+        [rows * kv_heads, d, keys], transposed, and `own_v` [rows * kv_heads, keys, d]: views of its
+        cache slot) and, with `prefix`, the shared prefix's keys, read once for all rows ("cascade"
+        attention): scores against both, one softmax over them together, two weighted sums.
+        Returns [rows, heads * d]. A handful of ops per layer: at decode sizes their count, not
+        their arithmetic, is the cost (so with one query head per key head, the common case, the
+        layout changes below are single views)."""
         import torch
 
         rows, kv, dim = q.shape[0], self.kv_heads, self.head_dim
-        groups, keys = self.heads // kv, own_k.shape[2]
+        groups, keys = self.heads // kv, own_v.shape[1]
         own_bias, prefix_bias = bias
         # Query head h = kv * groups + g uses key head kv (HF's repeat_kv order).
-        queries = q.reshape(rows * kv, groups, dim)
-        own_k, own_v = own_k.reshape(rows * kv, keys, dim), own_v.reshape(rows * kv, keys, dim)
-        scores = torch.baddbmm(own_bias, queries, own_k.transpose(1, 2), alpha=self.scale)  # [rows * kv, groups, keys]
+        scores = torch.baddbmm(own_bias, q.reshape(rows * kv, groups, dim), own_kt, alpha=self.scale)  # [rows * kv, groups, keys]
         if prefix is None:
             return torch.bmm(_softmax(scores, own_v.dtype), own_v).view(rows, self.heads * dim)
         length = prefix.length
-        pre_k, pre_v = prefix.cache.data[layer, 0, 0, :, :length], prefix.cache.data[layer, 1, 0, :, :length]
-        stacked = q.view(rows, kv, groups, dim).transpose(0, 1).reshape(kv, rows * groups, dim)
-        pre = torch.baddbmm(prefix_bias, stacked, pre_k.transpose(1, 2), alpha=self.scale)  # [kv, rows * groups, prefix]
+        pre_kt, pre_v = prefix.layer(layer)
+        by_kv = q.transpose(0, 1) if groups == 1 else q.view(rows, kv, groups, dim).transpose(0, 1).reshape(kv, rows * groups, dim)
+        pre = torch.baddbmm(prefix_bias, by_kv, pre_kt, alpha=self.scale)  # [kv, rows * groups, prefix]
         both = torch.cat((pre.view(kv, rows, groups, length).transpose(0, 1), scores.view(rows, kv, groups, keys)), dim=-1)
         probs = _softmax(both, own_v.dtype)  # [rows, kv, groups, prefix + keys]
-        out = torch.bmm(probs[..., length:].reshape(rows * kv, groups, keys), own_v)
-        pre_out = torch.bmm(probs[..., :length].transpose(0, 1).reshape(kv, rows * groups, length), pre_v)
-        out = out.view(rows, kv, groups, dim) + pre_out.view(kv, rows, groups, dim).transpose(0, 1)
-        return out.view(rows, self.heads * dim)
+        out = torch.bmm(probs[..., length:].view(rows * kv, groups, keys), own_v).view(rows, kv, groups, dim)
+        pre_probs = probs[..., :length].transpose(0, 1)  # [kv, rows, groups, prefix]
+        pre_probs = pre_probs.squeeze(2) if groups == 1 else pre_probs.reshape(kv, rows * groups, length)
+        pre_out = torch.bmm(pre_probs, pre_v).view(kv, rows, groups, dim)
+        return (out + pre_out.transpose(0, 1)).view(rows, self.heads * dim)
 
     def _attend_rows(self, q: Any, own_k: Any, own_v: Any, mask: Any, batch: ForwardBatch, prefix: SharedPrefix | None,
                      layer: int) -> Any:
@@ -386,97 +409,34 @@ class LeanModel:
         import torch
 
         if self._keys is None or self._keys.shape[0] < length:
-            self._keys = torch.arange(_round_up(length, 256), device=self.device)
+            self._keys = torch.arange(round_up(length, 256), device=self.device)
         return self._keys[:length]
 
-    def _rotary(self, positions: Any) -> Any:
-        """[N, 2, 1, head_dim]: cos and sign-folded sin for `positions` [N], from a table made by
-        the model's own rotary module (so scaled rope types and their attention factor come out
-        exactly as in HF); one gather for both."""
+    def _rotary(self, positions: Any, max_position: int | None = None) -> Any:
+        """The rotation of each of `positions` [N] for `_rotate`: complex [N, 1, head_dim / 2], or
+        real [N, 2, 1, head_dim] (cos, signed sin), from a table made by the model's own rotary
+        module (so scaled rope types and their attention factor come out exactly as in HF)."""
         import torch
 
-        needed = int(positions.max()) + 1
+        needed = (int(positions.max()) if max_position is None else max_position) + 1
         if self._rope is None or self._rope.shape[0] < needed:
-            length = _round_up(max(needed, 2 * (0 if self._rope is None else self._rope.shape[0])), 256)
+            length = round_up(max(needed, 2 * (0 if self._rope is None else self._rope.shape[0])), 256)
             ids = torch.arange(length, device=self.device).unsqueeze(0)
             probe = torch.empty((1, 1), dtype=self.dtype, device=self.device)
             cos, sin = self.rotary(probe, ids)
+            cos, sin = cos[0], sin[0]
             half = self.head_dim // 2
-            # rotate_half(x) * sin == roll(x, half) * (sign * sin), sign = [-1]*half + [1]*half:
-            # the same products (a sign flip is exact), one op instead of three.
-            sign = torch.ones(self.head_dim, dtype=sin.dtype, device=self.device)
-            sign[:half] = -1
-            self._rope = torch.stack((cos[0], sin[0] * sign), dim=1).unsqueeze(2)
+            # HF's tables repeat one set of angles in both halves (`cat((freqs, freqs))`): the
+            # rotation of pair (i, i + half) by angle i is what the pairs order relies on.
+            if not (torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:])):
+                raise ValueError("rotary tables whose two halves differ are not supported")
+            cos, sin = cos[:, :half], sin[:, :half]
+            if self._complex_rope:
+                self._rope = torch.complex(cos, sin).unsqueeze(1)
+            else:  # pair (a, b) -> (a cos - b sin, b cos + a sin) = x * cos + swap(x) * [-sin, sin]
+                signed = torch.stack((-sin, sin), dim=-1).flatten(-2)
+                self._rope = torch.stack((cos.repeat_interleave(2, dim=-1), signed), dim=1).unsqueeze(2)
         return self._rope[positions]
-
-@dataclass
-class SharedPrefix:
-    """Keys/values of a prompt prefix that several rows share, stored once (slot 0 of `cache`)."""
-
-    cache: KVCache
-    length: int
-
-
-@dataclass
-class ForwardBatch:
-    """One forward pass's tokens, packed: row after row, no padding (N tokens in all).
-
-    A row's slot holds its positions from its `offset` on (positions before it, if any, are in
-    the shared prefix): position p is at cache index p - offset."""
-
-    tokens: Any  # [N] ids
-    positions: Any  # [N] each token's position (for the rotary embedding)
-    slots: Any  # [N] each token's cache slot
-    cache_index: Any  # [N] where in its slot the token's key/value goes
-    first_slot: int  # the rows are the slots [first_slot, first_slot + rows)
-    rows: int
-    width: int  # most tokens in one row: attention runs on [rows, width] queries
-    key_length: int  # slot indices attended to (each query sees those <= its own)
-    query_index: Any  # [rows, width] cache index of each padded query (a pad repeats its row's last)
-    scatter: Any = None  # [N] index of each token in [rows * width]; None when width == 1
-    last: Any = None  # [rows] index into N of each row's last token; None = every token; -1 = no logits
-    prefix_rows: Any = None  # [rows] bool: rows that see the shared prefix; None = all of them
-
-    @classmethod
-    def decode(cls, tokens: Any, positions: Any, cache_index: Any, slots: Any, key_length: int,
-               prefix_rows: Any = None) -> ForwardBatch:
-        """One new token for each of the rows in slots [0, len(tokens))."""
-        return cls(tokens, positions, slots, cache_index, 0, tokens.shape[0], 1, key_length, cache_index.unsqueeze(1),
-                   prefix_rows=prefix_rows)
-
-    @classmethod
-    def prefill(cls, pieces: list[tuple[int, int, list[int]]], first_slot: int, device: Any, *,
-                logits: bool = True) -> ForwardBatch:
-        """Row i (slot first_slot + i) runs `pieces[i] = (start, offset, ids)`: ids at positions
-        start, start + 1, ... of a row whose slot begins at position `offset`."""
-        import torch
-
-        width = max(len(ids) for _, _, ids in pieces)
-        tokens: list[int] = []
-        positions: list[int] = []
-        cache_index: list[int] = []
-        slots: list[int] = []
-        scatter: list[int] = []
-        query_index = []
-        for row, (start, offset, ids) in enumerate(pieces):
-            tokens.extend(ids)
-            positions.extend(range(start, start + len(ids)))
-            cache_index.extend(range(start - offset, start - offset + len(ids)))
-            slots.extend([first_slot + row] * len(ids))
-            scatter.extend(range(row * width, row * width + len(ids)))
-            end = start - offset + len(ids) - 1
-            query_index.append([*range(start - offset, end + 1), *[end] * (width - len(ids))])
-        ends = [len(ids) for _, _, ids in pieces]
-        last = torch.tensor(ends, device=device).cumsum(0) - 1 if logits else -1
-        with_prefix = [offset > 0 for _, offset, _ in pieces]
-
-        def tensor(values: list[Any]) -> Any:
-            return torch.tensor(values, dtype=torch.long, device=device)
-
-        return cls(tensor(tokens), tensor(positions), tensor(slots), tensor(cache_index), first_slot, len(pieces), width,
-                   max(start - offset + len(ids) for start, offset, ids in pieces), tensor(query_index),
-                   tensor(scatter) if width > 1 else None, last,
-                   None if all(with_prefix) else torch.tensor(with_prefix, device=device))
 
 
 def _with_prefix(own_k: Any, own_v: Any, mask: Any, prefix: SharedPrefix, layer: int, prefix_rows: Any) -> tuple[Any, Any, Any]:
@@ -528,16 +488,12 @@ def unsupported_reason(lm: Any) -> str | None:
     return None
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 def _embed(module: Any, ids: Any) -> Any:
     import torch
     import torch.nn.functional as F
 
     if type(module) is torch.nn.Embedding and module.max_norm is None:
-        return F.embedding(ids, module.weight, module.padding_idx)
+        return F.embedding(ids, _param(module, "weight"), module.padding_idx)
     return module(ids)
 
 
@@ -548,8 +504,15 @@ def _linear(module: Any, x: Any) -> Any:
     import torch.nn.functional as F
 
     if type(module) is torch.nn.Linear:
-        return F.linear(x, module.weight, module.bias)
+        return F.linear(x, _param(module, "weight"), _param(module, "bias"))
     return module(x)
+
+
+def _param(module: Any, name: str) -> Any:
+    """`module.<name>` for a parameter, read from `_parameters` directly: `nn.Module.__getattr__`
+    costs about a microsecond, and a decode step reads a few dozen of these."""
+    params = module._parameters
+    return params[name] if name in params else getattr(module, name)
 
 
 def _version(tensor: Any) -> int:
@@ -557,13 +520,15 @@ def _version(tensor: Any) -> int:
     return -1 if tensor is None or tensor.is_inference() else tensor._version
 
 
-def _linear_add(module: Any, x: Any, residual: Any) -> Any:
+def _linear_add(module: Any, copy: _Fused | None, x: Any, residual: Any) -> Any:
     """residual + module(x): one `addmm` for a plain bias-free `nn.Linear` (the residual add fused
-    into the matmul), else the two ops."""
+    into the matmul; over `copy`'s transposed weight when there is one), else the two ops."""
     import torch
 
-    if type(module) is torch.nn.Linear and module.bias is None and x.dim() == 2:
-        return torch.addmm(residual, x, module.weight.t())
+    if copy is not None and copy.bias is None and x.dim() == 2:
+        return torch.addmm(residual, x, copy.weight_t)
+    if type(module) is torch.nn.Linear and _param(module, "bias") is None and x.dim() == 2:
+        return torch.addmm(residual, x, _param(module, "weight").t())
     return residual + _linear(module, x)
 
 
@@ -576,19 +541,36 @@ def _softmax(scores: Any, dtype: Any) -> Any:
 
 
 def _rms_norm(x: Any, norm: Any, eps: float) -> Any:
-    """HF's Llama RMSNorm: normalize in float32, cast back, then scale by the weight."""
+    """HF's Llama RMSNorm: normalize in float32, cast back, then scale by the weight. In float32
+    as a chain of in-place ops: the same arithmetic as HF (and as `F.rms_norm`, bit for bit),
+    fewer dispatches and buffers than `F.rms_norm`'s composite."""
     import torch
 
     eps = getattr(norm, "variance_epsilon", eps)
+    weight = _param(norm, "weight")
     if x.dtype == torch.float32:
-        return torch.nn.functional.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+        return (x * (x * x).mean(-1, keepdim=True).add_(eps).rsqrt_()).mul_(weight)
     y = x.float()
     y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)
-    return norm.weight * y.to(x.dtype)
+    return weight * y.to(x.dtype)
 
 
-def _rotate(x: Any, cos: Any, signed_sin: Any) -> Any:
-    """HF's `apply_rotary_pos_emb` for one tensor, x * cos + rotate_half(x) * sin (see `_rotary`)."""
+def _pairs_order(head_dim: int, device: Any) -> Any:
+    """[head_dim]: the HF head-dim index at each position of the pairs order (0, h, 1, h + 1, ...)."""
     import torch
 
-    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
+    half = torch.arange(head_dim // 2, device=device)
+    return torch.stack((half, half + head_dim // 2), dim=1).flatten()
+
+
+def _rotate(x: Any, rope: Any) -> None:
+    """Apply HF's rotary embedding (`apply_rotary_pos_emb`) in place to `x` [N, heads, head_dim]
+    (a view, pairs order), with `rope` from `LeanModel._rotary`."""
+    import torch
+
+    count, heads, dim = x.shape
+    pairs = x.view(count, heads, dim // 2, 2)
+    if rope.is_complex():
+        torch.view_as_complex(pairs).mul_(rope)
+    else:
+        x.copy_(x * rope[:, 0] + pairs.flip(-1).view(count, heads, dim) * rope[:, 1])
