@@ -27,6 +27,17 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (pyproject's addopts): one worker more than the cores this process may use. A
+    worker spends about a quarter of its time waiting with its core idle (children importing,
+    servers answering), and the extra worker fills it: measured on 2 cores, 457 s with 3 workers
+    against 515 s with 2. `--maxprocesses` still caps it; PYTEST_XDIST_AUTO_NUM_WORKERS overrides."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + 1
+
+
 # Tests that run `python -m workbench ...` must run this checkout, not whichever workbench is
 # pip-installed (an editable install of another worktree would otherwise be tested).
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
