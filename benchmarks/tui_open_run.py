@@ -35,34 +35,28 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from benchmarks.synthetic_runs import random_text, reverse_text_rollout  # noqa: E402
+
 HELD_KEYS = 60  # cursor steps of the held-key run
 SETTLE_MS = 60  # workbench.tui.screens.rollouts.SETTLE_S: the conversation waits for the keys to pause
-WORDS = "apple river stone cloud green quiet light table paper music bread water night house".split()
 
 
 def make_big_run(root: Path, num_examples: int = 1250, rollouts: int = 8, seed: int = 0) -> Path:
     """An eval run folder under `root` with num_examples x rollouts scored rollouts."""
     from workbench.store.results import ResultsWriter
     from workbench.store.runs import EvalRun, write_run_metadata
-    from workbench.types import Group, Rollout, RolloutError
+    from workbench.types import Group, RolloutError
 
     rng = random.Random(seed)
     run_dir = root / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--big" / "20260102-030405-big0"
     writer = ResultsWriter(run_dir)
     for example_id in range(num_examples):
-        text = " ".join(rng.choice(WORDS) for _ in range(30))
+        text = random_text(rng)
         group = []
         for index in range(rollouts):
             reward = rng.random()
-            group.append(Rollout(
-                example_id, index,
-                prompt=[{"role": "system", "content": "Reverse the text character by character. " * 4},
-                        {"role": "user", "content": text}],
-                completion=[{"role": "assistant", "content": f"<reversed_text>{text[::-1]}</reversed_text>"}],
-                answer=text[::-1], reward=reward, rewards={"lcs_reward": reward}, metrics={"format_reward": 1.0},
-                num_turns=1, is_truncated=rng.random() < 0.05, stop_condition="completed",
-                error=RolloutError("InferenceError", "rejected") if rng.random() < 0.02 else None,
-                usage={"prompt_tokens": 250, "completion_tokens": 200}, timing={"total_ms": 12.5}))
+            error = RolloutError("InferenceError", "rejected") if rng.random() < 0.02 else None
+            group.append(reverse_text_rollout(example_id, index, text, reward=reward, error=error, rng=rng))
         writer.write_group(Group(example_id, group))
     writer.close()
     total = num_examples * rollouts

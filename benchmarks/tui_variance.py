@@ -32,18 +32,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-WORDS = "apple river stone cloud green quiet light table paper music bread water night house".split()
-
+from benchmarks.synthetic_runs import random_text, reverse_text_rollout  # noqa: E402
 
 def make_results(run_dir: Path, num_examples: int, rollouts: int, seed: int = 0) -> Path:
     """results.jsonl with num_examples x rollouts scored rollouts of varied groups."""
     from workbench.store.results import ResultsWriter
-    from workbench.types import Group, Rollout, RolloutError
+    from workbench.types import Group, RolloutError
 
     rng = random.Random(seed)
     writer = ResultsWriter(run_dir)
     for example_id in range(num_examples):
-        text = " ".join(rng.choice(WORDS) for _ in range(30))
+        text = random_text(rng)
         kind = rng.random()
         server_failed = rng.random() < 0.01
         group = []
@@ -60,14 +59,7 @@ def make_results(run_dir: Path, num_examples: int, rollouts: int, seed: int = 0)
                 reward = 0.0
             elif rng.random() < 0.02:
                 error, reward = RolloutError("ValueError", "reward function raised", "reward"), 0.0
-            group.append(Rollout(
-                example_id, index,
-                prompt=[{"role": "system", "content": "Reverse the text character by character. " * 4},
-                        {"role": "user", "content": text}],
-                completion=[{"role": "assistant", "content": f"<reversed_text>{text[::-1]}</reversed_text>"}],
-                answer=text[::-1], reward=reward, rewards={"lcs_reward": reward}, metrics={"format_reward": 1.0},
-                num_turns=1, is_truncated=rng.random() < 0.05, stop_condition="completed", error=error,
-                usage={"prompt_tokens": 250, "completion_tokens": 200}, timing={"total_ms": 12.5}))
+            group.append(reverse_text_rollout(example_id, index, text, reward=reward, error=error, rng=rng))
         writer.write_group(Group(example_id, group))
     writer.close()
     return run_dir / "results.jsonl"
