@@ -104,3 +104,31 @@ def test_an_unexpected_exception_is_one_line_with_its_traceback_in_a_file(tmp_pa
     debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                            env={**os.environ, "WORKBENCH_TRACEBACK": "1"})
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "disk on fire" in debug.stderr
+
+
+def test_a_logged_bug_is_one_line_naming_its_traceback_file(capsys):
+    """`workbench serve` survives a backend bug and logs it (`logger.exception`): the terminal
+    gets one line, the traceback goes to a file (`cli.crash.one_line_logging`)."""
+    import logging
+    from pathlib import Path
+
+    from workbench.cli.crash import OneLineHandler
+
+    logger = logging.getLogger("workbench.tests.one_line")
+    logger.addHandler(OneLineHandler())
+    logger.propagate = False
+    try:
+        try:
+            raise ValueError("bad shape\nsecond line")
+        except ValueError:
+            logger.exception("backend failed on /v1/chat/completions")
+        logger.warning("a plain note")
+    finally:
+        logger.handlers.clear()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[1] == "a plain note"
+    assert lines[0].startswith("error: backend failed on /v1/chat/completions: ValueError: bad shape (traceback in ")
+    report = Path(lines[0].rsplit("traceback in ", 1)[1].rstrip(")"))
+    text = report.read_text()
+    report.unlink()
+    assert "Traceback (most recent call last)" in text and "second line" in text

@@ -106,33 +106,34 @@ def test_serve_flag_mistakes_are_one_line_errors(tiny_model: Path, tmp_path: Pat
 async def test_adapter_lifecycle_matches_vllm(server: ServerProcess, adapters: dict[str, Path],
                                               references: dict[str, object]) -> None:
     url = server.base_url
-    status, body = await chat(url, "a")
+    # Its own adapter name: the module's server is shared, and xdist may run the other tests first.
+    status, body = await chat(url, "life")
     assert status == 404 and "does not exist" in body["error"]["message"]
 
-    assert await load(url, "a", adapters["a"]) == (200, "Success: LoRA adapter 'a' added successfully.")
+    assert await load(url, "life", adapters["a"]) == (200, "Success: LoRA adapter 'life' added successfully.")
     status, models = await _get_json(url, "/v1/models")
     cards = {card["id"]: card for card in models["data"]}
     assert cards["tiny"]["parent"] is None
-    assert cards["a"]["parent"] == "tiny" and cards["a"]["root"] == str(adapters["a"])
+    assert cards["life"]["parent"] == "tiny" and cards["life"]["root"] == str(adapters["a"])
 
-    (_, base_body), (_, lora_body) = await chat(url, "tiny"), await chat(url, "a")
+    (_, base_body), (_, lora_body) = await chat(url, "tiny"), await chat(url, "life")
     assert completion(base_body)[1] != completion(lora_body)[1]
-    assert lora_body["model"] == "a"
+    assert lora_body["model"] == "life"
     assert_generated_by(references["tiny"], base_body)
     assert_generated_by(references["a"], lora_body)
 
-    status, body = await load(url, "a", adapters["b"])
+    status, body = await load(url, "life", adapters["b"])
     assert status == 400 and body["error"]["type"] == "InvalidUserInput"
     assert "has already been loaded" in body["error"]["message"] and body["error"]["code"] == 400
 
-    assert (await load(url, "a", adapters["b"], load_inplace=True))[0] == 200
-    assert_generated_by(references["b"], (await chat(url, "a"))[1])
-    assert (await load(url, "a", adapters["a"], load_inplace=True))[0] == 200  # back, for the tests below
+    assert (await load(url, "life", adapters["b"], load_inplace=True))[0] == 200
+    assert_generated_by(references["b"], (await chat(url, "life"))[1])
 
 
 async def test_requests_for_base_and_adapters_interleave(server: ServerProcess, adapters: dict[str, Path],
                                                          references: dict[str, object]) -> None:
     url = server.base_url
+    await load(url, "a", adapters["a"], load_inplace=True)  # each test loads what it uses: any order works
     await load(url, "b", adapters["b"], load_inplace=True)
     names = ["tiny", "a", "b"] * 3
     replies = await asyncio.gather(*(chat(url, name) for name in names))  # batched per adapter on the server

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
-import traceback
 
 import typer
 
 from workbench.cli import env_cmd, eval_cmd, gepa_cmd, serve_cmd, setup_cmd, train_cmd, tui_cmd
+from workbench.cli.crash import crash_report, summary
 from workbench.errors import QuietExit, UserError
 from workbench.startup import hold as hold_collector
 
@@ -68,14 +67,6 @@ def main() -> None:
     except Exception as exc:
         if os.environ.get("WORKBENCH_TRACEBACK"):
             raise
-        report = _crash_report()
-        summary = (str(exc).strip().splitlines() or [""])[0][:300]
-        print(f"error: unexpected {type(exc).__name__}: {summary} (a Workbench bug; traceback in {report})", file=sys.stderr)
+        report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(sys.argv[1:])}")
+        print(f"error: unexpected {summary(exc)} (a Workbench bug; traceback in {report})", file=sys.stderr)
         sys.exit(1)
-
-
-def _crash_report() -> str:
-    """Write the current exception's traceback to a new file in the temp folder; its path."""
-    with tempfile.NamedTemporaryFile("w", prefix="workbench-crash-", suffix=".log", delete=False) as report:
-        report.write(f"workbench {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}")
-    return report.name

@@ -56,10 +56,12 @@ def serve(
         from workbench.inference.parent_watch import watch_parent
 
         watch_parent(parent_pid)
+    from workbench.cli.crash import one_line_logging
     from workbench.cli.embedded import ensure_embedded_model
     from workbench.inference.resolve import local_client, resolve_model_path
     from workbench.inference.server import run_server
 
+    one_line_logging()  # a backend bug the server lives on: one line, its traceback in a file
     ensure_embedded_model(model)
     name = served_model_name or model
     parser = None if reasoning_parser == "none" else reasoning_parser
