@@ -42,6 +42,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 # pip-installed (an editable install of another worktree would otherwise be tested).
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
+# The CLI children's pre-imported zygote takes the session's environment as it is now, with the
+# variables above set and before any test monkeypatches one (tests/zygote.py).
+import tests.zygote  # noqa: E402, F401
+
 
 @pytest.fixture
 def young_heap() -> Iterator[None]:

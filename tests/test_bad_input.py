@@ -14,13 +14,14 @@ import pytest
 
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from tests.test_train_config import one_line_error
+from tests import zygote
 
 KEY = "sk-live-0123456789abcdefghijklmnopqrstuv"
 
 
 def workbench(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY")}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

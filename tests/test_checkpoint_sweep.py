@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from workbench.store.sweeps import BASE, read_sweep
+from tests import zygote
 
 CONFIG = """
 model = "tiny"
@@ -46,7 +47,7 @@ def trained(tiny_workspace: Path) -> Path:
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "WORKBENCH_WORKSPACE": str(cwd)}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import zygote
 
 
 def workbench(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -15,7 +16,7 @@ def workbench(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) ->
 
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

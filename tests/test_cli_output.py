@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests import zygote
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seed-configs"
 LONG_PATH = "/tmp/" + "/".join(f"a-rather-long-folder-name-{i:02d}" for i in range(12))  # > 300 characters
@@ -27,7 +28,7 @@ def run_python(code: str, cwd: Path, env_extra: dict[str, str] | None = None, *a
     env = {k: v for k, v in os.environ.items() if k not in CONSOLE_ENV}
     env.update(env_extra or {})
     command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, "-m", "workbench", *args]
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = zygote.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr + result.stdout
     return result
 

@@ -8,11 +8,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from tests import zygote
 
 
 def workbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(cwd)}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True, text=True,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=300, check=False)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli_errors import assert_one_line_error
+from tests import zygote
 
 pytest.importorskip("verifiers", reason="the verifiers extra is not installed")
 
@@ -29,7 +30,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "verifiers_envs" / "reverse_text"
 def workbench(*args: str, cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
 

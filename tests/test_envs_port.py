@@ -23,6 +23,7 @@ from tests.ported_envs import blocked_verifiers, calls, port_fixture, say
 from tests.marks import by_default
 from workbench.envs.messages import as_message, plain_messages
 from workbench.types import Completion, SamplingParams
+from tests import zygote
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -388,7 +389,7 @@ def test_ported_env_through_the_cli(name: str, tmp_path: Path, tiny_model: Path)
             env["WB_TEST_JUDGE_KEY"] = "not-a-secret"
             args += ["-a", json.dumps({"judge_base_url": f"{judge}/v1", "judge_model": "judge",
                                        "judge_api_key_var": "WB_TEST_JUDGE_KEY"})]
-        result = subprocess.run([sys.executable, "-m", "workbench", *args], cwd=workspace, capture_output=True,
+        result = zygote.run([sys.executable, "-m", "workbench", *args], cwd=workspace, capture_output=True,
                                 text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     (run_dir,) = sorted((workspace / "environments" / name / "outputs" / "evals").glob("*/*"))

@@ -13,11 +13,12 @@ from pathlib import Path
 import pandas as pd
 
 from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread, wait_until
+from tests import zygote
 
 
 def run_cli(*args: str, cwd: Path, **kw) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-    return subprocess.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
+    return zygote.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

@@ -23,6 +23,7 @@ import pytest
 from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
 from workbench.types import Completion
+from tests import zygote
 
 KEYWORD = "BACKWARDS"
 LEVELS = 3
@@ -69,7 +70,7 @@ class Reflection:
 
 def workbench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     env = {**{k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}, **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
+    return zygote.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from workbench.envs.environment import RolloutOutput
 from workbench.envs.gsm8k_data import read_gsm8k_jsonl
 from workbench.envs.math_answers import answers_match, extract_answer, extract_boxed, parse_number
 from workbench.errors import UserError
+from tests import zygote
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -128,7 +128,7 @@ async def test_reference_completions_score_one():
 def test_eval_run_end_to_end(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     with serve_in_thread(make_app(EchoBackend())) as url:
-        proc = subprocess.run(
+        proc = zygote.run(
             [sys.executable, "-m", "workbench", "eval", "run", "primeintellect/gsm8k", "-m", "echo", "-b", f"{url}/v1",
              "-n", "4", "-r", "2", "-a", json.dumps({"data_path": str(GSM8K)})],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli_errors import assert_one_line_error
+from tests import zygote
 
 REPO_ID = "wb-test/tiny-chat"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -75,7 +76,7 @@ def closed_port_url() -> str:
 def workbench(*args: str, cwd: Path, hub: str, hf_home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub, HF_HOME=str(hf_home), WORKBENCH_WORKSPACE=str(cwd))
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
 

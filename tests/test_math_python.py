@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +20,7 @@ from workbench.envs import load_environment
 from workbench.envs.environment import RolloutOutput
 from workbench.envs.sandbox import SandboxLimits, run_python
 from workbench.types import SamplingParams
+from tests import zygote
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -236,7 +236,7 @@ def test_eval_run_end_to_end(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     with serve_in_thread(make_app(EchoBackend())) as url:
         # The echo model calls `python` with the question as code (a SyntaxError): a tool error per rollout.
-        proc = subprocess.run(
+        proc = zygote.run(
             [sys.executable, "-m", "workbench", "eval", "run", "math-python", "-m", "echo", "-b", f"{url}/v1",
              "-n", "4", "-r", "2", "-C", "tool_errors,tool_calls"],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from workbench.bootstrap import BUNDLED_ENVS
+from tests import zygote
 
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
 ENV_IDS = [name.replace("_", "-") for name in BUNDLED_ENVS]
@@ -24,7 +25,7 @@ ONE_STEP = ["--set", "max_steps=1", "--set", "batch_size=4", "--set", "rollouts_
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "OPENAI_API_KEY")}
     env |= {"COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from tests import zygote
 
 
 def setup(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workbench", "setup", *args, "--skip-model"], cwd=cwd,
+    return zygote.run([sys.executable, "-m", "workbench", "setup", *args, "--skip-model"], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -28,5 +29,5 @@ def test_setup_scaffolds_then_is_idempotent_and_keeps_edits(tmp_path: Path):
     assert "kept your edited" in second.stdout and "# my edit" in config.read_text()
     forced = setup("ws", "--force", cwd=tmp_path)
     assert forced.returncode == 0 and "overwrote" in forced.stdout and "# my edit" not in config.read_text()
-    listed = subprocess.run([sys.executable, "-m", "workbench", "env", "list"], cwd=ws, capture_output=True, text=True)
+    listed = zygote.run([sys.executable, "-m", "workbench", "env", "list"], cwd=ws, capture_output=True, text=True)
     assert "reverse-text" in listed.stdout or "reverse_text" in listed.stdout

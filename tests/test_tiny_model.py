@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from workbench.evaluate import EvalConfig, run_eval
+from tests import zygote
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def test_alphabet_sort_multi_turn_runs(tiny_workspace: Path):
 
 def test_eval_over_http_against_workbench_serve(tiny_workspace: Path):
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "serve", "tiny", "--port", "0"],
+    proc = zygote.Popen([sys.executable, "-m", "workbench", "serve", "tiny", "--port", "0"],
                             cwd=tiny_workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = None
@@ -65,7 +66,7 @@ def test_eval_over_http_against_workbench_serve(tiny_workspace: Path):
                 url = match.group(1)
                 break
         assert url, "server did not announce its URL"
-        result = subprocess.run([sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", "tiny",
+        result = zygote.run([sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", "tiny",
                                  "-b", f"{url}/v1", "-n", "4", "-r", "4", "-t", "96"],
                                 cwd=tiny_workspace, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr

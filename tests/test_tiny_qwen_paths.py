@@ -24,13 +24,14 @@ from workbench.inference.openai_client import OpenAIClient
 from workbench.train.config import load_train_config
 from workbench.train.samples import rollout_sequences
 from workbench.types import Group, Messages, SamplingParams, State
+from tests import zygote
 
 pytestmark = pytest.mark.slow
 
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(cwd)}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
 
 

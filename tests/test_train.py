@@ -16,6 +16,7 @@ from tests.held_env import Drain, held_env_toml
 from tests.servers import wait_until
 from workbench.errors import UserError
 from workbench.train.config import load_train_config
+from tests import zygote
 
 pytestmark = pytest.mark.slow
 
@@ -238,7 +239,7 @@ def test_ctrl_c_finishes_step_writes_checkpoint_and_exits(tiny_workspace: Path):
     config.write_text(config.read_text().replace('[[env]]\nid = "reverse-text"\n', table))
     assert table in config.read_text()
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/intr'",
+    proc = zygote.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/intr'",
                              "--set", "checkpointing.save_every_n_steps=100"],
                             cwd=tiny_workspace, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
@@ -267,10 +268,10 @@ def test_checkpoint_is_a_model_for_eval_and_export_merges(tiny_workspace: Path):
     result = train(write_config(tiny_workspace, "ck", 1), "output_dir='runs/ck'")
     checkpoint = result.run_dir / "checkpoints" / "step_000001"
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    run = subprocess.run([sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", str(checkpoint),
+    run = zygote.run([sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", str(checkpoint),
                           "-n", "2", "-r", "2", "-t", "80"], cwd=tiny_workspace, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    export = subprocess.run([sys.executable, "-m", "workbench", "train", "export", str(result.run_dir), "--step", "1",
+    export = zygote.run([sys.executable, "-m", "workbench", "train", "export", str(result.run_dir), "--step", "1",
                              "--merge"], cwd=tiny_workspace, env=env, capture_output=True, text=True)
     assert export.returncode == 0, export.stderr
     merged = result.run_dir / "exports" / "step_000001-merged"

@@ -17,6 +17,7 @@ from workbench.train.config import (
 )
 from workbench.train.plan import build_plan, machine_notes
 from workbench.train.translate import translate
+from tests import zygote
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seed-configs"
 
@@ -39,7 +40,7 @@ def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY", "OPENAI_API_KEY")}
     env["COLUMNS"] = "200"  # rich wraps at 80 columns without a terminal
     env["HF_HUB_OFFLINE"] = "1"  # the same answers with or without a network: hub ids unchecked, gsm8k not cached
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 
 

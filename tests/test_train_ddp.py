@@ -17,6 +17,7 @@ import pytest
 from tests.held_env import held_env_toml
 from tests.servers import wait_until
 from tests.test_train import adapter_tensors, train
+from tests import zygote
 
 # batch_size 5 over 2 ranks: slices of 3 and 2 samples, so rank 1 runs an empty micro-batch and
 # the ranks' token counts differ (a per-rank normalization would give a different update)
@@ -75,7 +76,7 @@ def child_env(folder: Path, **extra: str) -> dict[str, str]:
 
 def workbench(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = child_env(folder)
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=folder, env=env, capture_output=True,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -151,7 +152,7 @@ def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspac
     config.write_text(RL.format(steps=50).replace('[[env]]\nid = "reverse-text"\n', table))
     assert table in config.read_text()
     env = child_env(tiny_workspace)
-    parent = subprocess.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/die'",
+    parent = zygote.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/die'",
                                "--nproc", "2"], cwd=tiny_workspace, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     wait_until(lambda: held.exists() or parent.poll() is not None, timeout=240, what="rank 1 held")
@@ -177,7 +178,7 @@ def test_nproc_under_torchrun_is_one_line(tiny_workspace: Path):
     config = tiny_workspace / "rl.toml"
     config.write_text(RL.format(steps=1))
     env = child_env(tiny_workspace, WORLD_SIZE="2", RANK="0")
-    done = subprocess.run([sys.executable, "-m", "workbench", "train", str(config), "--nproc", "2"], cwd=tiny_workspace,
+    done = zygote.run([sys.executable, "-m", "workbench", "train", str(config), "--nproc", "2"], cwd=tiny_workspace,
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert done.stderr.strip() == "error: --nproc starts the processes itself: leave it out under torchrun"

@@ -16,6 +16,7 @@ import pytest
 
 from workbench.train.placement import launch_blockers, replica_count
 from workbench.train.schema import InferenceConfig, TrainConfig
+from tests import zygote
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER_CONFIG = REPO / "configs" / "rl" / "reverse-text-server.toml"
@@ -83,7 +84,7 @@ def test_a_model_split_across_gpus_needs_vllm_the_rest_runs_as_processes() -> No
 
 
 def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "workbench", "train", str(SERVER_CONFIG), "--set", "inference.launch=true",
+    result = zygote.run([sys.executable, "-m", "workbench", "train", str(SERVER_CONFIG), "--set", "inference.launch=true",
                              "--dry-run"], cwd=workspace, env=workbench_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
@@ -95,7 +96,7 @@ def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
 
 
 def test_fsdp_ranks_in_server_mode_are_refused_before_any_replica_starts(tiny_workspace: Path) -> None:
-    result = subprocess.run([*train_command("--set", "max_steps=1", "--set", "output_dir='runs/ranks'",
+    result = zygote.run([*train_command("--set", "max_steps=1", "--set", "output_dir='runs/ranks'",
                                             "--set", "data_parallel='fsdp'"), "--nproc", "2"],
                             cwd=tiny_workspace, env=workbench_env(), capture_output=True, text=True, timeout=RUN_START_S)
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -199,7 +200,7 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspace: Path) -> None:
-    result = subprocess.run(train_command("--set", "max_steps=2", "--set", "output_dir='runs/launched'"),
+    result = zygote.run(train_command("--set", "max_steps=2", "--set", "output_dir='runs/launched'"),
                             cwd=tiny_workspace, env=workbench_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = tiny_workspace / "runs" / "launched"
@@ -226,7 +227,7 @@ def start_and_wait_for_first_step(workspace: Path, name: str) -> tuple[subproces
     written (so its replicas are up and serving), with the replicas' pids."""
     run_dir = workspace / "runs" / name
     output = (workspace / f"{name}.out").open("wb")  # a file, not a pipe: a full pipe would stall the trainer
-    trainer = subprocess.Popen(train_command("--set", "max_steps=1000", "--set", f"output_dir='runs/{name}'"),
+    trainer = zygote.Popen(train_command("--set", "max_steps=1000", "--set", f"output_dir='runs/{name}'"),
                                cwd=workspace, env=workbench_env(), stdout=output, stderr=subprocess.STDOUT)
     output.close()
     metrics = run_dir / "metrics.jsonl"

@@ -5,10 +5,11 @@ processes (two gloo ranks, a `workbench serve` replica), real HTTP on 127.0.0.1,
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests import zygote
 
 from tests.test_train_launch_replicas import alive, replica_record, train_command, workbench_env
 from workbench.train.batches import StepBatch
@@ -31,7 +32,7 @@ def test_each_rank_keeps_its_slice_and_rank_0_keeps_the_counts() -> None:
 
 @pytest.mark.slow
 def test_two_trainer_ranks_train_on_launched_replicas_and_leave_nothing_behind(tiny_workspace: Path) -> None:
-    result = subprocess.run([*train_command("--set", "max_steps=2", "--set", "output_dir='runs/ranks'",
+    result = zygote.run([*train_command("--set", "max_steps=2", "--set", "output_dir='runs/ranks'",
                                             "--set", "inference.data_parallel_size=1", "--set", "eval.interval=2",
                                             "--set", "eval.num_examples=4", "--set", "eval.rollouts_per_example=1"),
                              "--nproc", "2"],

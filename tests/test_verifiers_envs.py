@@ -18,6 +18,7 @@ pytest.importorskip("verifiers", reason="the verifiers extra is not installed")
 
 from tests.servers import EchoBackend, make_app, serve_in_thread  # noqa: E402
 from tests.marks import by_default
+from tests import zygote
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verifiers_envs"
 
@@ -44,7 +45,7 @@ def workspace_with(tmp_path: Path, tiny_model: Path, name: str) -> Path:
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
+    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
 

@@ -19,7 +19,9 @@ long job never runs without it. Only a process whose CLI entry called `hold` is 
 from __future__ import annotations
 
 import gc
+import os
 import threading
+import warnings
 
 FALLBACK_S = 30.0  # a missed release point costs at most this long without cycle collection
 
@@ -52,3 +54,12 @@ def release() -> None:
         gc.enable()
         if _fallback is not None and _fallback is not threading.current_thread():
             _fallback.cancel()
+
+
+def quiet_libraries() -> None:
+    """Our own progress bars and messages only: no library download bars or advisory warnings.
+    Before the libraries are imported: transformers reads its verbosity when it is."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' weight-loading/saving bars
+    os.environ.setdefault("WANDB_SILENT", "true")
+    warnings.filterwarnings("ignore", category=FutureWarning)

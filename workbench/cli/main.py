@@ -16,6 +16,7 @@ from workbench.cli import env_cmd, eval_cmd, gepa_cmd, serve_cmd, setup_cmd, tra
 from workbench.cli.crash import crash_report, summary
 from workbench.errors import QuietExit, UserError
 from workbench.startup import hold as hold_collector
+from workbench.startup import quiet_libraries
 
 app = typer.Typer(
     name="workbench",
@@ -38,17 +39,6 @@ app.add_typer(gepa_cmd.app, name="gepa")
 lab = typer.Typer(help="prime's spelling: `workbench lab setup` is `workbench setup`.", no_args_is_help=True)
 lab.command("setup", help="The same as `workbench setup`: " + (setup_cmd.setup.__doc__ or "").split("\n")[0])(setup_cmd.setup)
 app.add_typer(lab, name="lab")
-
-
-def quiet_libraries() -> None:
-    """Our own progress bars and messages only: no library download bars or advisory warnings."""
-    import os
-    import warnings
-
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' weight-loading/saving bars
-    os.environ.setdefault("WANDB_SILENT", "true")
-    warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def main() -> None:
