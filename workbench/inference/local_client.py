@@ -45,6 +45,7 @@ from workbench.inference.chat_tokens import continuation_ids
 from workbench.inference.decode_engine import DecodeEngine
 from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch_hf
 from workbench.inference.lean_model import LeanModel
+from workbench.inference.prompt_cache import RenderedPrompts
 from workbench.inference.reasoning import prompt_ends_in_thinking, reasoning_message, resolve_reasoning_parser, think_token_ids
 from workbench.inference.tool_parsing import parse_hermes_tool_calls
 from workbench.types import Completion, Messages, SamplingParams, TokenData
@@ -114,6 +115,7 @@ class LocalClient:
         self.weights_lock = threading.Lock()
         # The loop thread encodes prompts while the worker decodes: one tokenizer user at a time.
         self._tokenizer_lock = threading.Lock()
+        self._rendered = RenderedPrompts(self._tokenizer)  # a group's rollouts render their prompt once
         self._max_positions = _max_positions(self._hf_model)
         self._stop_token_ids = _stop_token_ids(self._hf_model, self._tokenizer)
         pad = self._tokenizer.pad_token_id
@@ -187,12 +189,18 @@ class LocalClient:
 
     def render_prompt_ids(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Token ids of `messages` under the chat template, ready for the assistant's turn."""
+        key = self._rendered.key(messages, tools or None)
+        ids = self._rendered.get(key)
+        if ids is not None:
+            return ids
         text = self._tokenizer.apply_chat_template(
             messages, tools=tools or None, tokenize=False, add_generation_prompt=True
         )
         with self._tokenizer_lock:
             # The template already wrote any BOS it wants; don't let the tokenizer add another.
-            return self._tokenizer.encode(text, add_special_tokens=False)
+            ids = self._tokenizer.encode(text, add_special_tokens=False)
+        self._rendered.put(key, ids)
+        return ids
 
     async def chat(
         self,
