@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,7 +63,18 @@ def test_a_v1_environment_runs_unchanged(name: str, tmp_path: Path, tiny_model: 
     assert {r["answer"] for r in lines if r["example_id"] == 0}  # the task's answer field
 
 
-def test_v1_rollouts_carry_token_ids_and_logprobs_for_training(tiny_model: Path, tmp_path: Path, monkeypatch):
+@pytest.fixture
+def forget_env_packages() -> Iterator[None]:
+    """The vendored packages a test imports in this process leave `sys.modules` with it: a later
+    test in this worker that loads an env of the same name (the bundled reverse-text) must find
+    its own, not this v1 package cached under that name."""
+    yield
+    for name in [m for m in sys.modules if m.split(".")[0] in ENVS]:
+        del sys.modules[name]
+
+
+def test_v1_rollouts_carry_token_ids_and_logprobs_for_training(tiny_model: Path, tmp_path: Path, monkeypatch,
+                                                               forget_env_packages: None):
     """What RL needs: the ids and sampled logprobs of each model call of the episode."""
     import asyncio
 
