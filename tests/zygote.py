@@ -1,8 +1,8 @@
 """A pre-imported `python -m workbench` for the tests' CLI children (a "zygote", as Android's).
 
 Most of a test's CLI child is start-up: a `workbench eval run ... -m tiny` child spends about
-4.5 of its 5.5 CPU-seconds importing torch and transformers, and the suite starts about 270 such
-children (about a third of the suite's CPU on 2 cores). The zygote imports them once, then
+4.8 of its 5.6 CPU-seconds importing torch and transformers, and the suite starts about 215 such
+children (forking them cut the suite from 1,059 to 765 busy CPU-s). The zygote imports them once, then
 forks a child per command: the child gets the command's argv, cwd, environment, stdin/stdout/
 stderr and session exactly as `subprocess.Popen` would have given a fresh interpreter, and
 runs `python -m workbench` as `-m` does. Only the imports are shared.
@@ -13,7 +13,7 @@ any child; the zygote reaps the child and reports its wait status over a socket.
 
 What stays a fresh interpreter (`ZygotePopen` falls back to `subprocess.Popen` by itself):
 - an environment that differs from the zygote's in any variable a library may read when it
-  is imported (`_IMPORT_TIME_PREFIXES`: HF_, TORCH, OMP_, PYTHON..., see `_compatible`);
+  is imported (`_IMPORT_TIME_PREFIXES`: HF_, TORCH, OMP_, PYTHON..., see `_incompatible`);
 - `preexec_fn`, `pass_fds`, user/group/umask changes, `close_fds=False`;
 - `WORKBENCH_TEST_ZYGOTE=0` in the environment: every child fresh (to rule the zygote out).
 Tests about start-up itself (which modules a command imports) call `subprocess` directly.
