@@ -18,6 +18,12 @@ from tests import zygote
 WORKBENCH = [sys.executable, "-m", "workbench"]
 
 
+@pytest.fixture(autouse=True)
+def zygote_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the zygote: on even in a suite run with WORKBENCH_TEST_ZYGOTE=0."""
+    monkeypatch.setenv("WORKBENCH_TEST_ZYGOTE", "1")
+
+
 def test_a_forked_child_prints_and_exits_as_a_fresh_one(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     command = [*WORKBENCH, "setup", "ws", "--skip-model"]
