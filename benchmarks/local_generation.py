@@ -9,7 +9,8 @@ would naively do: one `generate` per request). The three alternate, `--repeats` 
 (medians reported), so machine load hits all of them alike: on a shared machine the load can
 change severalfold within a minute, and a baseline measured at another moment than the client
 says more about the neighbours than about either. Prints completion tokens/s of each and
-LocalClient's speedup over both, with the load average. Completion tokens of `generate` are
+LocalClient's speedup over both (the ratio of the medians, and "paired": the median of each
+round's own ratio), with the load average. Completion tokens of `generate` are
 counted as the client counts them: up to and including the first EOS of each row.
 Without a built model at `--model`, a quick one is built in a temp folder.
 """
@@ -65,11 +66,15 @@ def main() -> None:
     print(f"\nmodel: {model_path}  requests: {args.requests}  max_tokens: {args.max_tokens}  "
           f"temperature: {args.temperature}  torch threads: {torch.get_num_threads()}  "
           f"load average: {load_before:.1f} -> {load_after:.1f} ({os.cpu_count()} CPUs)")
-    print(f"{'':34} {'tokens/s':>10}  {'LocalClient speedup':>20}")
+    # "paired": the median of each round's own ratio (the three paths of a round run back to back),
+    # which load drifting between rounds moves less than the ratio of the medians.
+    paired_padded = statistics.median(c / p for c, p in zip(client_rates, padded_rates))
+    paired_loop = statistics.median(c / r for c, r in zip(client_rates, loop_rates))
+    print(f"{'':34} {'tokens/s':>10}  {'LocalClient speedup':>20}  {'paired':>7}")
     name = "LocalClient (HF forward)" if args.hf_decode else "LocalClient"
     print(f"{name:34} {client:10.1f}  {'':>20}")
-    print(f"{'model.generate, one padded call':34} {padded:10.1f}  {client / padded:19.1f}x")
-    print(f"{'model.generate, one call/request':34} {loop_rate:10.1f}  {client / loop_rate:19.1f}x")
+    print(f"{'model.generate, one padded call':34} {padded:10.1f}  {client / padded:19.1f}x  {paired_padded:6.1f}x")
+    print(f"{'model.generate, one call/request':34} {loop_rate:10.1f}  {client / loop_rate:19.1f}x  {paired_loop:6.1f}x")
 
 
 def _quick_model(tmp: Path) -> Path:
