@@ -222,13 +222,17 @@ class _Zygote:
         self.folder = Path(tempfile.gettempdir()) / f"wb-zygote-{session[:16]}"
         self.path = self.folder / "sock"
         self.owner = owner
+        self.failed = False  # it could not start or went away: every later child starts fresh
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int] | str:
         """(status socket, pid) of the forked child, or why it must start fresh."""
         payload = json.dumps(request).encode()
+        if self.failed:
+            return "no zygote"
         try:
             sock = self._connect()
-        except OSError:  # the zygote is gone (killed): this child starts fresh
+        except (OSError, RuntimeError):  # no zygote (it could not start, or was killed): children start fresh
+            self.failed = True
             return "no zygote"
         try:
             socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload], fds)
@@ -532,7 +536,8 @@ def main() -> None:
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             sys.exit(0)  # another worker's zygote is already serving
-        raise
+        print(f"test zygote: cannot serve at {path}: {exc} (CLI children start fresh)", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
