@@ -218,17 +218,17 @@ class _Zygote:
 
     def __init__(self) -> None:
         session = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
-        owner = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
         self.folder = Path(tempfile.gettempdir()) / f"wb-zygote-{session[:16]}"
         self.path = self.folder / "sock"
-        self.owner = owner
+        # The pytest process that owns the session (an xdist worker's parent): the zygote outlives no one.
+        self.owner = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
         self.failed = False  # it could not start or went away: every later child starts fresh
 
     def spawn(self, request: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int] | str:
         """(status socket, pid) of the forked child, or why it must start fresh."""
-        payload = json.dumps(request).encode()
         if self.failed:
             return "no zygote"
+        payload = json.dumps(request).encode()
         try:
             sock = self._connect()
         except (OSError, RuntimeError):  # no zygote (it could not start, or was killed): children start fresh
