@@ -277,9 +277,13 @@ async def test_long_log_lines_scroll_sideways_at_80x24(workspace: Path):
         log = app.screen.query_one("LogTail")
         await wait_for(pilot, lambda: log.line_count == 4)
         assert tail not in text_of(log) and log.max_scroll_x > 0
-        await pilot.press("end")  # the newest line, and along it with the arrow keys
-        for _ in range(log.max_scroll_x):
-            await pilot.press("right")
+        await pilot.press("end")  # the newest line, and along it: the arrow keys a column at a time,
+        await pilot.press("right")  # ctrl+pagedown a screen at a time (pressing right ~130 times took 13 s)
+        await wait_for(pilot, lambda: log.scroll_x == 1)
+        while log.scroll_x < log.max_scroll_x:
+            before = log.scroll_x
+            await pilot.press("ctrl+pagedown")
+            await wait_for(pilot, lambda: log.scroll_x > before)
         assert tail in text_of(log)
 
 

@@ -5,7 +5,8 @@ Most of a test's CLI child is start-up: a `workbench eval run ... -m tiny` child
 children (forking them cut the suite from 1,059 to 765 busy CPU-s). The zygote imports them once, then
 forks a child per command: the child gets the command's argv, cwd, environment, stdin/stdout/
 stderr and session exactly as `subprocess.Popen` would have given a fresh interpreter, and
-runs `python -m workbench` as `-m` does. Only the imports are shared.
+runs `python -m workbench` as `-m` does (or `python -m tests.servers`, the tests' own model
+servers: `FORKED_MODULES`). Only the imports are shared.
 
 `ZygotePopen` is a `subprocess.Popen` whose child comes from the zygote: `wait`, `poll`,
 `communicate`, `send_signal`, pipes and return codes (negative for a signal) behave as for
@@ -42,6 +43,10 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+# The `python -m MODULE` commands a zygote forks: the CLI, and the tests' own server processes
+# (tests/servers.py), which load a model through the same imports.
+FORKED_MODULES = frozenset({"workbench", "tests.servers"})
 
 # A variable with one of these prefixes may be read by a module the zygote imports (torch's
 # OpenMP threads, huggingface_hub's cache paths, rich's console width, Python's own flags): a
@@ -99,8 +104,9 @@ def _incompatible(zygote_env: Mapping[str, str], env: Mapping[str, str]) -> str 
 
 
 class ZygotePopen(subprocess.Popen):
-    """`subprocess.Popen` of `[sys.executable, "-m", "workbench", ...]` whose child is forked by
-    the zygote (see the module docstring); anything else, or an ineligible call, runs fresh."""
+    """`subprocess.Popen` of `[sys.executable, "-m", MODULE, ...]` (MODULE in `FORKED_MODULES`)
+    whose child is forked by the zygote (see the module docstring); anything else, or an
+    ineligible call, runs fresh."""
 
     _status: socket.socket | None = None  # where the zygote reports the forked child's wait status
     forked = False  # whether the zygote forked this child (False: a fresh interpreter)
@@ -111,9 +117,9 @@ class ZygotePopen(subprocess.Popen):
                        gids: Any, uid: Any, umask: int, start_new_session: bool, process_group: Any) -> None:
         fresh = (not enabled() or shell or executable is not None or preexec_fn is not None or not close_fds
                  or pass_fds or gid is not None or gids is not None or uid is not None or umask != -1
-                 or not _is_workbench_command(args))
+                 or not _is_forked_module_command(args))
         if not fresh:
-            request = {"args": [os.fsdecode(a) for a in args[3:]],
+            request = {"module": os.fsdecode(args[2]), "args": [os.fsdecode(a) for a in args[3:]],
                        "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
                        "env": {os.fsdecode(k): os.fsdecode(v) for k, v in (env if env is not None else os.environ).items()},
                        "new_session": bool(start_new_session),
@@ -197,9 +203,9 @@ def _log(args: Any, how: str) -> None:
             log.write(f"{how}\t{' '.join(map(os.fsdecode, args if isinstance(args, (list, tuple)) else [args]))[:200]}\n")
 
 
-def _is_workbench_command(args: Any) -> bool:
+def _is_forked_module_command(args: Any) -> bool:
     return (isinstance(args, (list, tuple)) and len(args) >= 3 and os.fsdecode(args[0]) == sys.executable
-            and list(map(os.fsdecode, args[1:3])) == ["-m", "workbench"])
+            and os.fsdecode(args[1]) == "-m" and os.fsdecode(args[2]) in FORKED_MODULES)
 
 
 def _read_line(sock: socket.socket) -> str:
@@ -436,7 +442,7 @@ def _child(request: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> No
         _fresh_path(request["env"].get("PYTHONPATH", ""))
         _apply_offline(request["env"])
         _fresh_stdio(unbuffered=bool(request["env"].get("PYTHONUNBUFFERED")))
-        code = _run_workbench(request["args"])
+        code = _run_module(request["module"], request["args"])
     finally:
         os._exit(code)
 
@@ -478,8 +484,8 @@ def _fresh_stdio(*, unbuffered: bool) -> None:
     sys.stderr = sys.__stderr__ = text(2, "backslashreplace")
 
 
-def _run_workbench(args: list[str]) -> int:
-    """`python -m workbench ARGS` in this process, with the interpreter's exit handling:
+def _run_module(module: str, args: list[str]) -> int:
+    """`python -m MODULE ARGS` in this process, with the interpreter's exit handling:
     SystemExit codes, a traceback for anything uncaught, the waits and atexit calls of a normal
     exit; an uncaught KeyboardInterrupt ends the process by SIGINT, as Python does."""
     import atexit
@@ -491,7 +497,7 @@ def _run_workbench(args: list[str]) -> int:
     sys.modules["__main__"] = types.ModuleType("__main__")
     code = 0
     try:
-        runpy._run_module_as_main("workbench", alter_argv=True)  # type: ignore[attr-defined] - what `-m` runs
+        runpy._run_module_as_main(module, alter_argv=True)  # type: ignore[attr-defined] - what `-m` runs
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except KeyboardInterrupt:
