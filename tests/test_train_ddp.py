@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -157,8 +156,8 @@ def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspac
                               stderr=subprocess.PIPE, text=True)
     wait_until(lambda: held.exists() or parent.poll() is not None, timeout=240, what="rank 1 held")
     assert held.exists() and parent.poll() is None, parent.communicate()
-    rank1 = rank_pid(parent.pid, 1)
-    assert int(held.read_text()) == rank1  # the held process is rank 1 itself
+    rank1 = int(held.read_text())  # only rank 1 holds (held_env's rank = 1): the pid it wrote
+    assert str(rank1) in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()  # one of the launcher's ranks
     os.kill(rank1, signal.SIGKILL)
     _, err = parent.communicate(timeout=120)
     assert parent.returncode == 1, err
@@ -182,15 +181,3 @@ def test_nproc_under_torchrun_is_one_line(tiny_workspace: Path):
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert done.stderr.strip() == "error: --nproc starts the processes itself: leave it out under torchrun"
-
-
-def rank_pid(parent: int, rank: int) -> int:
-    """The pid of the launcher's child with RANK=rank (read from /proc: Linux)."""
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if f"RANK={rank}".encode() in environ:
-                return int(pid)
-        time.sleep(0.2)
-    raise AssertionError(f"no rank {rank} under pid {parent}")

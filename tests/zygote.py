@@ -301,7 +301,10 @@ def _preload() -> None:
     import gc
 
     gc.disable()
+    from workbench.fork_launch import prepare_process_title
     from workbench.startup import quiet_libraries
+
+    prepare_process_title()  # what `python -m workbench` does first; before quiet_libraries sets variables
 
     quiet_libraries()  # what `workbench.cli.main` does first
     import torch  # noqa: F401
@@ -420,13 +423,12 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 def _child(request: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> None:
-    """In the forked child: become `python -m workbench ARGS` as a fresh interpreter would be."""
+    """In the forked child: become `python -m MODULE ARGS` as a fresh interpreter would be."""
+    from workbench.fork_launch import default_signals, fresh_stdio, run_module_as_main
+
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        default_signals()
         if request["new_session"]:
             os.setsid()
         elif request["process_group"] is not None:
@@ -441,8 +443,8 @@ def _child(request: dict[str, Any], fds: list[int], zygote_fds: list[int]) -> No
         os.environ.update(request["env"])
         _fresh_path(request["env"].get("PYTHONPATH", ""))
         _apply_offline(request["env"])
-        _fresh_stdio(unbuffered=bool(request["env"].get("PYTHONUNBUFFERED")))
-        code = _run_module(request["module"], request["args"])
+        fresh_stdio(unbuffered=bool(request["env"].get("PYTHONUNBUFFERED")))
+        code = run_module_as_main(request["module"], request["args"])
     finally:
         os._exit(code)
 
@@ -461,76 +463,6 @@ def _fresh_path(pythonpath: str) -> None:
     zygote_entries = set(filter(None, _ZYGOTE_PYTHONPATH.split(os.pathsep)))
     base = [p for p in sys.path[1:] if p not in zygote_entries]
     sys.path[:] = [os.getcwd(), *[p for p in pythonpath.split(os.pathsep) if p], *base]
-
-
-def _fresh_stdio(*, unbuffered: bool) -> None:
-    """New sys.stdin/stdout/stderr over fds 0-2, buffered as a fresh interpreter buffers them."""
-    import io
-
-    encoding, errors = (sys.stdout.encoding, sys.stdout.errors) if sys.stdout is not None else ("utf-8", "strict")
-
-    def text(fd: int, errors: str) -> io.TextIOWrapper:
-        # CPython's create_stdio: stdin always buffered; -u/PYTHONUNBUFFERED makes writes go
-        # straight through; otherwise a tty, and stderr always, are line-buffered.
-        raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
-        if fd == 0:
-            return io.TextIOWrapper(io.BufferedReader(raw), encoding=encoding, errors=errors)
-        stream: Any = raw if unbuffered else io.BufferedWriter(raw)
-        return io.TextIOWrapper(stream, encoding=encoding, errors=errors, write_through=unbuffered,
-                                line_buffering=not unbuffered and (fd == 2 or os.isatty(fd)))
-
-    sys.stdin = sys.__stdin__ = text(0, errors)
-    sys.stdout = sys.__stdout__ = text(1, errors)
-    sys.stderr = sys.__stderr__ = text(2, "backslashreplace")
-
-
-def _run_module(module: str, args: list[str]) -> int:
-    """`python -m MODULE ARGS` in this process, with the interpreter's exit handling:
-    SystemExit codes, a traceback for anything uncaught, the waits and atexit calls of a normal
-    exit; an uncaught KeyboardInterrupt ends the process by SIGINT, as Python does."""
-    import atexit
-    import runpy
-    import threading
-    import types
-
-    sys.argv = ["-m", *args]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    code = 0
-    try:
-        runpy._run_module_as_main(module, alter_argv=True)  # type: ignore[attr-defined] - what `-m` runs
-    except SystemExit as exc:
-        code = _exit_code(exc.code)
-    except KeyboardInterrupt:
-        sys.excepthook(*sys.exc_info())
-        _finish(threading, atexit)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        return 130  # not reached: SIGINT's default action ends the process
-    except BaseException:  # noqa: BLE001 - printed as an uncaught exception is
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    _finish(threading, atexit)
-    return code
-
-
-def _finish(threading: Any, atexit: Any) -> None:
-    with contextlib.suppress(BaseException):
-        threading._shutdown()  # joins non-daemon threads, as interpreter exit does
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-
-
-def _exit_code(value: Any) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value & 0xFF
-    with contextlib.suppress(BaseException):
-        print(value, file=sys.stderr)
-    return 1
 
 
 def main() -> None:

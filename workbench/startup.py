@@ -30,6 +30,18 @@ _lock = threading.Lock()
 _fallback: threading.Timer | None = None  # the pending FALLBACK_S release (tests join it)
 
 
+def _forget_in_child() -> None:
+    """A forked child is a new process (workbench.fork_launch): it holds nothing until its own
+    CLI entry calls `hold`, and the parent's timer thread does not exist in it."""
+    global _held, _fallback, _lock
+    _held, _fallback, _lock = False, None, threading.Lock()
+    gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def hold() -> None:
     """Turn the cyclic collector off until `release` (or `FALLBACK_S` seconds)."""
     global _held, _fallback

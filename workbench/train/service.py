@@ -96,7 +96,7 @@ def _place_single_trainer(config: TrainConfig) -> None:
 
 def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, nproc: int,
                   rank_args: Sequence[str]) -> TrainResult:
-    from workbench.train.launch import launch
+    from workbench.train.launch import launch, preload
     from workbench.train.placement import trainer_visible_devices
     from workbench.train.plan import cuda_gpu_count
     from workbench.train.setup import new_run_dir
@@ -107,6 +107,7 @@ def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, 
     if gpus and config.trainer_gpu_ids and nproc > len(config.trainer_gpu_ids):
         raise UserError(f"--nproc {nproc}: trainer_gpu_ids lists {len(config.trainer_gpu_ids)} GPU(s) and each process needs its own")
     run_dir = resume or new_run_dir(config)
+    preload(config.model)
     code, failure = launch(list(rank_args), nproc, run_dir, trainer_visible_devices(config) if gpus else None)
     if failure is not None:
         if failure.rank == 0 and failure.code == 1:
