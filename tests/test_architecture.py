@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("services", {"train", "gepa", "evaluate", "bootstrap"}),
     ("engine", {"engine"}),
     ("environments and inference", {"envs", "inference", "models"}),
-    ("foundation", {"store", "config", "types", "errors", "events", "workspace", "startup", "__init__"}),
+    ("foundation", {"store", "config", "types", "errors", "events", "workspace", "startup", "fork_launch", "__init__"}),
 ]
 SERVICES = {"train", "gepa", "evaluate", "bootstrap"}
 # The TUI starts runs as child `workbench ...` processes and reads their files (DESIGN §10): a
