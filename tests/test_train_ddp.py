@@ -154,12 +154,17 @@ def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspac
     parent = zygote.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/die'",
                                "--nproc", "2"], cwd=tiny_workspace, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: held.exists() or parent.poll() is not None, timeout=240, what="rank 1 held")
-    assert held.exists() and parent.poll() is None, parent.communicate()
-    rank1 = int(held.read_text())  # only rank 1 holds (held_env's rank = 1): the pid it wrote
-    assert str(rank1) in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()  # one of the launcher's ranks
-    os.kill(rank1, signal.SIGKILL)
-    _, err = parent.communicate(timeout=120)
+    try:
+        wait_until(lambda: held.exists() or parent.poll() is not None, timeout=240, what="rank 1 held")
+        assert held.exists() and parent.poll() is None, parent.communicate()
+        rank1 = int(held.read_text())  # only rank 1 holds (held_env's rank = 1): the pid it wrote
+        assert str(rank1) in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()  # one of its ranks
+        os.kill(rank1, signal.SIGKILL)
+        _, err = parent.communicate(timeout=120)
+    finally:
+        if parent.poll() is None:  # a failed check: the launcher and its held ranks (they die with it) go
+            parent.kill()
+            parent.communicate()
     assert parent.returncode == 1, err
     assert "error: trainer rank 1 died (exit code -9); the run can be resumed with --resume runs/die --nproc 2" in err
     assert "Traceback" not in err

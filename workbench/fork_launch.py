@@ -183,6 +183,11 @@ def _child(args: list[str], env: dict[str, str], cwd: str | None, fds: tuple[int
         _apply_thread_count(env)
         fresh_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
         forget_parent_state()
+    except BaseException as exc:  # noqa: BLE001 - what a fresh interpreter that failed to start would say
+        with contextlib.suppress(BaseException):
+            os.write(2, f"error: could not start `workbench {' '.join(args[:1])}` in a forked process: {exc}\n".encode())
+        os._exit(1)
+    try:
         code = run_module_as_main("workbench", args)
     finally:
         os._exit(code)
