@@ -213,6 +213,7 @@ def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspa
         log = (run_dir / "inference" / f"replica_{index}.log").read_text()
         assert f"Serving model 'tiny' at {replica['base_url']}" in log
         assert replica["command"][-2:] == ["--parent-pid", str(record["trainer_pid"])]
+        assert replica["forked"]  # from the trainer, which has computed nothing yet (workbench.fork_launch)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in steps if "time/step" in m]
     assert len(steps) == 2 and all(m["rollout/trained_samples"] == 8 and m["rollout/errors"] == 0 for m in steps)

@@ -100,12 +100,21 @@ def prepare_process_title() -> None:
             setproctitle.getproctitle()
 
 
-def fork_refusal(args: Any, env: Mapping[Any, Any] | None) -> str | None:
-    """Why `args` with `env` must start as a fresh interpreter here (None: it may be forked)."""
+def fork_unavailable() -> str | None:
+    """Why this process never forks its children (None: it may, the moment allowing)."""
     if not sys.platform.startswith("linux"):
         return "not Linux"
     if os.environ.get(DISABLE_VARIABLE) == "0":
         return f"{DISABLE_VARIABLE}=0"
+    if importlib.util.find_spec("setproctitle") is None:
+        return "setproctitle is not installed (a forked child would show this process's command in ps)"
+    return None
+
+
+def fork_refusal(args: Any, env: Mapping[Any, Any] | None) -> str | None:
+    """Why `args` with `env` must start as a fresh interpreter here (None: it may be forked)."""
+    if (unavailable := fork_unavailable()) is not None:
+        return unavailable
     if not (isinstance(args, (list, tuple)) and len(args) >= 3 and os.fsdecode(args[0]) == sys.executable
             and [os.fsdecode(a) for a in args[1:3]] == ["-m", "workbench"]):
         return "not a `python -m workbench` command"
@@ -114,8 +123,6 @@ def fork_refusal(args: Any, env: Mapping[Any, Any] | None) -> str | None:
         differing = {k for k in wanted.keys() | os.environ.keys() if wanted.get(k) != os.environ.get(k)}
         if differing - _RUNTIME_VARIABLES:
             return f"the child's environment differs in {sorted(differing - _RUNTIME_VARIABLES)[0]}"
-    if importlib.util.find_spec("setproctitle") is None:
-        return "setproctitle is not installed (a forked child would show this process's command in ps)"
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "CUDA is initialized in this process"

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from workbench.fork_launch import WorkbenchPopen, fork_refusal, note_idle_threads
+from workbench.fork_launch import WorkbenchPopen, fork_unavailable, note_idle_threads
 from workbench.train.distributed import PEER_LOST_EXIT, RUN_DIR_ENV
 
 GRACE_S = 5.0  # after one rank fails, how long the others may take to exit by themselves
@@ -110,10 +110,11 @@ def launch(train_args: list[str], nproc: int, run_dir: Path, visible_devices: st
 
 
 def preload(model: str) -> None:
-    """Import what every rank imports first (torch, transformers, the trainer, the model's
-    architecture) once, here, so the ranks forked from this process start with it: about 7
-    CPU-seconds per rank on 2 cores. Nothing when the ranks could not be forked anyway."""
-    if fork_refusal([sys.executable, "-m", "workbench"], None) is not None:
+    """Import what every rank or replica imports first (torch, transformers, the trainer, the
+    model's architecture) once, here, so the children forked from this process start with it:
+    about 7 CPU-seconds each on 2 cores. Call it before this process computes anything (it notes
+    the library threads that exist as idle ones). Nothing where children are never forked."""
+    if fork_unavailable() is not None:
         return
     import workbench.train.loop  # noqa: F401 - torch, transformers, peft, the trainer
     from workbench.inference.resolve import resolve_model_path

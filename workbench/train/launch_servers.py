@@ -146,7 +146,9 @@ def _write_record(run_dir: Path, backend: str, servers: list[ManagedServer]) -> 
     folder.mkdir(parents=True, exist_ok=True)
     record = {"backend": backend, "trainer_pid": os.getpid(), "replicas": [
         {"index": index, "pid": server.process.pid if server.process else None, "base_url": server.base_url,
-         "log": str(server.log_path), "command": server.command}
+         "log": str(server.log_path), "command": server.command,
+         # started as a fork of the trainer (workbench.fork_launch) or as a fresh interpreter
+         "forked": bool(getattr(server.process, "forked", False))}
         for index, server in enumerate(servers)]}
     target = folder / REPLICAS_FILE
     partial = target.with_suffix(".json.tmp")

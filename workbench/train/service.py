@@ -73,6 +73,10 @@ def run_train(config: TrainConfig, reporter: Reporter | None = None, *, resume: 
         return _launch_ranks(config, reporter, resume, nproc, rank_args)
     load_env_files(config, config_path)
     _place_single_trainer(config)
+    if config.inference.mode == "server" and config.inference.launch and launched_world_size() <= 1:
+        from workbench.train.launch import preload
+
+        preload(config.inference.model or config.model)  # before any computation: the replicas fork from here
     from workbench.train.loop import run_rank
 
     try:
