@@ -239,7 +239,10 @@ def start_and_wait_for_first_step(workspace: Path, name: str) -> tuple[subproces
             raise AssertionError(f"no training step (exit {trainer.wait()}):\n{(workspace / f'{name}.out').read_text()}")
         time.sleep(0.2)
     pids = [r["pid"] for r in replica_record(run_dir)["replicas"]]
-    assert len(pids) == 2 and all(alive(p) for p in pids)
+    if not (len(pids) == 2 and all(alive(p) for p in pids)):
+        trainer.kill()  # a 1,000-step run (and its replicas, which watch it) must not outlive a failed test
+        trainer.wait()
+        raise AssertionError(f"replicas {pids} are not both live `workbench serve` processes")
     return trainer, run_dir, pids
 
 
