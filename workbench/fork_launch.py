@@ -89,10 +89,11 @@ class WorkbenchPopen(subprocess.Popen):  # type: ignore[type-arg] - bytes or tex
 
 
 def prepare_process_title() -> None:
-    """Let setproctitle take over the process's argv and environment memory now, before anything
-    changes the environment: set up later (in a forked child whose environment was rewritten),
-    it finds no room and /proc/PID/cmdline keeps the parent's command. Called first thing by
-    `python -m workbench`."""
+    """Let setproctitle take over the process's argv and environment memory now. A process that
+    will clear its whole environment before it forks workbench children (the tests' zygote
+    rewrites it for each child) calls this first: set up after that, setproctitle finds no room
+    and /proc/PID/cmdline keeps the parent's command. Variables added or changed, as Workbench
+    itself does, leave it room (measured), so `python -m workbench` needs no such call."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(ImportError):
             import setproctitle
