@@ -302,3 +302,25 @@ async def test_a_tool_env_logs_verifiers_tool_call_metrics():
     env.remove_tool(echo)
     (score,) = await env.score_group(env.get_examples(1)[0], [RolloutOutput(completion, {})])
     assert score.metrics == {"total_tool_calls": 3.0, "add_calls": 2.0}
+
+
+def test_an_env_imported_from_another_workspace_is_not_taken_for_an_installed_one(tmp_path, monkeypatch):
+    """A long-lived process (a launcher whose ranks fork from it, the TUI's in-process screens)
+    that imported workspace A's env must not find it in workspace B, where it does not exist."""
+    import sys
+
+    from workbench.envs.loader import find_environment, import_env_module
+
+    folder = tmp_path / "a" / "environments" / "only_in_a"
+    folder.mkdir(parents=True)
+    (folder / "only_in_a.py").write_text("def load_environment():\n    return None\n")
+    (tmp_path / "b").mkdir()
+    try:
+        monkeypatch.setenv("WORKBENCH_WORKSPACE", str(tmp_path / "a"))
+        source = find_environment("only-in-a")
+        assert source is not None and source.origin == "workspace"
+        import_env_module(source)
+        monkeypatch.setenv("WORKBENCH_WORKSPACE", str(tmp_path / "b"))
+        assert find_environment("only-in-a") is None  # not "installed": nothing installs it
+    finally:
+        sys.modules.pop("only_in_a", None)

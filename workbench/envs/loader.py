@@ -58,12 +58,24 @@ def find_environment(env_id: str) -> EnvSource | None:
     local = _env_folders(environments_dir())
     if name in local:
         return EnvSource(name, local[name], "workspace")
-    spec = importlib.util.find_spec(name) if name.isidentifier() else None
-    if spec is not None:
+    if name.isidentifier() and _installed_spec(name) is not None:
         return EnvSource(name, None, "installed")
     bundled = _env_folders(bundled_environments_dir())
     if name in bundled:
         return EnvSource(name, bundled[name], "bundled")
+    return None
+
+
+def _installed_spec(name: str) -> Any:
+    """The import spec of an installed module `name`, found by the import system's finders (the
+    editable-install ones too). Not `importlib.util.find_spec`: that answers from sys.modules
+    first, so an environment imported earlier in this process from another workspace's folder
+    would pass for an installed one."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, None) if find is not None else None
+        if spec is not None:
+            return spec
     return None
 
 
