@@ -39,6 +39,7 @@ from workbench.types import Rollout
 SETTLE_S = 0.06
 
 _freeze_holders = 0  # open Rollouts screens that keep the objects of their opening frozen
+_frozen_before = False  # whether something else (start-up's release) had frozen objects first
 
 
 def _hold_gc_freeze() -> None:
@@ -50,18 +51,25 @@ def _hold_gc_freeze() -> None:
     and walking those objects takes 20-50 ms on a slow machine: a frame over 100 ms every so
     often. Frozen objects are still freed by reference counting; only cycles among them wait
     for `_release_gc_freeze`."""
-    global _freeze_holders
+    global _freeze_holders, _frozen_before
+    if _freeze_holders == 0:
+        _frozen_before = gc.get_freeze_count() > 0
     gc.collect(1)  # the young garbage (cheap): not frozen along with the rest
     gc.freeze()
     _freeze_holders += 1
 
 
 def _release_gc_freeze() -> None:
-    """The last Rollouts screen closed: the collector sees every object again."""
+    """The last Rollouts screen closed: the collector sees its objects again. gc can only unfreeze
+    everything, so a freeze made before the screens opened (start-up's, workbench/startup.py) is
+    made again over what is still alive once the screens' garbage is collected."""
     global _freeze_holders
     _freeze_holders -= 1
     if _freeze_holders == 0:
         gc.unfreeze()
+        if _frozen_before:
+            gc.collect()
+            gc.freeze()
 
 
 class RolloutsScreen(WorkbenchScreen):
