@@ -19,6 +19,7 @@ import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ def find_environment(env_id: str) -> EnvSource | None:
     return None
 
 
-def _installed_spec(name: str) -> Any:
+def _installed_spec(name: str) -> ModuleSpec | None:
     """The import spec of an installed module `name`, found by the import system's finders (the
     editable-install ones too). Not `importlib.util.find_spec`: that answers from sys.modules
     first, so an environment imported earlier in this process from another workspace's folder
