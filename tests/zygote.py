@@ -304,7 +304,7 @@ def _preload() -> None:
     from workbench.fork_launch import prepare_process_title
     from workbench.startup import quiet_libraries
 
-    prepare_process_title()  # what `python -m workbench` does first; before quiet_libraries sets variables
+    prepare_process_title()  # before quiet_libraries and each child rewrite the environment (its docstring)
 
     quiet_libraries()  # what `workbench.cli.main` does first
     import torch  # noqa: F401
