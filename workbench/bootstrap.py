@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.envs.loader import bundled_environments_dir
-from workbench.workspace import tiny_model_dir, tiny_qwen_model_dir
+from workbench.workspace import SMOLLM2_MODEL_NAME, named_model_dir, tiny_model_dir, tiny_qwen_model_dir
 
 BUNDLED_ENVS = ("reverse_text", "alphabet_sort", "gsm8k", "math_python", "wordle", "wiki_search")
 # The tiny model is warm-started on these envs' reference answers only: short, format-heavy
@@ -190,3 +190,15 @@ def build_tiny_qwen(root: Path, progress: Progress | None = None, force: bool = 
     demos = tiny_qwen_demonstrations(spec.num_demonstrations)
     build_tiny_qwen_model(out, demos, spec=spec, progress=progress, fingerprint=fingerprint)
     return out, True
+
+
+def fetch_smollm2(root: Path, source: Path | None = None, force: bool = False,
+                  say: Callable[[str], None] = lambda _: None) -> tuple[Path, str | None]:
+    """Save SmolLM2-135M-Instruct as outputs/models/smollm2-135m unless it is there (`force` or a
+    `source` fetches again). Returns (path, where it came from; None when it was already there)."""
+    from workbench.models.smollm2 import fetch_smollm2 as fetch
+
+    out = named_model_dir(SMOLLM2_MODEL_NAME, root)
+    if not force and source is None and (out / "config.json").is_file():
+        return out, None
+    return out, fetch(out, source, say)

@@ -12,6 +12,9 @@ from pathlib import Path
 
 TINY_MODEL_NAME = "tiny"
 TINY_QWEN_MODEL_NAME = "tiny-qwen"  # Qwen3 architecture + Qwen's real vocabulary (models/tiny_qwen.py)
+SMOLLM2_MODEL_NAME = "smollm2-135m"  # a real pretrained model, fetched by `setup --model` (models/smollm2.py)
+# Models named by a short name and kept under outputs/models/<name>/: built or fetched by `setup`.
+NAMED_MODELS = (TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME, SMOLLM2_MODEL_NAME)
 # Where each kind of run keeps its run folders, as glob patterns under the workspace root.
 RUN_FOLDERS = {
     "eval": "environments/*/outputs/evals/*/*",
@@ -37,11 +40,16 @@ def endpoints_path(root: Path | None = None) -> Path:
 
 
 def tiny_model_dir(root: Path | None = None) -> Path:
-    return (root or workspace_root()) / "outputs" / "models" / TINY_MODEL_NAME
+    return named_model_dir(TINY_MODEL_NAME, root)
 
 
 def tiny_qwen_model_dir(root: Path | None = None) -> Path:
-    return (root or workspace_root()) / "outputs" / "models" / TINY_QWEN_MODEL_NAME
+    return named_model_dir(TINY_QWEN_MODEL_NAME, root)
+
+
+def named_model_dir(name: str, root: Path | None = None) -> Path:
+    """Where a named model (`NAMED_MODELS`) lives: outputs/models/<name>/."""
+    return (root or workspace_root()) / "outputs" / "models" / name
 
 
 def runs_dir(root: Path | None = None) -> Path:

@@ -61,12 +61,12 @@ OPENAI_KEY_VAR = "OPENAI_API_KEY"
 
 def make_judge_client(model: str, base_url: str | None = None, api_key_var: str | None = None) -> Client:
     """The judge's client: `base_url` if given; else an endpoint id from configs/endpoints.toml;
-    else 'tiny', 'tiny-qwen' or a local model folder; else the OpenAI API (key in $OPENAI_API_KEY)."""
+    else a named model ('tiny', 'smollm2-135m', ...) or a local model folder; else the OpenAI API (key in $OPENAI_API_KEY)."""
     from workbench.inference.endpoints import load_endpoints
     from workbench.inference.resolve import make_client
-    from workbench.workspace import TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME, endpoints_path
+    from workbench.workspace import NAMED_MODELS, endpoints_path
 
-    embedded = model in (TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME)
+    embedded = model in NAMED_MODELS
     if base_url is None and (model in load_endpoints(endpoints_path()) or embedded or Path(model).exists()):
         return make_client(model)
     var = api_key_var or (OPENAI_KEY_VAR if base_url is None else None)

@@ -14,22 +14,20 @@ from workbench.config.secrets import key_variable_name
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.store.checkpoints import training_run_checkpoint
-from workbench.workspace import TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME, endpoints_path, tiny_model_dir, tiny_qwen_model_dir
+from workbench.workspace import NAMED_MODELS, SMOLLM2_MODEL_NAME, TINY_MODEL_NAME, endpoints_path, named_model_dir
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 def resolve_model_path(model: str) -> Path | str:
-    """A local folder for 'tiny', 'tiny-qwen' and paths; the id itself for hub ids. UserError otherwise."""
-    if model == TINY_MODEL_NAME:
-        path = tiny_model_dir()
+    """A local folder for a named model ('tiny', 'tiny-qwen', 'smollm2-135m') and paths; the id
+    itself for hub ids. UserError otherwise."""
+    if model in NAMED_MODELS:  # the CLI builds tiny-qwen and fetches smollm2-135m on first use (cli/embedded.py)
+        path = named_model_dir(model)
         if not (path / "config.json").is_file():
-            raise UserError(f"the tiny model is not built yet ({path}); run `workbench setup` first")
-        return path
-    if model == TINY_QWEN_MODEL_NAME:  # the CLI builds it on first use (cli/embedded.py)
-        path = tiny_qwen_model_dir()
-        if not (path / "config.json").is_file():
-            raise UserError(f"the tiny-qwen model is not built yet ({path}); run `workbench setup --model tiny-qwen` first")
+            how = "workbench setup" + ("" if model == TINY_MODEL_NAME else f" --model {model}")
+            verb = "fetched" if model == SMOLLM2_MODEL_NAME else "built"
+            raise UserError(f"the {model} model is not {verb} yet ({path}); run `{how}` first")
         return path
     path = training_run_checkpoint(Path(model).expanduser())
     if path.exists():
@@ -38,7 +36,7 @@ def resolve_model_path(model: str) -> Path | str:
         return path.resolve()
     if HUB_ID.match(model) and not model.startswith((".", "/")):
         return model
-    raise UserError(f"unknown model '{model}': not 'tiny', 'tiny-qwen', a local model folder, an endpoint id "
+    raise UserError(f"unknown model '{model}': not {', '.join(repr(m) for m in NAMED_MODELS)}, a local model folder, an endpoint id "
                     f"in {endpoints_path()}, or a Hugging Face id (owner/name)")
 
 
