@@ -1,7 +1,13 @@
-"""Training step throughput on the tiny model: Workbench's RL step against TRL's GRPOTrainer on
-the same model, batch and machine, LoRA and full fine-tuning, in one run.
+"""Training step throughput: Workbench's RL step against TRL's GRPOTrainer on the same model,
+batch and machine, LoRA and full fine-tuning, in one run.
 
     python benchmarks/train_step.py [--steps 4] [--modes lora,full] [--threads 1] [--no-trl] [--verbose]
+    python benchmarks/train_step.py --model outputs/models/smollm2-135m --modes lora --batch-size 16 \
+        --set rollouts_per_example=4 --set sampling.max_tokens=32 --set lora.r=8 --set lora.alpha=16 \
+        --set "lora.target_modules=['q_proj','k_proj','v_proj','o_proj']"    # the real model (issue 31's shape)
+
+`--set` overrides apply to both systems (TRL reads the keys it has a counterpart for); Workbench
+settings without one (e.g. `optimization_dtype='bfloat16'`) apply to Workbench alone.
 
 Workbench runs `configs/rl/reverse-text.toml` (colocated on the CPU; full fine-tuning is the
 same config with lora.enabled = false) in a temporary folder; TRL runs the same step through
@@ -90,9 +96,11 @@ class PacedReporter:
         pass
 
 
-def workbench_overrides(mode: str, steps: int, batch_size: int, model: str, output_dir: str) -> list[str]:
+def workbench_overrides(mode: str, steps: int, batch_size: int, model: str, output_dir: str,
+                        extra: list[str] | None = None) -> list[str]:
     overrides = [f"max_steps={steps + 1}", f"batch_size={batch_size}", f"model='{model}'", "eval.interval=0",
-                 "checkpointing.save_every_n_steps=1000", 'wandb.mode="disabled"', f"output_dir='{output_dir}'"]
+                 "checkpointing.save_every_n_steps=1000", 'wandb.mode="disabled"', f"output_dir='{output_dir}'",
+                 *(extra or [])]
     if mode == "full":
         overrides.append("lora.enabled=false")
     return overrides
@@ -104,7 +112,8 @@ def workbench_worker(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         config, _ = load_train_config(REPO / "configs" / "rl" / "reverse-text.toml",
-                                      workbench_overrides(args.mode, args.steps, args.batch_size, args.model, f"{tmp}/run"))
+                                      workbench_overrides(args.mode, args.steps, args.batch_size, args.model, f"{tmp}/run",
+                                                          args.set))
         run_train(config, PacedReporter(args.mode, args.batch_size, paced=True))
     emit("exit")
 
@@ -175,7 +184,8 @@ class Worker:
 
 def drive_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """Both systems' steps in `mode`, alternated; returns their measured steps and the load."""
-    common = ["--mode", mode, "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--model", args.model]
+    common = ["--mode", mode, "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--model", args.model,
+              *(f"--set={item}" for item in args.set)]
     workers = [Worker("workbench", [sys.executable, str(Path(__file__).resolve()), "--worker", *common], args.threads)]
     notes: list[str] = []
     if args.trl:
@@ -237,9 +247,9 @@ def summarize(steps: list[dict[str, Any]], batch_size: int) -> dict[str, float]:
     return out
 
 
-def print_workbench_split(mode: str, wb: dict[str, float], batch_size: int) -> None:
+def print_workbench_split(mode: str, wb: dict[str, float], batch_size: int, model: str) -> None:
     step_s = wb["time/step"]
-    print(f"train step on the tiny model ({mode}): {step_s:.2f} s/step, {batch_size / step_s:.1f} samples/s, "
+    print(f"train step on {Path(model).name} ({mode}): {step_s:.2f} s/step, {batch_size / step_s:.1f} samples/s, "
           f"{wb.get('tokens_per_s', 0.0):,.0f} tokens/s ({wb['steps']} steps, batch {batch_size})")
     names = {"generation": "generation", "forward/backward": "forward/backward", "optimizer": "optimizer",
              "other": "everything else"}
@@ -299,6 +309,9 @@ def main() -> None:
     parser.add_argument("--modes", default="lora,full", help="comma-separated: lora, full")
     parser.add_argument("--batch-size", type=int, default=128, help="completions per optimizer step")
     parser.add_argument("--model", default=str(REPO / "outputs" / "models" / "tiny"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for both systems (e.g. rollouts_per_example=4, sampling.max_tokens=32, "
+                             "lora.r=8); TRL reads the keys it has a counterpart for")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads for both systems (OMP_NUM_THREADS; default: torch's, one per core). "
                              "On a machine shared with other jobs, 1 avoids OpenMP threads waiting on each other")
@@ -333,7 +346,7 @@ def main() -> None:
         for note in result["notes"]:
             print(note)
         results.append(result)
-        print_workbench_split(mode, summarize(result["steps"]["workbench"], args.batch_size), args.batch_size)
+        print_workbench_split(mode, summarize(result["steps"]["workbench"], args.batch_size), args.batch_size, args.model)
     print_table(results, args.batch_size, version)
 
 

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     total_steps = args.steps + 1  # the first is the warm-up
     # The Workbench run's settings, read from the same config (with the same overrides).
     config, _ = load_train_config(REPO / "configs" / "rl" / "reverse-text.toml",
-                                  [f"batch_size={args.batch_size}", f"max_steps={total_steps}"])
+                                  [f"batch_size={args.batch_size}", f"max_steps={total_steps}", *args.set])
     env_spec = config.env[0]
     env = load_environment(env_spec.id, **env_spec.args)
     sampling = config.sampling
@@ -243,6 +243,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="measured steps (after one warm-up step)")
     parser.add_argument("--batch-size", type=int, default=128, help="completions per optimizer step")
     parser.add_argument("--model", default=str(REPO / "outputs" / "models" / "tiny"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
     parser.add_argument("--paced", action="store_true", help="driven by train_step.py: a stdin line starts each step")
     args = parser.parse_args()
     if trl_version() is None:

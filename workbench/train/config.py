@@ -278,15 +278,16 @@ def _env_key(env: EnvConfig) -> str:
 
 def model_problem(model: str) -> str | None:
     """Why `model` cannot be loaded here, if that is known: a local folder that is missing or
-    is no model. A hub id counts as loadable (see `model_notes` for whether that was checked);
-    the embedded models are built on first use."""
+    is no model, a checkpoint without adapter weights or whose base model is not here. A hub id counts as loadable (see `model_notes` for whether that was checked);
+    the named models are built or fetched on first use."""
     from workbench.inference.resolve import resolve_model_path
-    from workbench.workspace import TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME
+    from workbench.models.loading import adapter_chain
+    from workbench.workspace import NAMED_MODELS
 
-    if model in (TINY_MODEL_NAME, TINY_QWEN_MODEL_NAME):
+    if model in NAMED_MODELS:
         return None
     try:
-        resolve_model_path(model)
+        adapter_chain(resolve_model_path(model))  # a checkpoint: every base model down its chain is here
     except UserError as exc:
         return f"model: {exc}"
     return None

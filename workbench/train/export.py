@@ -1,7 +1,8 @@
 """`workbench train export RUN --step N [--merge]`: a checkpoint as a standalone model folder.
 
 With `--merge` a LoRA adapter is folded into its base weights (a plain Hugging Face model that
-vLLM or transformers load without peft); without it, the adapter folder is copied as is.
+vLLM or transformers load without peft) — every adapter of its chain, when the run started from
+another run's checkpoint; without it, the adapter folder is copied as is (still naming its base).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def find_checkpoint(run_dir: Path, step: int | None) -> Path:
 
 
 def export_checkpoint(run_dir: Path, step: int | None, merge: bool, output: Path | None) -> Path:
-    from workbench.models.loading import adapter_base, load_merged_adapter
+    from workbench.models.loading import adapter_base, load_plain_model
 
     checkpoint = find_checkpoint(run_dir, step)
     suffix = "-merged" if merge else ""
@@ -37,7 +38,7 @@ def export_checkpoint(run_dir: Path, step: int | None, merge: bool, output: Path
     tmp = target.with_name(f".tmp_{target.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     if merge and adapter_base(checkpoint) is not None:
-        model, tokenizer = load_merged_adapter(checkpoint)
+        model, tokenizer = load_plain_model(checkpoint)  # in the base model's own dtype
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     else:

@@ -254,7 +254,8 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
             metrics["policy/kl_beta"] = ctx.kl_beta
         metrics.update({"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
                         "policy/kl": stats.kl, "policy/importance_ratio": stats.ratio_mean,
-                        "policy/clip_frac": stats.clip_frac, "time/forward_backward": stats.forward_backward_s,
+                        "policy/clip_frac": stats.clip_frac, "policy/mismatch_kl": stats.mismatch_kl,
+                        "time/forward_backward": stats.forward_backward_s,
                         "time/optimizer": stats.optimizer_s, "train/padding_fraction": stats.padding_fraction})
     else:  # every group filtered out or zero advantage: nothing to learn this step
         metrics.update({"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0})
@@ -320,7 +321,7 @@ async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, fl
         groups: list[Any] = []
         with generation_weights(ctx.policy):
             await run_rollouts(env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
-                               sampling=dataclasses.replace(sampling, seed=_seed(config, 10_000_019)),
+                               sampling=held_out_sampling(config, sampling),
                                max_concurrent=config.eval_concurrency(), on_group=groups.append)
         rewards = [r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts]  # server failures: no result
         env_total, env_count = ctx.dist.sum([sum(rewards), len(rewards)])
@@ -328,6 +329,13 @@ async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, fl
             metrics[f"eval/{name}/reward_mean"] = env_total / env_count if env_count else 0.0
         total, count = total + env_total, count + env_count
     return {"eval/reward_mean": total / count if count else 0.0, **metrics}
+
+
+def held_out_sampling(config: TrainConfig, sampling: SamplingParams) -> SamplingParams:
+    """How held-out evaluation samples: the run's sampling with one seed for every evaluation, so
+    each step's reward is measured on the same draws (and `eval run` with these settings, the
+    same -n/-r and examples, reproduces the number for a checkpoint)."""
+    return dataclasses.replace(sampling, seed=_seed(config, 10_000_019))
 
 
 def _checkpoint(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]) -> None:

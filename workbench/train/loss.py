@@ -176,8 +176,13 @@ def policy_loss(kind: str, logprobs: Any, batch: dict[str, Any], *, clip_low: fl
     loss = (per_token * mask).sum() / max(total_tokens, 1)
     n = mask.sum().clamp(min=1)
     ratio, kl, clipped = ratio.detach(), kl.detach(), clipped.detach()
+    # How far the trainer's distribution is from the sampler's on the sampled tokens (k3 estimate of
+    # KL(sampler || trainer)): 0 up to arithmetic when both compute the same function; a tokenization,
+    # weight-sync or precision problem shows here before it shows as worse learning.
+    mismatch = (ratio - 1 - log_ratio.detach()) * mask
     return loss, {
         "kl": float((kl * mask).sum() / n),
+        "mismatch_kl": float(mismatch.sum() / n),
         "ratio_mean": float((ratio * mask).sum() / n),
         "clip_frac": float((clipped * mask).sum() / n),
         "tokens": int(mask.sum()),

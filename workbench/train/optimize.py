@@ -7,8 +7,11 @@ workbench.train.distributed)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +47,18 @@ class StepStats:
     forward_backward_s: float
     optimizer_s: float
     padding_fraction: float = 0.0  # of the tokens the forward passes ran on (global)
+    mismatch_kl: float = 0.0  # trainer vs sampler on the sampled tokens (loss.policy_loss)
+
+
+def training_autocast(config: TrainConfig, device: str) -> Callable[[], AbstractContextManager[None]]:
+    """The context the training passes run in: `torch.autocast` to bfloat16 when `autocast_dtype`
+    asks for it (weights, gradients and the optimizer stay float32), else nothing."""
+    import torch
+
+    if config.autocast_dtype != "bfloat16":
+        return contextlib.nullcontext
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    return lambda: torch.autocast(device_type, dtype=torch.bfloat16)
 
 
 def make_optimizer(policy: Policy, config: TrainConfig) -> tuple[Any, Any]:
@@ -93,21 +108,23 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
                                               share_prompts=not is_fsdp(policy))
     real, laid_out = dist.sum([own_tokens, sum(_laid_out(c) for c in chunks)])
     use_kl = (not sft) and config.kl_penalty.enabled
-    totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0}
+    totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0, "mismatch_kl": 0.0}
+    autocast = training_autocast(config, dist.device)
     for index, chunk in enumerate(chunks):
         # DDP reads "sync or not" at forward time, so the forward goes inside too
         with sync_gradients(policy, sync=index == len(chunks) - 1):
             batch = _to_device(chunk, dist.device)
-            logprobs, entropy = token_logprobs(model, batch, 1.0 if sft else temperature)
+            with autocast():
+                logprobs, entropy = token_logprobs(model, batch, 1.0 if sft else temperature)
             mask = batch["loss_mask"]
             weight = float(mask.sum()) / max(total_tokens, 1)  # this chunk's share of the batch's tokens
             if sft:
                 loss = sft_loss(logprobs, batch, total_tokens)
-                extra = {"kl": 0.0, "ratio_mean": 1.0, "clip_frac": 0.0}
+                extra = {"kl": 0.0, "ratio_mean": 1.0, "clip_frac": 0.0, "mismatch_kl": 0.0}
             else:
                 ref = None
                 if use_kl:
-                    with torch.no_grad(), policy.reference_model() as reference:
+                    with torch.no_grad(), policy.reference_model() as reference, autocast():
                         ref, _ = token_logprobs(reference, batch, temperature)
                 loss, extra = policy_loss(config.loss, logprobs, batch, clip_low=config.clip_low, clip_high=config.clip_high,
                                           cispo_clip=config.cispo_clip, total_tokens=total_tokens, ref_logprobs=ref,
@@ -119,7 +136,7 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
             (loss * dist.world_size if dist.active else loss).backward()
             totals["loss"] += float(loss.detach())
             totals["entropy"] += float((entropy.detach() * mask).sum()) / max(total_tokens, 1)
-            for key in ("kl", "ratio_mean", "clip_frac"):
+            for key in ("kl", "ratio_mean", "clip_frac", "mismatch_kl"):
                 totals[key] += extra[key] * weight
     if dist.active:  # each rank holds its tokens' share of every stat: the sums are the global values
         totals = dict(zip(totals, dist.sum(list(totals.values())), strict=True))
@@ -133,7 +150,7 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return StepStats(loss=totals["loss"], grad_norm=grad_norm, entropy=totals["entropy"], kl=totals["kl"],
-                     ratio_mean=totals["ratio_mean"], clip_frac=totals["clip_frac"], tokens=total_tokens,
+                     ratio_mean=totals["ratio_mean"], clip_frac=totals["clip_frac"], mismatch_kl=totals["mismatch_kl"], tokens=total_tokens,
                      forward_backward_s=forward_backward_s, optimizer_s=time.perf_counter() - started,
                      padding_fraction=1.0 - real / max(laid_out, 1))
 

@@ -5,6 +5,7 @@ this machine (GPU ids, parallelism, vLLM memory, dtypes) — found without impor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -42,7 +43,18 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
     if count == 0:
         notes = [f"{k} = {_fmt(v)} is ignored: no CUDA GPU on this machine (everything runs on the CPU)"
                  for k, v in set_keys.items()]
+        if dtypes.get("optimization_dtype") and config.lora.enabled and cpu_has_bf16():
+            notes.append("optimization_dtype = 'bfloat16': LoRA's frozen base weights are held in bfloat16 (this CPU "
+                         "multiplies bfloat16 natively); the adapters and the optimizer stay float32")
+            dtypes.pop("optimization_dtype")
+        elif dtypes.get("optimization_dtype") and config.lora.enabled:
+            notes.append("optimization_dtype = 'bfloat16' has no effect on this machine: this CPU has no native bfloat16 "
+                         "matmuls (AMX or AVX512-BF16), where it would be slower than float32")
+            dtypes.pop("optimization_dtype")
         notes += [f"{k} = '{v}' has no effect on this machine: no CUDA GPU, the CPU trains in float32" for k, v in dtypes.items()]
+        if config.autocast_dtype == "bfloat16" and not cpu_has_bf16():
+            notes.append("autocast_dtype = 'bfloat16' on a CPU without native bfloat16 matmuls (AMX or AVX512-BF16) "
+                         "is slower than float32")
         if config.fsdp_cpu_offload:
             notes.append("fsdp_cpu_offload = true has no effect on this machine: no CUDA GPU, the weights already live in CPU memory")
         if inf.dtype != "auto":
@@ -98,6 +110,7 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     c = config
     run = PlanSection("Run")
     run.add("model", c.model + (f"  (tokenizer {c.tokenizer})" if c.tokenizer else ""))
+    run.add("starts from", starting_weights(c))
     run.add("mode", {"rl": "RL", "sft": "SFT on demonstrations", "distill": "online distillation"}[c.mode])
     if c.mode == "distill":
         d = c.distill
@@ -153,7 +166,7 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     optim.add("difficulty filter", f"drop variance < {f.min_reward_variance:g} (and zero), mean outside [{f.min_reward:g}, {f.max_reward:g}]; oversample up to {f.oversampling_factor:g}x" if f.enabled else "off")
     optim.add("async", f"rollouts at most {c.max_async_level} step(s) behind the policy · drop samples > {c.max_off_policy_steps} steps old")
     optim.add("activation checkpointing", "on" if c.activation_checkpointing else "off")
-    optim.add("dtype", f"optimization {c.optimization_dtype} · gradient reduction {c.reduce_dtype}"
+    optim.add("dtype", f"optimization {c.optimization_dtype} · autocast {c.autocast_dtype} · gradient reduction {c.reduce_dtype}"
                        + (" · FSDP CPU offload" if c.fsdp_cpu_offload else ""))
 
     out = PlanSection("Outputs")
@@ -213,6 +226,47 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     return Plan([run, envs, steps, optim, out, infra, where], [*notes, *machine_notes(c, count)], warnings)
 
 
+def starting_weights(c: TrainConfig) -> str:
+    """The weights step 1 trains from: the model as it is, or a checkpoint with its chain of
+    adapters merged (a run from a checkpoint starts from it, not from its base); then what trains.
+    Reads folders and adapter configs only."""
+    from workbench.errors import UserError
+    from workbench.inference.resolve import resolve_model_path
+    from workbench.models.loading import adapter_chain
+    from workbench.workspace import NAMED_MODELS, named_model_dir
+
+    trains = f"new LoRA r {c.lora.r} on top" if c.lora.enabled else "full fine-tuning"
+    if c.on_policy and c.kl_penalty.enabled:
+        trains += " (KL reference: these starting weights)"
+    if c.model in NAMED_MODELS and not (named_model_dir(c.model) / "config.json").is_file():
+        return f"{c.model} ({_relative(named_model_dir(c.model))}, made on first use), {trains}"
+    try:
+        chain = adapter_chain(resolve_model_path(c.model))
+    except UserError as exc:
+        return f"cannot tell: {exc}"
+    adapters = "".join(f" + adapter {_shown(a)} (merged)" for a in chain.adapters)
+    return f"{_shown(chain.base)}{adapters}, {trains}"
+
+
+def _shown(where: Path | str) -> str:
+    """A named model by its name and folder ('tiny (outputs/models/tiny)'), another folder by its
+    path, a hub id as it is."""
+    from workbench.workspace import NAMED_MODELS, named_model_dir
+
+    if isinstance(where, str):
+        return where
+    named = [name for name in NAMED_MODELS if os.path.abspath(named_model_dir(name)) == os.path.abspath(where)]
+    return f"{named[0]} ({_relative(where)})" if named else str(_relative(where))
+
+
+def _relative(where: Path) -> Path:
+    """`where` relative to the working directory when it is under it (shorter to read)."""
+    here = Path(os.path.abspath(where))
+    with contextlib.suppress(ValueError):
+        return here.relative_to(Path.cwd())
+    return here
+
+
 def _schedule(c: TrainConfig) -> str:
     warmup = f"warmup {c.warmup_steps} steps, then " if c.warmup_steps else ""
     if c.lr_scheduler == "constant":
@@ -227,6 +281,16 @@ def _loss(c: TrainConfig) -> str:
     if c.loss == "dapo":
         return f"dapo · token-level, ratio clipped to [{1 - c.clip_low:g}, {1 + c.clip_high:g}]"
     return f"cispo · importance weight capped at {c.cispo_clip:g} (detached)"
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (x86 AMX or AVX512-BF16, read from
+    /proc/cpuinfo; elsewhere False). Without it torch emulates bfloat16 and it is slower than float32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("amx_bf16", "avx512_bf16"))
 
 
 def _fmt(value: object) -> str:

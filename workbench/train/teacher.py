@@ -21,7 +21,6 @@ model) is asked for prompt logprobs (`/v1/completions` with `echo`), at temperat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
@@ -97,24 +96,14 @@ class ModelTeacher(Teacher):
     def load(cls, config: DistillConfig, student_tokenizer: Any, device: str = "cpu") -> ModelTeacher:
         """The teacher named by `config.teacher_model`, frozen, on `device`. UserError when it
         cannot be loaded or does not share the student's vocabulary."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         from workbench.inference.resolve import resolve_model_path
-        from workbench.models.hub import require_hub_model
-        from workbench.models.loading import adapter_base, load_merged_adapter
+        from workbench.models.loading import load_plain_model
 
         assert config.teacher_model is not None
-        source = resolve_model_path(config.teacher_model)
-        if isinstance(source, str):
-            require_hub_model(source)
-        try:
-            if isinstance(source, Path) and adapter_base(source) is not None:
-                model, tokenizer = load_merged_adapter(source)
-            else:
-                model = AutoModelForCausalLM.from_pretrained(str(source))
-                tokenizer = AutoTokenizer.from_pretrained(str(source))
-        except OSError as exc:
-            raise UserError(f"could not load distill.teacher_model '{config.teacher_model}': {str(exc).splitlines()[0]}") from exc
+        try:  # a checkpoint is its whole chain of adapters merged (RL on SFT on a base model)
+            model, tokenizer = load_plain_model(resolve_model_path(config.teacher_model))
+        except UserError as exc:
+            raise UserError(f"distill.teacher_model '{config.teacher_model}': {exc}") from exc
         if tokenizer.get_vocab() != student_tokenizer.get_vocab():
             raise UserError(f"distill.teacher_model '{config.teacher_model}' has another tokenizer than the student: "
                             "token logprobs can only be compared over the same vocabulary")

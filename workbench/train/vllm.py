@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from workbench.errors import UserError
 from workbench.inference.vllm_launch import (
     VLLM_EXECUTABLE, LaunchPlan, ManagedServer, free_port, require_vllm, vllm_plan,
 )
@@ -23,12 +24,17 @@ def plan_for_training(config: TrainConfig, *, port: int, host: str = "127.0.0.1"
     """`vllm_plan` for a train config: serves `inference.model` (default `model`), with LoRA
     loading on when `lora.enabled`."""
     from workbench.inference.resolve import resolve_model_path
+    from workbench.models.loading import adapter_base
 
     name = config.inference.model or config.model
+    source = resolve_model_path(name)
+    if isinstance(source, Path) and adapter_base(source) is not None:  # vLLM wants a whole model folder
+        raise UserError(f"vLLM cannot serve the LoRA checkpoint {source} as its model: export it merged "
+                        "(workbench train export RUN --step N --merge) and name that folder as model")
     # prime-rl's inference_gpu_ids = [0, 1, 2] without a dp: three replicas (placement.py)
     inference = config.inference.model_copy(update={"data_parallel_size": vllm_data_parallel_size(config.inference)})
     # max_async_level + 1 policy versions (one adapter each) can have rollouts in flight together
-    return vllm_plan(inference, model=str(resolve_model_path(name)), served_model_name=name, port=port,
+    return vllm_plan(inference, model=str(source), served_model_name=name, port=port,
                      host=host, lora=config.lora, max_loras=config.max_async_level + 1, tokenizer=config.tokenizer,
                      executable=executable)
 

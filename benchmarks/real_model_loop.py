@@ -1,0 +1,140 @@
+"""The real-model loop, end to end: SmolLM2-135M-Instruct, SFT warm-up, then RL, each verified
+on the same held-out examples with a 95% confidence interval.
+
+    python benchmarks/real_model_loop.py                   # the scaffolded configs, 64 held-out examples x 4
+    python benchmarks/real_model_loop.py -n 64 -r 4 --rl-set max_steps=40
+
+Runs in a temporary workspace (the model comes from this workspace's outputs/models/smollm2-135m,
+fetched by `workbench setup --model smollm2-135m` if missing):
+  1. held-out eval of the pretrained model
+  2. SFT: configs/sft/reverse-text-smollm2.toml
+  3. held-out eval of the SFT checkpoint
+  4. RL from that checkpoint: configs/rl/reverse-text-smollm2.toml
+  5. held-out eval of the RL checkpoint
+Every eval uses the same examples (the env's eval split, first -n), rollouts and sampling (the
+RL config's [sampling]: what the trainer's own held-out eval uses). Each stage prints its wall
+time; rewards print with a 95% bootstrap interval over examples, and each gain with a paired one
+(`engine.paired`). The targets (issue 31): on 2 CPU cores, all five stages within 20 minutes,
+held-out reward >= 0.50 at the end, and RL's own gain over its SFT start >= +0.15 with the
+interval above 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SFT_CONFIG = REPO / "configs" / "sft" / "reverse-text-smollm2.toml"
+RL_CONFIG = REPO / "configs" / "rl" / "reverse-text-smollm2.toml"
+QUIET = ["wandb.mode='disabled'"]
+TARGET_MINUTES, TARGET_FINAL, TARGET_GAIN = 20.0, 0.50, 0.15
+
+
+def bootstrap_interval(values: list[float], seed: int = 0, resamples: int = 2000) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the mean of `values` (one per example)."""
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    return means[int(0.025 * (resamples - 1))], means[int(0.975 * (resamples - 1))]
+
+
+def held_out(model: str, args: argparse.Namespace, sampling: dict[str, float | int]) -> dict[int, float]:
+    """`{example_id: mean reward}` of `model` on the held-out examples."""
+    from workbench.evaluate import EvalConfig, run_eval
+
+    config = EvalConfig(env_id="reverse-text", model=model, num_examples=args.num_examples,
+                        rollouts_per_example=args.rollouts, max_tokens=int(sampling["max_tokens"]),
+                        temperature=float(sampling["temperature"]), seed=args.seed)
+    return run_eval(config).group_means()
+
+
+def report(stage: str, seconds: float, means: dict[int, float] | None = None) -> None:
+    line = f"{stage:<34} {seconds:7.1f} s"
+    if means is not None:
+        values = list(means.values())
+        low, high = bootstrap_interval(values)
+        line += f"   held-out {sum(values) / len(values):.3f}  [95% CI {low:.3f}, {high:.3f}]"
+    print(line, flush=True)
+
+
+def gain(label: str, before: dict[int, float], after: dict[int, float]) -> float:
+    from workbench.engine.paired import paired_difference
+
+    result = paired_difference(before, after)
+    print(f"{label:<34} {result.diff:+.3f}  [95% CI {result.low:+.3f}, {result.high:+.3f}]  ({result.verdict}, "
+          f"{result.n} examples)")
+    return result.low
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", "--num-examples", type=int, default=64)
+    parser.add_argument("-r", "--rollouts", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sft-set", action="append", default=[], help="--set override for the SFT config")
+    parser.add_argument("--rl-set", action="append", default=[], help="--set override for the RL config")
+    parser.add_argument("--skip-base", action="store_true", help="skip the pretrained model's eval (it scores 0.000)")
+    args = parser.parse_args()
+
+    from workbench.bootstrap import fetch_smollm2
+    from workbench.train import load_train_config, run_train
+    from workbench.workspace import SMOLLM2_MODEL_NAME, named_model_dir
+
+    model_dir, _ = fetch_smollm2(REPO if (REPO / "outputs").is_dir() else Path.cwd(), say=print)
+    rl_config, _ = load_train_config(RL_CONFIG, [*QUIET, *args.rl_set])
+    sampling = {"max_tokens": rl_config.sampling.max_tokens or 48, "temperature": rl_config.sampling.temperature or 1.0}
+    torch_threads = os.environ.get("OMP_NUM_THREADS", "default")
+    print(f"model {model_dir} · held-out {args.num_examples} examples x {args.rollouts} rollouts · sampling {sampling} "
+          f"· OMP_NUM_THREADS {torch_threads} · {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="workbench-loop-") as tmp:
+        workspace = Path(tmp)
+        named_model_dir(SMOLLM2_MODEL_NAME, workspace).parent.mkdir(parents=True)
+        named_model_dir(SMOLLM2_MODEL_NAME, workspace).symlink_to(model_dir, target_is_directory=True)
+        os.chdir(workspace)
+        os.environ["WORKBENCH_WORKSPACE"] = str(workspace)
+        started = time.perf_counter()
+
+        base = None
+        if not args.skip_base:
+            clock = time.perf_counter()
+            base = held_out(SMOLLM2_MODEL_NAME, args, sampling)
+            report("1. eval: pretrained", time.perf_counter() - clock, base)
+
+        clock = time.perf_counter()
+        sft_config, _ = load_train_config(SFT_CONFIG, [*QUIET, "eval.interval=0", *args.sft_set])
+        sft = run_train(sft_config)
+        report(f"2. SFT: {sft_config.max_steps} steps", time.perf_counter() - clock)
+
+        clock = time.perf_counter()
+        after_sft = held_out(str(sft.run_dir), args, sampling)
+        report("3. eval: SFT checkpoint", time.perf_counter() - clock, after_sft)
+
+        clock = time.perf_counter()
+        rl_config, _ = load_train_config(RL_CONFIG, [*QUIET, "eval.interval=0", f"model='{sft.run_dir}'", *args.rl_set])
+        rl = run_train(rl_config)
+        report(f"4. RL: {rl_config.max_steps} steps", time.perf_counter() - clock)
+
+        clock = time.perf_counter()
+        after_rl = held_out(str(rl.run_dir), args, sampling)
+        report("5. eval: RL checkpoint", time.perf_counter() - clock, after_rl)
+
+        minutes = (time.perf_counter() - started) / 60
+        print()
+        if base is not None:
+            gain("SFT gain over pretrained", base, after_sft)
+        rl_low = gain("RL gain over its SFT start", after_sft, after_rl)
+        final = sum(after_rl.values()) / len(after_rl)
+        rl_gain = final - sum(after_sft.values()) / len(after_sft)
+        print(f"\ntotal {minutes:.1f} min (target <= {TARGET_MINUTES:.0f}) · final {final:.3f} (target >= {TARGET_FINAL}) · "
+              f"RL gain {rl_gain:+.3f}, CI low {rl_low:+.3f} (target >= +{TARGET_GAIN}, CI above 0)")
+        met = minutes <= TARGET_MINUTES and final >= TARGET_FINAL and rl_gain >= TARGET_GAIN and rl_low > 0
+        print("targets met" if met else "targets NOT met")
+
+
+if __name__ == "__main__":
+    main()
