@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("--baseline-requests", type=int, default=None, help="requests in the generate loop (default: all)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     parser.add_argument("--hf-decode", action="store_true", help="LocalClient on the Hugging Face forward (no lean engine)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="weights of both sides (bfloat16 is fast on CPUs with AMX / AVX512-BF16)")
     args = parser.parse_args()
 
     import torch
@@ -58,13 +60,14 @@ def main() -> None:
         sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
         baseline_prompts = prompts[: args.baseline_requests or len(prompts)]
         client_rates, padded_rates, loop_rates = asyncio.run(
-            _run_interleaved(str(model_path), prompts, baseline_prompts, sampling, args.repeats, hf_decode=args.hf_decode))
+            _run_interleaved(str(model_path), prompts, baseline_prompts, sampling, args.repeats, hf_decode=args.hf_decode,
+                             dtype=args.dtype))
     load_after = os.getloadavg()[0]
 
     client, padded = statistics.median(client_rates), statistics.median(padded_rates)
     loop_rate = statistics.median(loop_rates)
     print(f"\nmodel: {model_path}  requests: {args.requests}  max_tokens: {args.max_tokens}  "
-          f"temperature: {args.temperature}  torch threads: {torch.get_num_threads()}  "
+          f"temperature: {args.temperature}  dtype: {args.dtype}  torch threads: {torch.get_num_threads()}  "
           f"load average: {load_before:.1f} -> {load_after:.1f} ({os.cpu_count()} CPUs)")
     # "paired": the median of each round's own ratio (the three paths of a round run back to back),
     # which load drifting between rounds moves less than the ratio of the medians.
@@ -85,12 +88,12 @@ def _quick_model(tmp: Path) -> Path:
 
 async def _run_interleaved(model_path: str, prompts: list[Messages], loop_prompts: list[Messages],
                            sampling: SamplingParams, repeats: int, *,
-                           hf_decode: bool) -> tuple[list[float], list[float], list[float]]:
+                           hf_decode: bool, dtype: str) -> tuple[list[float], list[float], list[float]]:
     """Alternate LocalClient runs, padded-generate runs and per-request generate loops; returns
     the three lists of tokens/s."""
-    client = LocalClient(model_path, max_batch_size=len(prompts))
+    client = LocalClient(model_path, max_batch_size=len(prompts), dtype=dtype)
     client.lean_decode = not hf_decode
-    model, tokenizer = _load(model_path)
+    model, tokenizer = _load(model_path, dtype)
     padded_inputs = _padded_inputs(tokenizer, prompts)
     loop_inputs = [_torch_ids(_prompt_ids(tokenizer, messages)) for messages in loop_prompts]
     try:
@@ -118,12 +121,12 @@ async def _run_interleaved(model_path: str, prompts: list[Messages], loop_prompt
         await client.close()
 
 
-def _load(model_path: str) -> tuple[Any, Any]:
+def _load(model_path: str, dtype: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
     return model, tokenizer
 
 

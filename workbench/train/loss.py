@@ -53,12 +53,14 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
         inputs["position_ids"] = position_ids
     if "prompt_passes" in batch:  # use_cache: models may ignore past_key_values without it
         inputs.update(past_key_values=_prompt_cache(model, batch), use_cache=True)
-    logits = model(**inputs).logits[:, :-1]
-    logits = logits.float() / max(temperature, 1e-6)
+    logits = model(**inputs).logits[:, :-1].float()
+    if temperature != 1.0:  # a full-vocabulary pass saved in the common case (x / 1.0 is x exactly)
+        logits = logits / max(temperature, 1e-6)
     logprobs_all = torch.log_softmax(logits, dim=-1)
     targets = batch["input_ids"][:, 1:]
     picked = logprobs_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
+    with torch.no_grad():  # a logged statistic: no graph (and no saved vocabulary-wide tensors) for it
+        entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
     zeros = torch.zeros_like(picked[:, :1])
     picked, entropy = torch.cat([zeros, picked], dim=1), torch.cat([zeros, entropy], dim=1)
     starts = batch.get("starts")
