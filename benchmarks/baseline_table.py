@@ -79,10 +79,14 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
+        import torch
+
+        load = os.getloadavg()[1]
         args.write.parent.mkdir(parents=True, exist_ok=True)
         args.write.write_text(f"# Baseline: {args.model}\n\nMade by `python benchmarks/baseline_table.py -m {args.model} "
-                              f"-n {args.num_examples} -r {args.rollouts} -t {args.max_tokens}` on {os.cpu_count()} CPU cores.\n\n"
-                              f"{table}\n")
+                              f"-n {args.num_examples} -r {args.rollouts} -t {args.max_tokens}` on {os.cpu_count()} CPU cores "
+                              f"({torch.get_num_threads()} torch threads, 5-minute load average {load:.1f} at the end: "
+                              f"tokens/s is what this machine gave then).\n\n{table}\n")
 
 
 if __name__ == "__main__":
