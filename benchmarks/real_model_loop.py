@@ -20,12 +20,14 @@ interval above 0.
 
 Measured (2026-11-27, 2 cores of a Xeon with AMX, idle, the configs as committed: bfloat16 LoRA
 base; 64 held-out examples x 4 rollouts at temperature 1.0, max 32 tokens):
-  1. pretrained 0.000 (36 s) · 2. SFT 40 steps 132 s · 3. 0.393 [0.359, 0.428] (49 s)
-  4. RL 24 steps x 128 rollouts 809 s (~33 s/step; an earlier run: generation 10-12 s, forward/backward 17-21 s)
-  5. 0.491 [0.444, 0.547] (40 s) · RL gain +0.098 [+0.055, +0.147] · total 17.8 min
-Targets: time met; final 0.491 < 0.50 and RL's gain +0.098 < +0.15 not met. Trial runs (helper log,
-fp32, contended): RL from this SFT start gains +0.09 to +0.11 in its first ~20 steps, then flattens,
-with 8 prompts x 8 or 16 x 8 rollouts, lr 1e-3, with or without cosine decay.
+  1. pretrained 0.000 (36 s) · 2. SFT 40 steps 94 s · 3. 0.393 [0.362, 0.429] (42 s)
+  4. RL 24 steps x 128 rollouts, std-scaled advantages: 745 s (~31 s/step; an earlier run: generation
+     10-12 s, forward/backward 17-21 s a step)
+  5. 0.516 [0.469, 0.563] (44 s) · RL gain +0.124 [+0.080, +0.169] · total 16.0 min
+Targets: time and final reward met; RL's own gain +0.124 < +0.15 not met. Without std-scaled
+advantages (same run otherwise): final 0.491, gain +0.098 [+0.055, +0.147], 17.8 min. Trial runs
+(fp32, contended): RL from this SFT start gains +0.09 to +0.11 in its first ~20 steps, then flattens,
+with 8x8 or 16x8 rollouts, lr 1e-3, with or without cosine decay.
 """
 
 from __future__ import annotations
