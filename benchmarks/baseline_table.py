@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import time
 from pathlib import Path
@@ -28,14 +27,8 @@ ENVS = ("reverse-text", "alphabet-sort", "gsm8k", "math-python", "wordle", "wiki
 NEEDS_GSM8K = ("gsm8k", "math-python")
 
 
-def interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
-    rng = random.Random(0)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return means[int(0.025 * (resamples - 1))], means[int(0.975 * (resamples - 1))]
-
-
 def row(env_id: str, args: argparse.Namespace) -> str:
+    from workbench.engine.paired import mean_interval
     from workbench.evaluate import EvalConfig, run_eval
 
     env_args = {"data_path": str(args.gsm8k)} if env_id in NEEDS_GSM8K else {}
@@ -46,7 +39,7 @@ def row(env_id: str, args: argparse.Namespace) -> str:
     seconds = time.perf_counter() - started
     summary = result.summary
     means = list(result.group_means().values())
-    low, high = interval(means)
+    low, high = mean_interval(means)
     formats = [v for k, v in summary.get("reward_funcs", {}).items() if "format" in k]
     fmt = f"{formats[0]:.2f}" if formats else "-"
     tokens = summary["completion_tokens_mean"] * summary["num_rollouts"]

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
@@ -44,14 +43,6 @@ SFT_CONFIG = REPO / "configs" / "sft" / "reverse-text-smollm2.toml"
 RL_CONFIG = REPO / "configs" / "rl" / "reverse-text-smollm2.toml"
 QUIET = ["wandb.mode='disabled'"]
 TARGET_MINUTES, TARGET_FINAL, TARGET_GAIN = 20.0, 0.50, 0.15
-
-
-def bootstrap_interval(values: list[float], seed: int = 0, resamples: int = 2000) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the mean of `values` (one per example)."""
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    return means[int(0.025 * (resamples - 1))], means[int(0.975 * (resamples - 1))]
 
 
 def held_out(model: str, args: argparse.Namespace, sampling: dict[str, float | int]) -> dict[int, float]:
@@ -65,10 +56,12 @@ def held_out(model: str, args: argparse.Namespace, sampling: dict[str, float | i
 
 
 def report(stage: str, seconds: float, means: dict[int, float] | None = None) -> None:
+    from workbench.engine.paired import mean_interval
+
     line = f"{stage:<34} {seconds:7.1f} s"
     if means is not None:
         values = list(means.values())
-        low, high = bootstrap_interval(values)
+        low, high = mean_interval(values)
         line += f"   held-out {sum(values) / len(values):.3f}  [95% CI {low:.3f}, {high:.3f}]"
     print(line, flush=True)
 

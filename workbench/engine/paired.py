@@ -10,7 +10,7 @@ example's rollouts together, since they are not independent of each other.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 RESAMPLES = 2000  # bootstrap resamples: the interval's ends move by well under 0.01 past this
@@ -48,9 +48,19 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], *, confide
         raise ValueError("the two evaluations share no example")
     diffs = [b[i] - a[i] for i in shared]
     n = len(diffs)
-    rng = random.Random(seed)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    low, high = means[int(tail * (resamples - 1))], means[int((1 - tail) * (resamples - 1))]
+    low, high = mean_interval(diffs, confidence=confidence, resamples=resamples, seed=seed)
     return PairedDifference(n=n, mean_a=sum(a[i] for i in shared) / n, mean_b=sum(b[i] for i in shared) / n,
                             low=low, high=high, confidence=confidence)
+
+
+def mean_interval(values: Sequence[float], *, confidence: float = 0.95, resamples: int = RESAMPLES,
+                  seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean of `values` (one per example: an example's rollouts
+    stay together). ValueError for no values."""
+    if not values:
+        raise ValueError("no values to resample")
+    n = len(values)
+    rng = random.Random(seed)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return means[int(tail * (resamples - 1))], means[int((1 - tail) * (resamples - 1))]

@@ -13,10 +13,9 @@ from pathlib import Path
 from workbench.config.secrets import key_variable_name
 from workbench.errors import UserError
 from workbench.inference.client import Client
+from workbench.models.hub import HUB_ID
 from workbench.store.checkpoints import training_run_checkpoint
 from workbench.workspace import NAMED_MODELS, SMOLLM2_MODEL_NAME, TINY_MODEL_NAME, endpoints_path, named_model_dir
-
-HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 def resolve_model_path(model: str) -> Path | str:

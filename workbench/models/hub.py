@@ -10,12 +10,19 @@ the cache; `HF_HUB_OFFLINE=1` skips it and uses the cache alone, as huggingface_
 from __future__ import annotations
 
 import os
+import re
 import urllib.error
 import urllib.request
 
 from workbench.errors import UserError
 
 PROBE_TIMEOUT_S = 5.0  # a reachable hub answers a HEAD in well under a second
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")  # owner/name (a local path that looks like one is checked first)
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE is set: use the local cache alone, as huggingface_hub does."""
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
 
 
 def hub_endpoint() -> str:
@@ -45,7 +52,7 @@ def hub_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
 def require_hub_model(model_id: str) -> None:
     """Return when `model_id` can be loaded (the hub answers, or it is cached); UserError
     otherwise. With the hub unreachable but the model cached, later loads stay offline."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    offline = hub_offline()
     if not offline and hub_reachable():
         return
     if not offline:

