@@ -32,8 +32,15 @@ def row(env_id: str, args: argparse.Namespace) -> str:
     from workbench.evaluate import EvalConfig, run_eval
 
     env_args = {"data_path": str(args.gsm8k)} if env_id in NEEDS_GSM8K else {}
-    config = EvalConfig(env_id=env_id, model=args.model, num_examples=args.num_examples, rollouts_per_example=args.rollouts,
-                        max_tokens=args.max_tokens, env_args=env_args, seed=0)
+    config = EvalConfig(
+        env_id=env_id,
+        model=args.model,
+        num_examples=args.num_examples,
+        rollouts_per_example=args.rollouts,
+        max_tokens=args.max_tokens,
+        env_args=env_args,
+        seed=0,
+    )
     started = time.perf_counter()
     result = run_eval(config)
     seconds = time.perf_counter() - started
@@ -43,8 +50,10 @@ def row(env_id: str, args: argparse.Namespace) -> str:
     formats = [v for k, v in summary.get("reward_funcs", {}).items() if "format" in k]
     fmt = f"{formats[0]:.2f}" if formats else "-"
     tokens = summary["completion_tokens_mean"] * summary["num_rollouts"]
-    return (f"| {env_id} | {summary['reward_mean']:.3f} [{low:.3f}, {high:.3f}] | {fmt} | {summary['truncated_frac']:.0%} "
-            f"| {summary['completion_tokens_mean']:.0f} | {tokens / seconds:.0f} | {seconds:.0f} s |")
+    return (
+        f"| {env_id} | {summary['reward_mean']:.3f} [{low:.3f}, {high:.3f}] | {fmt} | {summary['truncated_frac']:.0%} "
+        f"| {summary['completion_tokens_mean']:.0f} | {tokens / seconds:.0f} | {seconds:.0f} s |"
+    )
 
 
 def main() -> None:
@@ -58,11 +67,16 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="also write the table to this markdown file")
     args = parser.parse_args()
 
-    header = ["| env | reward [95% CI] | format | truncated | completion tokens | tokens/s | time |",
-              "|---|---|---|---|---|---|---|"]
+    header = [
+        "| env | reward [95% CI] | format | truncated | completion tokens | tokens/s | time |",
+        "|---|---|---|---|---|---|---|",
+    ]
     lines = list(header)
-    print(f"{args.model} · {args.num_examples} examples x {args.rollouts} rollouts · max {args.max_tokens} tokens/turn · "
-          f"{os.cpu_count()} CPUs", file=sys.stderr)
+    print(
+        f"{args.model} · {args.num_examples} examples x {args.rollouts} rollouts · max {args.max_tokens} tokens/turn · "
+        f"{os.cpu_count()} CPUs",
+        file=sys.stderr,
+    )
     for env_id in args.env or ENVS:
         if env_id in NEEDS_GSM8K and not args.gsm8k.is_file():
             lines.append(f"| {env_id} | skipped: no GSM8K file at {args.gsm8k} (--gsm8k) | | | | | |")
@@ -76,10 +90,12 @@ def main() -> None:
 
         load = os.getloadavg()[1]
         args.write.parent.mkdir(parents=True, exist_ok=True)
-        args.write.write_text(f"# Baseline: {args.model}\n\nMade by `python benchmarks/baseline_table.py -m {args.model} "
-                              f"-n {args.num_examples} -r {args.rollouts} -t {args.max_tokens}` on {os.cpu_count()} CPU cores "
-                              f"({torch.get_num_threads()} torch threads, 5-minute load average {load:.1f} at the end: "
-                              f"tokens/s is what this machine gave then).\n\n{table}\n")
+        args.write.write_text(
+            f"# Baseline: {args.model}\n\nMade by `python benchmarks/baseline_table.py -m {args.model} "
+            f"-n {args.num_examples} -r {args.rollouts} -t {args.max_tokens}` on {os.cpu_count()} CPU cores "
+            f"({torch.get_num_threads()} torch threads, 5-minute load average {load:.1f} at the end: "
+            f"tokens/s is what this machine gave then).\n\n{table}\n"
+        )
 
 
 if __name__ == "__main__":

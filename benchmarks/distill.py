@@ -36,15 +36,32 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        teacher_config, _ = load_train_config(CONFIG, [f"max_steps={args.teacher_steps}", f"eval.interval={args.teacher_steps}",
-                                                       *QUIET, f"output_dir='{tmp}/teacher'"])
+        teacher_config, _ = load_train_config(
+            CONFIG,
+            [
+                f"max_steps={args.teacher_steps}",
+                f"eval.interval={args.teacher_steps}",
+                *QUIET,
+                f"output_dir='{tmp}/teacher'",
+            ],
+        )
         teacher = run_train(teacher_config)
         reward = read_metrics(teacher.run_dir)[-1]["eval/reward_mean"]
-        print(f"teacher: RL {args.teacher_steps} steps, held-out reward {reward:.3f} ({time.perf_counter() - started:.0f} s)")
+        print(
+            f"teacher: RL {args.teacher_steps} steps, held-out reward {reward:.3f} ({time.perf_counter() - started:.0f} s)"
+        )
         started = time.perf_counter()
-        student_config, _ = load_train_config(CONFIG, [
-            "mode='distill'", f"distill.teacher_model='{teacher.run_dir}'", f"max_steps={args.steps}",
-            f"eval.interval={args.every}", *QUIET, f"output_dir='{tmp}/student'"])
+        student_config, _ = load_train_config(
+            CONFIG,
+            [
+                "mode='distill'",
+                f"distill.teacher_model='{teacher.run_dir}'",
+                f"max_steps={args.steps}",
+                f"eval.interval={args.every}",
+                *QUIET,
+                f"output_dir='{tmp}/student'",
+            ],
+        )
         student = read_metrics(run_train(student_config).run_dir)
         print(f"student: distilled {args.steps} steps ({time.perf_counter() - started:.0f} s)")
     print(f"{'step':>5}  {'held-out reward':>15}  {'reverse KL':>10}")

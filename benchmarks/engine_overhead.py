@@ -79,8 +79,14 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure(base_url: str | None, server_pid: int, rollouts: int, concurrency: int, r: int,
-                  transport: TransportKind = "auto") -> Measurement:
+async def measure(
+    base_url: str | None,
+    server_pid: int,
+    rollouts: int,
+    concurrency: int,
+    r: int,
+    transport: TransportKind = "auto",
+) -> Measurement:
     from workbench.engine import run_rollouts
     from workbench.envs import load_environment
     from workbench.inference.echo import EchoClient
@@ -94,12 +100,25 @@ async def measure(base_url: str | None, server_pid: int, rollouts: int, concurre
     with tempfile.TemporaryDirectory() as tmp:
         writer = ResultsWriter(Path(tmp))
         # warm-up: connections, imports
-        await run_rollouts(env, client, examples[:16], rollouts_per_example=r, sampling=SamplingParams(),
-                           max_concurrent=concurrency)
+        await run_rollouts(
+            env,
+            client,
+            examples[:16],
+            rollouts_per_example=r,
+            sampling=SamplingParams(),
+            max_concurrent=concurrency,
+        )
         cpu, server_cpu = time.process_time(), process_cpu_s(server_pid)
         started = time.perf_counter()
-        stats = await run_rollouts(env, client, examples, rollouts_per_example=r, sampling=SamplingParams(),
-                                   max_concurrent=concurrency, on_group=writer.write_group)
+        stats = await run_rollouts(
+            env,
+            client,
+            examples,
+            rollouts_per_example=r,
+            sampling=SamplingParams(),
+            max_concurrent=concurrency,
+            on_group=writer.write_group,
+        )
         elapsed = time.perf_counter() - started
         cpu, server_cpu = time.process_time() - cpu, process_cpu_s(server_pid) - server_cpu
         writer.close()
@@ -112,35 +131,64 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=8000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rollouts-per-example", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=1, help="measure this many times (one server) and report the median")
-    parser.add_argument("--in-process", action="store_true", help="no server: EchoClient in this process (no HTTP)")
-    parser.add_argument("--server", choices=sorted(SERVERS), default="lean",
-                        help="lean: the instant echo endpoint; workbench: `workbench serve`'s aiohttp server")
-    parser.add_argument("--client", choices=["auto", "aiohttp"], default="auto",
-                        help="OpenAIClient's transport: auto (the lean client for http://) or aiohttp")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="measure this many times (one server) and report the median"
+    )
+    parser.add_argument(
+        "--in-process", action="store_true", help="no server: EchoClient in this process (no HTTP)"
+    )
+    parser.add_argument(
+        "--server",
+        choices=sorted(SERVERS),
+        default="lean",
+        help="lean: the instant echo endpoint; workbench: `workbench serve`'s aiohttp server",
+    )
+    parser.add_argument(
+        "--client",
+        choices=["auto", "aiohttp"],
+        default="auto",
+        help="OpenAIClient's transport: auto (the lean client for http://) or aiohttp",
+    )
     args = parser.parse_args()
     proc, url = (None, None) if args.in_process else start_server(args.server)
     runs: list[Measurement] = []
     try:
         for _ in range(args.repeat):
-            runs.append(asyncio.run(measure(url, proc.pid if proc else 0, args.rollouts, args.concurrency,
-                                            args.rollouts_per_example, args.client)))
+            runs.append(
+                asyncio.run(
+                    measure(
+                        url,
+                        proc.pid if proc else 0,
+                        args.rollouts,
+                        args.concurrency,
+                        args.rollouts_per_example,
+                        args.client,
+                    )
+                )
+            )
     finally:
         if proc is not None:
             proc.kill()
     for i, m in enumerate(runs, 1):
         per_k = 1000 / m.rollouts
         server = f", server {m.server_cpu_s * per_k:.3f} s" if proc is not None else ""
-        print(f"run {i}: {m.rate:,.0f} rollouts/s  ({m.rollouts} rollouts, {m.errors} errors; CPU per 1,000 rollouts: "
-              f"engine {m.engine_cpu_s * per_k:.3f} s{server})")
+        print(
+            f"run {i}: {m.rate:,.0f} rollouts/s  ({m.rollouts} rollouts, {m.errors} errors; CPU per 1,000 rollouts: "
+            f"engine {m.engine_cpu_s * per_k:.3f} s{server})"
+        )
     rate = statistics.median(m.rate for m in runs)
     verdict = "meets" if rate >= TARGET else "below"
     best_cpu = min(m.engine_cpu_s / m.rollouts for m in runs) * 1000
-    where = ("in-process EchoClient, no HTTP" if args.in_process
-             else f"over HTTP, {args.server} server, {args.client} client")
-    print(f"engine overhead ({where}): {rate:,.0f} rollouts/s (median of {len(runs)}) at concurrency "
-          f"{args.concurrency}, {args.rollouts_per_example} per example; target >= {TARGET:,}: {verdict}; "
-          f"engine CPU {best_cpu:.3f} s per 1,000 rollouts (best)")
+    where = (
+        "in-process EchoClient, no HTTP"
+        if args.in_process
+        else f"over HTTP, {args.server} server, {args.client} client"
+    )
+    print(
+        f"engine overhead ({where}): {rate:,.0f} rollouts/s (median of {len(runs)}) at concurrency "
+        f"{args.concurrency}, {args.rollouts_per_example} per example; target >= {TARGET:,}: {verdict}; "
+        f"engine CPU {best_cpu:.3f} s per 1,000 rollouts (best)"
+    )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 

@@ -33,8 +33,26 @@ def eval_peak_rss(base_url: str, rollouts: int, r: int, concurrency: int) -> tup
     examples = max(1, rollouts // r)
     with tempfile.TemporaryDirectory() as workspace:
         env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-        args = [sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", "echo", "-b", f"{base_url}/v1",
-                "-n", str(examples), "-r", str(r), "-c", str(concurrency), "-a", f'{{"num_eval_examples": {examples}}}']
+        args = [
+            sys.executable,
+            "-m",
+            "workbench",
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            f"{base_url}/v1",
+            "-n",
+            str(examples),
+            "-r",
+            str(r),
+            "-c",
+            str(concurrency),
+            "-a",
+            f'{{"num_eval_examples": {examples}}}',
+        ]
         started = time.perf_counter()
         with open(Path(workspace) / "stderr.txt", "w+") as err:
             proc = subprocess.Popen(args, cwd=workspace, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -44,14 +62,21 @@ def eval_peak_rss(base_url: str, rollouts: int, r: int, concurrency: int) -> tup
             err.seek(0)
             lines = err.read().strip().splitlines()
         if proc.returncode != 0:
-            raise RuntimeError(f"eval of {rollouts} rollouts failed ({proc.returncode}): {' | '.join(lines[-5:])}")
+            raise RuntimeError(
+                f"eval of {rollouts} rollouts failed ({proc.returncode}): {' | '.join(lines[-5:])}"
+            )
     return usage.ru_maxrss / 1024, elapsed, lines[-1] if lines else ""  # ru_maxrss is in KiB on Linux
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rollouts", type=int, nargs="+", default=[1000, 100_000],
-                        help="eval sizes in rollouts; the first is the baseline of the ratio")
+    parser.add_argument(
+        "--rollouts",
+        type=int,
+        nargs="+",
+        default=[1000, 100_000],
+        help="eval sizes in rollouts; the first is the baseline of the ratio",
+    )
     parser.add_argument("-r", "--rollouts-per-example", type=int, default=4)
     parser.add_argument("-c", "--concurrency", type=int, default=64)
     args = parser.parse_args()
@@ -66,14 +91,20 @@ def main() -> None:
         proc.kill()
     base = rows[0][1]
     print()
-    print(f"{'rollouts':>10}  {'examples':>9}  {'peak RSS MiB':>12}  {'x first':>7}  {'KiB/rollout over first':>22}  {'rollouts/s':>10}")
+    print(
+        f"{'rollouts':>10}  {'examples':>9}  {'peak RSS MiB':>12}  {'x first':>7}  {'KiB/rollout over first':>22}  {'rollouts/s':>10}"
+    )
     for rollouts, peak, elapsed in rows:
         extra = (peak - base) * 1024 / (rollouts - rows[0][0]) if rollouts != rows[0][0] else 0.0
-        print(f"{rollouts:>10,}  {rollouts // args.rollouts_per_example:>9,}  {peak:>12.1f}  {peak / base:>7.2f}  "
-              f"{extra:>22.3f}  {rollouts / elapsed:>10,.0f}")
+        print(
+            f"{rollouts:>10,}  {rollouts // args.rollouts_per_example:>9,}  {peak:>12.1f}  {peak / base:>7.2f}  "
+            f"{extra:>22.3f}  {rollouts / elapsed:>10,.0f}"
+        )
     worst = max(peak for _, peak, _ in rows) / base
-    print(f"\npeak memory ratio (largest / {rows[0][0]:,} rollouts): {worst:.2f}; target <= {TARGET_RATIO}: "
-          f"{'meets' if worst <= TARGET_RATIO else 'over'}")
+    print(
+        f"\npeak memory ratio (largest / {rows[0][0]:,} rollouts): {worst:.2f}; target <= {TARGET_RATIO}: "
+        f"{'meets' if worst <= TARGET_RATIO else 'over'}"
+    )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 

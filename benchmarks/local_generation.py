@@ -38,13 +38,25 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64, help="concurrent requests")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="rounds of client / padded generate / generate loop; medians are reported")
-    parser.add_argument("--baseline-requests", type=int, default=None, help="requests in the generate loop (default: all)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="rounds of client / padded generate / generate loop; medians are reported",
+    )
+    parser.add_argument(
+        "--baseline-requests", type=int, default=None, help="requests in the generate loop (default: all)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
-    parser.add_argument("--hf-decode", action="store_true", help="LocalClient on the Hugging Face forward (no lean engine)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                        help="weights of both sides (bfloat16 is fast on CPUs with AMX / AVX512-BF16)")
+    parser.add_argument(
+        "--hf-decode", action="store_true", help="LocalClient on the Hugging Face forward (no lean engine)"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="weights of both sides (bfloat16 is fast on CPUs with AMX / AVX512-BF16)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -60,15 +72,25 @@ def main() -> None:
         sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
         baseline_prompts = prompts[: args.baseline_requests or len(prompts)]
         client_rates, padded_rates, loop_rates = asyncio.run(
-            _run_interleaved(str(model_path), prompts, baseline_prompts, sampling, args.repeats, hf_decode=args.hf_decode,
-                             dtype=args.dtype))
+            _run_interleaved(
+                str(model_path),
+                prompts,
+                baseline_prompts,
+                sampling,
+                args.repeats,
+                hf_decode=args.hf_decode,
+                dtype=args.dtype,
+            )
+        )
     load_after = os.getloadavg()[0]
 
     client, padded = statistics.median(client_rates), statistics.median(padded_rates)
     loop_rate = statistics.median(loop_rates)
-    print(f"\nmodel: {model_path}  requests: {args.requests}  max_tokens: {args.max_tokens}  "
-          f"temperature: {args.temperature}  dtype: {args.dtype}  torch threads: {torch.get_num_threads()}  "
-          f"load average: {load_before:.1f} -> {load_after:.1f} ({os.cpu_count()} CPUs)")
+    print(
+        f"\nmodel: {model_path}  requests: {args.requests}  max_tokens: {args.max_tokens}  "
+        f"temperature: {args.temperature}  dtype: {args.dtype}  torch threads: {torch.get_num_threads()}  "
+        f"load average: {load_before:.1f} -> {load_after:.1f} ({os.cpu_count()} CPUs)"
+    )
     # "paired": the median of each round's own ratio (the three paths of a round run back to back),
     # which load drifting between rounds moves less than the ratio of the medians.
     paired_padded = statistics.median(c / p for c, p in zip(client_rates, padded_rates))
@@ -76,8 +98,12 @@ def main() -> None:
     print(f"{'':34} {'tokens/s':>10}  {'LocalClient speedup':>20}  {'paired':>7}")
     name = "LocalClient (HF forward)" if args.hf_decode else "LocalClient"
     print(f"{name:34} {client:10.1f}  {'':>20}")
-    print(f"{'model.generate, one padded call':34} {padded:10.1f}  {client / padded:19.1f}x  {paired_padded:6.1f}x")
-    print(f"{'model.generate, one call/request':34} {loop_rate:10.1f}  {client / loop_rate:19.1f}x  {paired_loop:6.1f}x")
+    print(
+        f"{'model.generate, one padded call':34} {padded:10.1f}  {client / padded:19.1f}x  {paired_padded:6.1f}x"
+    )
+    print(
+        f"{'model.generate, one call/request':34} {loop_rate:10.1f}  {client / loop_rate:19.1f}x  {paired_loop:6.1f}x"
+    )
 
 
 def _quick_model(tmp: Path) -> Path:
@@ -86,9 +112,16 @@ def _quick_model(tmp: Path) -> Path:
     return build_tiny_model(tmp / "tiny", reverse_text_demonstrations(500), spec)
 
 
-async def _run_interleaved(model_path: str, prompts: list[Messages], loop_prompts: list[Messages],
-                           sampling: SamplingParams, repeats: int, *,
-                           hf_decode: bool, dtype: str) -> tuple[list[float], list[float], list[float]]:
+async def _run_interleaved(
+    model_path: str,
+    prompts: list[Messages],
+    loop_prompts: list[Messages],
+    sampling: SamplingParams,
+    repeats: int,
+    *,
+    hf_decode: bool,
+    dtype: str,
+) -> tuple[list[float], list[float], list[float]]:
     """Alternate LocalClient runs, padded-generate runs and per-request generate loops; returns
     the three lists of tokens/s."""
     client = LocalClient(model_path, max_batch_size=len(prompts), dtype=dtype)
@@ -109,7 +142,10 @@ async def _run_interleaved(model_path: str, prompts: list[Messages], loop_prompt
             elapsed = time.perf_counter() - start
             tokens = sum(c.completion_tokens for r in results for c in r)
             client_rates.append(tokens / elapsed)
-            print(f"  LocalClient:   {tokens} tokens in {elapsed:.2f}s ({client.stats.batches} batches so far)", flush=True)
+            print(
+                f"  LocalClient:   {tokens} tokens in {elapsed:.2f}s ({client.stats.batches} batches so far)",
+                flush=True,
+            )
             tokens, elapsed = _padded_generate(model, tokenizer, padded_inputs, sampling)
             padded_rates.append(tokens / elapsed)
             print(f"  padded call:   {tokens} tokens in {elapsed:.2f}s", flush=True)
@@ -161,7 +197,9 @@ def _padded_inputs(tokenizer: Any, prompts: list[Messages]) -> tuple[Any, Any]:
     return input_ids, attention_mask
 
 
-def _padded_generate(model: Any, tokenizer: Any, inputs: tuple[Any, Any], sampling: SamplingParams) -> tuple[int, float]:
+def _padded_generate(
+    model: Any, tokenizer: Any, inputs: tuple[Any, Any], sampling: SamplingParams
+) -> tuple[int, float]:
     """One `generate` call over the whole padded batch; returns (completion tokens, seconds)."""
     import torch
 
@@ -169,7 +207,9 @@ def _padded_generate(model: Any, tokenizer: Any, inputs: tuple[Any, Any], sampli
     eos = _eos_ids(model, tokenizer)
     with torch.inference_mode():
         start = time.perf_counter()
-        output = model.generate(input_ids, attention_mask=attention_mask, **_generate_settings(tokenizer, sampling))
+        output = model.generate(
+            input_ids, attention_mask=attention_mask, **_generate_settings(tokenizer, sampling)
+        )
         elapsed = time.perf_counter() - start
     tokens = 0
     for row in output[:, input_ids.shape[1] :].tolist():
@@ -191,7 +231,9 @@ def _torch_ids(ids: list[int]) -> Any:
     return torch.tensor([ids])
 
 
-def _generate_loop(model: Any, tokenizer: Any, encoded: list[Any], sampling: SamplingParams) -> tuple[int, float]:
+def _generate_loop(
+    model: Any, tokenizer: Any, encoded: list[Any], sampling: SamplingParams
+) -> tuple[int, float]:
     """One `generate` call per request, in turn; returns (completion tokens, seconds)."""
     import torch
 

@@ -49,9 +49,15 @@ def held_out(model: str, args: argparse.Namespace, sampling: dict[str, float | i
     """`{example_id: mean reward}` of `model` on the held-out examples."""
     from workbench.evaluate import EvalConfig, run_eval
 
-    config = EvalConfig(env_id="reverse-text", model=model, num_examples=args.num_examples,
-                        rollouts_per_example=args.rollouts, max_tokens=int(sampling["max_tokens"]),
-                        temperature=float(sampling["temperature"]), seed=args.seed)
+    config = EvalConfig(
+        env_id="reverse-text",
+        model=model,
+        num_examples=args.num_examples,
+        rollouts_per_example=args.rollouts,
+        max_tokens=int(sampling["max_tokens"]),
+        temperature=float(sampling["temperature"]),
+        seed=args.seed,
+    )
     return run_eval(config).group_means()
 
 
@@ -70,8 +76,10 @@ def gain(label: str, before: dict[int, float], after: dict[int, float]) -> float
     from workbench.engine.paired import paired_difference
 
     result = paired_difference(before, after)
-    print(f"{label:<34} {result.diff:+.3f}  [95% CI {result.low:+.3f}, {result.high:+.3f}]  ({result.verdict}, "
-          f"{result.n} examples)")
+    print(
+        f"{label:<34} {result.diff:+.3f}  [95% CI {result.low:+.3f}, {result.high:+.3f}]  ({result.verdict}, "
+        f"{result.n} examples)"
+    )
     return result.low
 
 
@@ -82,7 +90,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sft-set", action="append", default=[], help="--set override for the SFT config")
     parser.add_argument("--rl-set", action="append", default=[], help="--set override for the RL config")
-    parser.add_argument("--skip-base", action="store_true", help="skip the pretrained model's eval (it scores 0.000)")
+    parser.add_argument(
+        "--skip-base", action="store_true", help="skip the pretrained model's eval (it scores 0.000)"
+    )
     args = parser.parse_args()
 
     from workbench.bootstrap import fetch_smollm2
@@ -91,10 +101,15 @@ def main() -> None:
 
     model_dir, _ = fetch_smollm2(REPO if (REPO / "outputs").is_dir() else Path.cwd(), say=print)
     rl_config, _ = load_train_config(RL_CONFIG, [*QUIET, *args.rl_set])
-    sampling = {"max_tokens": rl_config.sampling.max_tokens or 48, "temperature": rl_config.sampling.temperature or 1.0}
+    sampling = {
+        "max_tokens": rl_config.sampling.max_tokens or 48,
+        "temperature": rl_config.sampling.temperature or 1.0,
+    }
     torch_threads = os.environ.get("OMP_NUM_THREADS", "default")
-    print(f"model {model_dir} · held-out {args.num_examples} examples x {args.rollouts} rollouts · sampling {sampling} "
-          f"· OMP_NUM_THREADS {torch_threads} · {os.cpu_count()} CPUs")
+    print(
+        f"model {model_dir} · held-out {args.num_examples} examples x {args.rollouts} rollouts · sampling {sampling} "
+        f"· OMP_NUM_THREADS {torch_threads} · {os.cpu_count()} CPUs"
+    )
     with tempfile.TemporaryDirectory(prefix="workbench-loop-") as tmp:
         workspace = Path(tmp)
         named_model_dir(SMOLLM2_MODEL_NAME, workspace).parent.mkdir(parents=True)
@@ -119,7 +134,9 @@ def main() -> None:
         report("3. eval: SFT checkpoint", time.perf_counter() - clock, after_sft)
 
         clock = time.perf_counter()
-        rl_config, _ = load_train_config(RL_CONFIG, [*QUIET, "eval.interval=0", f"model='{sft.run_dir}'", *args.rl_set])
+        rl_config, _ = load_train_config(
+            RL_CONFIG, [*QUIET, "eval.interval=0", f"model='{sft.run_dir}'", *args.rl_set]
+        )
         rl = run_train(rl_config)
         report(f"4. RL: {rl_config.max_steps} steps", time.perf_counter() - clock)
 
@@ -134,8 +151,10 @@ def main() -> None:
         rl_low = gain("RL gain over its SFT start", after_sft, after_rl)
         final = sum(after_rl.values()) / len(after_rl)
         rl_gain = final - sum(after_sft.values()) / len(after_sft)
-        print(f"\ntotal {minutes:.1f} min (target <= {TARGET_MINUTES:.0f}) · final {final:.3f} (target >= {TARGET_FINAL}) · "
-              f"RL gain {rl_gain:+.3f}, CI low {rl_low:+.3f} (target >= +{TARGET_GAIN}, CI above 0)")
+        print(
+            f"\ntotal {minutes:.1f} min (target <= {TARGET_MINUTES:.0f}) · final {final:.3f} (target >= {TARGET_FINAL}) · "
+            f"RL gain {rl_gain:+.3f}, CI low {rl_low:+.3f} (target >= +{TARGET_GAIN}, CI above 0)"
+        )
         met = minutes <= TARGET_MINUTES and final >= TARGET_FINAL and rl_gain >= TARGET_GAIN and rl_low > 0
         print("targets met" if met else "targets NOT met")
 

@@ -30,8 +30,15 @@ CONFIG = REPO / "configs" / "rl" / "reverse-text.toml"
 
 
 def settings(steps: int, batch_size: int, folder: Path) -> list[str]:
-    return [f"max_steps={steps + 1}", f"batch_size={batch_size}", f"micro_batch_size={min(batch_size, 64)}", "eval.interval=0",
-            "checkpointing.save_every_n_steps=1000", 'wandb.mode="disabled"', f"output_dir='{folder}'"]
+    return [
+        f"max_steps={steps + 1}",
+        f"batch_size={batch_size}",
+        f"micro_batch_size={min(batch_size, 64)}",
+        "eval.interval=0",
+        "checkpointing.save_every_n_steps=1000",
+        'wandb.mode="disabled"',
+        f"output_dir='{folder}'",
+    ]
 
 
 def run_layout(overrides: list[str], nproc: int, folder: Path) -> list[dict[str, Any]]:
@@ -52,9 +59,11 @@ def row(name: str, steps: list[dict[str, Any]], batch_size: int) -> str:
         return statistics.fmean(m.get(key, 0.0) for m in steps)
 
     step_s = mean("time/step")
-    return (f"| {name} | {step_s:.2f} | {batch_size / step_s:.1f} | {mean('rollout/generation_time'):.2f} | "
-            f"{mean('time/wait_rollouts'):.2f} | {mean('time/forward_backward') + mean('time/optimizer'):.2f} | "
-            f"{mean('time/weight_sync'):.3f} |")
+    return (
+        f"| {name} | {step_s:.2f} | {batch_size / step_s:.1f} | {mean('rollout/generation_time'):.2f} | "
+        f"{mean('time/wait_rollouts'):.2f} | {mean('time/forward_backward') + mean('time/optimizer'):.2f} | "
+        f"{mean('time/weight_sync'):.3f} |"
+    )
 
 
 def main() -> None:
@@ -66,10 +75,21 @@ def main() -> None:
     layouts = [  # (name, overrides, trainer ranks)
         ("colocated, 1 rank", [], 1),
         ("colocated, 2 ranks", [], 2),
-        *[(f"{n} replica{'s' * (n > 1)} × {ranks} rank{'s' * (ranks > 1)}, {mode}",
-           ["inference.mode='server'", "inference.launch=true", f"inference.data_parallel_size={n}",
-            f"max_async_level={level}"], ranks)
-          for n in (1, 2) for ranks in (1, 2) for mode, level in (("sync", 0), ("async", 1))],
+        *[
+            (
+                f"{n} replica{'s' * (n > 1)} × {ranks} rank{'s' * (ranks > 1)}, {mode}",
+                [
+                    "inference.mode='server'",
+                    "inference.launch=true",
+                    f"inference.data_parallel_size={n}",
+                    f"max_async_level={level}",
+                ],
+                ranks,
+            )
+            for n in (1, 2)
+            for ranks in (1, 2)
+            for mode, level in (("sync", 0), ("async", 1))
+        ],
     ]
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,8 +98,10 @@ def main() -> None:
             steps = run_layout([*settings(args.steps, args.batch_size, folder), *overrides], nproc, folder)
             lines.append(row(name, steps, args.batch_size))
             print(lines[-1], flush=True)
-    print(f"\nRL step on the tiny model, batch {args.batch_size}, {args.steps} steps after a warm-up, "
-          f"{os.cpu_count()} CPU cores")
+    print(
+        f"\nRL step on the tiny model, batch {args.batch_size}, {args.steps} steps after a warm-up, "
+        f"{os.cpu_count()} CPU cores"
+    )
     print("| layout | s/step | samples/s | generation s | waited s | train s | sync s |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(lines))

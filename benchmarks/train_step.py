@@ -50,6 +50,7 @@ STEP_TIMEOUT_S = 1800.0
 
 # ----- the Workbench worker (a child process) ---------------------------------------------
 
+
 def emit(event: str, **data: Any) -> None:
     print(PROTOCOL + json.dumps({"event": event, **data}), flush=True)
 
@@ -70,7 +71,13 @@ class PacedReporter:
         import torch
 
         self.total = total
-        emit("ready", system="workbench", mode=self.mode, threads=torch.get_num_threads(), batch=self.batch_size)
+        emit(
+            "ready",
+            system="workbench",
+            mode=self.mode,
+            threads=torch.get_num_threads(),
+            batch=self.batch_size,
+        )
         self._wait()
 
     def group_done(self, group: Any, stats: dict[str, Any]) -> None:
@@ -80,12 +87,22 @@ class PacedReporter:
         def get(key: str) -> float:
             return float(metrics.get(key, 0.0) or 0.0)
 
-        emit("step", step=step, **{
-            "time/step": get("time/step"), "generation": get("rollout/generation_time"),
-            "forward/backward": get("time/forward_backward"), "optimizer": get("time/optimizer"),
-            "other": get("time/other"), "tokens_per_s": get("perf/tokens_per_s"),
-            "mean_length": get("rollout/mean_length"), "reward": get("reward/mean"), "lr": get("train/learning_rate"),
-            "trained_samples": get("rollout/trained_samples")})
+        emit(
+            "step",
+            step=step,
+            **{
+                "time/step": get("time/step"),
+                "generation": get("rollout/generation_time"),
+                "forward/backward": get("time/forward_backward"),
+                "optimizer": get("time/optimizer"),
+                "other": get("time/other"),
+                "tokens_per_s": get("perf/tokens_per_s"),
+                "mean_length": get("rollout/mean_length"),
+                "reward": get("reward/mean"),
+                "lr": get("train/learning_rate"),
+                "trained_samples": get("rollout/trained_samples"),
+            },
+        )
         if step < self.total:
             self._wait()
 
@@ -96,11 +113,19 @@ class PacedReporter:
         pass
 
 
-def workbench_overrides(mode: str, steps: int, batch_size: int, model: str, output_dir: str,
-                        extra: list[str] | None = None) -> list[str]:
-    overrides = [f"max_steps={steps + 1}", f"batch_size={batch_size}", f"model='{model}'", "eval.interval=0",
-                 "checkpointing.save_every_n_steps=1000", 'wandb.mode="disabled"', f"output_dir='{output_dir}'",
-                 *(extra or [])]
+def workbench_overrides(
+    mode: str, steps: int, batch_size: int, model: str, output_dir: str, extra: list[str] | None = None
+) -> list[str]:
+    overrides = [
+        f"max_steps={steps + 1}",
+        f"batch_size={batch_size}",
+        f"model='{model}'",
+        "eval.interval=0",
+        "checkpointing.save_every_n_steps=1000",
+        'wandb.mode="disabled"',
+        f"output_dir='{output_dir}'",
+        *(extra or []),
+    ]
     if mode == "full":
         overrides.append("lora.enabled=false")
     return overrides
@@ -111,14 +136,16 @@ def workbench_worker(args: argparse.Namespace) -> None:
     from workbench.train.config import load_train_config
 
     with tempfile.TemporaryDirectory() as tmp:
-        config, _ = load_train_config(REPO / "configs" / "rl" / "reverse-text.toml",
-                                      workbench_overrides(args.mode, args.steps, args.batch_size, args.model, f"{tmp}/run",
-                                                          args.set))
+        config, _ = load_train_config(
+            REPO / "configs" / "rl" / "reverse-text.toml",
+            workbench_overrides(args.mode, args.steps, args.batch_size, args.model, f"{tmp}/run", args.set),
+        )
         run_train(config, PacedReporter(args.mode, args.batch_size, paced=True))
     emit("exit")
 
 
 # ----- the driver ---------------------------------------------------------------------------
+
 
 class WorkerFailed(RuntimeError):
     pass
@@ -129,12 +156,27 @@ class Worker:
 
     def __init__(self, name: str, command: list[str], threads: int | None = None) -> None:
         self.name = name
-        env = {**os.environ, "WORKBENCH_WORKSPACE": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "WORKBENCH_WORKSPACE": str(REPO),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "WANDB_MODE": "disabled",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
         if threads:  # torch's intra-op threads (it reads OMP_NUM_THREADS when it starts)
             env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
-        self.process = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.tail: deque[str] = deque(maxlen=40)
         self.ready: dict[str, Any] = {}
@@ -144,7 +186,7 @@ class Worker:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             if line.startswith(PROTOCOL):
-                self.events.put(json.loads(line[len(PROTOCOL):]))
+                self.events.put(json.loads(line[len(PROTOCOL) :]))
             else:
                 self.tail.append(line.rstrip("\n"))
         self.events.put(None)  # end of output: the process ended
@@ -184,13 +226,31 @@ class Worker:
 
 def drive_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """Both systems' steps in `mode`, alternated; returns their measured steps and the load."""
-    common = ["--mode", mode, "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--model", args.model,
-              *(f"--set={item}" for item in args.set)]
-    workers = [Worker("workbench", [sys.executable, str(Path(__file__).resolve()), "--worker", *common], args.threads)]
+    common = [
+        "--mode",
+        mode,
+        "--steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--model",
+        args.model,
+        *(f"--set={item}" for item in args.set),
+    ]
+    workers = [
+        Worker(
+            "workbench", [sys.executable, str(Path(__file__).resolve()), "--worker", *common], args.threads
+        )
+    ]
     notes: list[str] = []
     if args.trl:
-        workers.append(Worker("trl", [sys.executable, str(REPO / "benchmarks" / "trl_grpo.py"), "--paced", *common],
-                              args.threads))
+        workers.append(
+            Worker(
+                "trl",
+                [sys.executable, str(REPO / "benchmarks" / "trl_grpo.py"), "--paced", *common],
+                args.threads,
+            )
+        )
     results: dict[str, Any] = {"mode": mode, "steps": {}, "ready": {}, "notes": notes}
     try:
         live = []
@@ -202,7 +262,9 @@ def drive_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
             except WorkerFailed as exc:
                 if worker.name == "workbench":
                     raise WorkerFailed(f"{exc}\n{worker.explain()}") from exc
-                notes.append(f"TRL left out: {exc}" + ("" if "not installed" in str(exc) else f"\n{worker.explain()}"))
+                notes.append(
+                    f"TRL left out: {exc}" + ("" if "not installed" in str(exc) else f"\n{worker.explain()}")
+                )
                 worker.stop()
         load_before = os.getloadavg()
         started = time.perf_counter()
@@ -224,9 +286,12 @@ def drive_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                 if index == args.steps:
                     worker.wait_exit()
                 if args.verbose:
-                    print(f"  [{mode}] {worker.name} step {index}{' (warm-up)' if index == 0 else ''}: "
-                          f"{step['time/step']:.2f} s, lr {step.get('lr', float('nan')):.2g}, "
-                          f"{step['mean_length']:.1f} tokens/completion", flush=True)
+                    print(
+                        f"  [{mode}] {worker.name} step {index}{' (warm-up)' if index == 0 else ''}: "
+                        f"{step['time/step']:.2f} s, lr {step.get('lr', float('nan')):.2g}, "
+                        f"{step['mean_length']:.1f} tokens/completion",
+                        flush=True,
+                    )
         results["load"] = (load_before, os.getloadavg())
         results["wall_s"] = time.perf_counter() - started
     finally:
@@ -237,9 +302,13 @@ def drive_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def summarize(steps: list[dict[str, Any]], batch_size: int) -> dict[str, float]:
     step_s = statistics.fmean(s["time/step"] for s in steps)
-    out = {"steps": len(steps), "time/step": step_s, "samples_per_s": batch_size / step_s,
-           "mean_length": statistics.fmean(s["mean_length"] for s in steps),
-           "reward": statistics.fmean(s["reward"] for s in steps)}
+    out = {
+        "steps": len(steps),
+        "time/step": step_s,
+        "samples_per_s": batch_size / step_s,
+        "mean_length": statistics.fmean(s["mean_length"] for s in steps),
+        "reward": statistics.fmean(s["reward"] for s in steps),
+    }
     for part in PARTS:
         out[part] = statistics.fmean(s[part] for s in steps)
     if "tokens_per_s" in steps[0]:
@@ -249,18 +318,28 @@ def summarize(steps: list[dict[str, Any]], batch_size: int) -> dict[str, float]:
 
 def print_workbench_split(mode: str, wb: dict[str, float], batch_size: int, model: str) -> None:
     step_s = wb["time/step"]
-    print(f"train step on {Path(model).name} ({mode}): {step_s:.2f} s/step, {batch_size / step_s:.1f} samples/s, "
-          f"{wb.get('tokens_per_s', 0.0):,.0f} tokens/s ({wb['steps']} steps, batch {batch_size})")
-    names = {"generation": "generation", "forward/backward": "forward/backward", "optimizer": "optimizer",
-             "other": "everything else"}
+    print(
+        f"train step on {Path(model).name} ({mode}): {step_s:.2f} s/step, {batch_size / step_s:.1f} samples/s, "
+        f"{wb.get('tokens_per_s', 0.0):,.0f} tokens/s ({wb['steps']} steps, batch {batch_size})"
+    )
+    names = {
+        "generation": "generation",
+        "forward/backward": "forward/backward",
+        "optimizer": "optimizer",
+        "other": "everything else",
+    }
     for part in PARTS:
         print(f"  {names[part]:<17} {wb[part]:6.3f} s  {100 * wb[part] / step_s:5.1f}%")
     print(f"everything else: {100 * wb['other'] / step_s:.1f}% of the step (target < 10%)")
 
 
-def print_table(results: list[dict[str, Any]], batch_size: int, trl_version: str | None, target: float) -> None:
-    header = (f"{'system':<20} {'mode':<5} {'s/step':>7} {'samples/s':>9}  {'gen':>6} {'fwd/bwd':>7} {'optim':>6} "
-              f"{'other':>6}  {'len':>5} {'reward':>6}")
+def print_table(
+    results: list[dict[str, Any]], batch_size: int, trl_version: str | None, target: float
+) -> None:
+    header = (
+        f"{'system':<20} {'mode':<5} {'s/step':>7} {'samples/s':>9}  {'gen':>6} {'fwd/bwd':>7} {'optim':>6} "
+        f"{'other':>6}  {'len':>5} {'reward':>6}"
+    )
     print("\n" + header)
     print("-" * len(header))
     for result in results:
@@ -270,28 +349,45 @@ def print_table(results: list[dict[str, Any]], batch_size: int, trl_version: str
             label = "Workbench" if name == "workbench" else f"TRL {trl_version or ''} GRPO".strip()
             shares = [f"{100 * s[part] / s['time/step']:.0f}%" for part in PARTS]
             split = " ".join(f"{share:>{width}}" for share, width in zip(shares, (6, 7, 6, 6), strict=True))
-            print(f"{label:<20} {mode:<5} {s['time/step']:7.2f} {s['samples_per_s']:9.1f}  {split}"
-                  f"  {s['mean_length']:5.1f} {s['reward']:6.3f}")
-    print("(gen, fwd/bwd, optim, other: shares of the step; len: mean completion tokens; reward: mean over the batch)")
+            print(
+                f"{label:<20} {mode:<5} {s['time/step']:7.2f} {s['samples_per_s']:9.1f}  {split}"
+                f"  {s['mean_length']:5.1f} {s['reward']:6.3f}"
+            )
+    print(
+        "(gen, fwd/bwd, optim, other: shares of the step; len: mean completion tokens; reward: mean over the batch)"
+    )
     for result in results:
         wb, trl = result["steps"].get("workbench"), result["steps"].get("trl")
         (l1, l5, _), (e1, e5, _) = result["load"]
         if wb and trl:
             ratio = summarize(wb, batch_size)["samples_per_s"] / summarize(trl, batch_size)["samples_per_s"]
             pairs = sorted(t["time/step"] / w["time/step"] for w, t in zip(wb, trl, strict=False))
-            print(f"{result['mode']}: Workbench/TRL samples/s = {ratio:.2f}x (per alternated step: "
-                  f"{pairs[0]:.2f}..{pairs[-1]:.2f}x, median {statistics.median(pairs):.2f}x; target >= {target:g}x); "
-                  f"load average {l1:.1f}/{l5:.1f} -> {e1:.1f}/{e5:.1f} (1/5 min, {os.cpu_count()} cores)")
+            print(
+                f"{result['mode']}: Workbench/TRL samples/s = {ratio:.2f}x (per alternated step: "
+                f"{pairs[0]:.2f}..{pairs[-1]:.2f}x, median {statistics.median(pairs):.2f}x; target >= {target:g}x); "
+                f"load average {l1:.1f}/{l5:.1f} -> {e1:.1f}/{e5:.1f} (1/5 min, {os.cpu_count()} cores)"
+            )
         else:
-            print(f"{result['mode']}: load average {l1:.1f}/{l5:.1f} -> {e1:.1f}/{e5:.1f} (1/5 min, {os.cpu_count()} cores)")
+            print(
+                f"{result['mode']}: load average {l1:.1f}/{l5:.1f} -> {e1:.1f}/{e5:.1f} (1/5 min, {os.cpu_count()} cores)"
+            )
         threads = {name: ready.get("threads") for name, ready in result["ready"].items()}
         if len(set(threads.values())) > 1:
             print(f"  note: torch threads differ: {threads}")
         else:
-            print(f"  torch threads: {next(iter(threads.values()), '?')} each, measured wall time {result['wall_s']:.0f} s")
-        if wb and trl and threads.get("trl") != 1 and max(result["load"][0][0], result["load"][1][0]) > (os.cpu_count() or 1):
-            print("  caution: more runnable jobs than cores with multi-threaded torch: OpenMP stalls slow TRL's many small "
-                  "ops far more than Workbench's, so this ratio overstates the difference; compare with --threads 1")
+            print(
+                f"  torch threads: {next(iter(threads.values()), '?')} each, measured wall time {result['wall_s']:.0f} s"
+            )
+        if (
+            wb
+            and trl
+            and threads.get("trl") != 1
+            and max(result["load"][0][0], result["load"][1][0]) > (os.cpu_count() or 1)
+        ):
+            print(
+                "  caution: more runnable jobs than cores with multi-threaded torch: OpenMP stalls slow TRL's many small "
+                "ops far more than Workbench's, so this ratio overstates the difference; compare with --threads 1"
+            )
 
 
 def trl_installed() -> str | None:
@@ -305,17 +401,30 @@ def trl_installed() -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=4, help="measured steps per system and mode (after one warm-up)")
+    parser.add_argument(
+        "--steps", type=int, default=4, help="measured steps per system and mode (after one warm-up)"
+    )
     parser.add_argument("--modes", default="lora,full", help="comma-separated: lora, full")
     parser.add_argument("--batch-size", type=int, default=128, help="completions per optimizer step")
     parser.add_argument("--model", default=str(REPO / "outputs" / "models" / "tiny"))
-    parser.add_argument("--target", type=float, default=3.0, help="the Workbench/TRL ratio to reach (2 for smollm2-135m)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for both systems (e.g. rollouts_per_example=4, sampling.max_tokens=32, "
-                             "lora.r=8); TRL reads the keys it has a counterpart for")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads for both systems (OMP_NUM_THREADS; default: torch's, one per core). "
-                             "On a machine shared with other jobs, 1 avoids OpenMP threads waiting on each other")
+    parser.add_argument(
+        "--target", type=float, default=3.0, help="the Workbench/TRL ratio to reach (2 for smollm2-135m)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for both systems (e.g. rollouts_per_example=4, sampling.max_tokens=32, "
+        "lora.r=8); TRL reads the keys it has a counterpart for",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads for both systems (OMP_NUM_THREADS; default: torch's, one per core). "
+        "On a machine shared with other jobs, 1 avoids OpenMP threads waiting on each other",
+    )
     parser.add_argument("--no-trl", dest="trl", action="store_false", help="Workbench only")
     parser.add_argument("--verbose", action="store_true", help="print each step as it finishes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -331,23 +440,32 @@ def main() -> None:
         raise SystemExit(f"no model at {args.model}: run `workbench setup` first")
     version = trl_installed() if args.trl else None
     if args.trl and version is None:
-        print(f"TRL is not installed, so only Workbench's numbers follow. For the comparison: {INSTALL_HINT}\n")
+        print(
+            f"TRL is not installed, so only Workbench's numbers follow. For the comparison: {INSTALL_HINT}\n"
+        )
         args.trl = False
 
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if load > cores and not args.threads:
-        print(f"note: the machine is busy (load average {load:.1f} on {cores} cores). Multi-threaded torch stalls "
-              f"when its threads wait on each other, and not by the same amount in both systems; --threads 1 "
-              f"measures them without that.")
+        print(
+            f"note: the machine is busy (load average {load:.1f} on {cores} cores). Multi-threaded torch stalls "
+            f"when its threads wait on each other, and not by the same amount in both systems; --threads 1 "
+            f"measures them without that."
+        )
     results = []
     for mode in modes:
-        print(f"running {mode}: Workbench{' and TRL ' + version if args.trl else ''}, 1 warm-up + {args.steps} steps "
-              f"each, batch {args.batch_size} ...", flush=True)
+        print(
+            f"running {mode}: Workbench{' and TRL ' + version if args.trl else ''}, 1 warm-up + {args.steps} steps "
+            f"each, batch {args.batch_size} ...",
+            flush=True,
+        )
         result = drive_mode(mode, args)
         for note in result["notes"]:
             print(note)
         results.append(result)
-        print_workbench_split(mode, summarize(result["steps"]["workbench"], args.batch_size), args.batch_size, args.model)
+        print_workbench_split(
+            mode, summarize(result["steps"]["workbench"], args.batch_size), args.batch_size, args.model
+        )
     print_table(results, args.batch_size, version, args.target)
 
 

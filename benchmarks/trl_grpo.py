@@ -77,7 +77,9 @@ def build_dataset(env: Any, limit: int | None = None) -> Any:
 
     rows = env.rows("train")
     rows = rows[:limit] if limit else rows
-    return Dataset.from_list([{"prompt": env.format_prompt(row), "answer": str(row["answer"])} for row in rows])
+    return Dataset.from_list(
+        [{"prompt": env.format_prompt(row), "answer": str(row["answer"])} for row in rows]
+    )
 
 
 def rubric_reward(env: Any):
@@ -88,8 +90,12 @@ def rubric_reward(env: Any):
     from workbench.envs.rubric import ScoringInput
 
     def reverse_text_rubric(prompts: list, completions: list, answer: list, **_: Any) -> list[float]:
-        items = [ScoringInput(prompt=as_messages(p), completion=as_messages(c), answer=a, state={}, task=env.env_id)
-                 for p, c, a in zip(prompts, completions, answer, strict=True)]
+        items = [
+            ScoringInput(
+                prompt=as_messages(p), completion=as_messages(c), answer=a, state={}, task=env.env_id
+            )
+            for p, c, a in zip(prompts, completions, answer, strict=True)
+        ]
         return [score.reward for score in asyncio.run(env.rubric.score_group(items))]
 
     return reverse_text_rubric
@@ -107,8 +113,10 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 
     total_steps = args.steps + 1  # the first is the warm-up
     # The Workbench run's settings, read from the same config (with the same overrides).
-    config, _ = load_train_config(REPO / "configs" / "rl" / "reverse-text.toml",
-                                  [f"batch_size={args.batch_size}", f"max_steps={total_steps}", *args.set])
+    config, _ = load_train_config(
+        REPO / "configs" / "rl" / "reverse-text.toml",
+        [f"batch_size={args.batch_size}", f"max_steps={total_steps}", *args.set],
+    )
     env_spec = config.env[0]
     env = load_environment(env_spec.id, **env_spec.args)
     sampling = config.sampling
@@ -123,47 +131,83 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     if args.mode == "lora":
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
-                                 target_modules=list(config.lora.target_modules), task_type="CAUSAL_LM")
+        peft_config = LoraConfig(
+            r=config.lora.r,
+            lora_alpha=config.lora.alpha,
+            lora_dropout=config.lora.dropout,
+            target_modules=list(config.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
 
     class Trainer(GRPOTrainer):
         def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
             """Workbench's learning-rate schedule, step for step (its warm-up starts at
             learning_rate / warmup_steps, transformers' at 0)."""
             if self.lr_scheduler is None:
-                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer,
-                                                                      lambda step: lr_factor(step, config))
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                    optimizer or self.optimizer, lambda step: lr_factor(step, config)
+                )
             return self.lr_scheduler
 
     with tempfile.TemporaryDirectory() as tmp:
         grpo = GRPOConfig(
             output_dir=str(Path(tmp) / "trl"),
-            use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
-            max_steps=total_steps, seed=config.seed, data_seed=config.seed,
-            per_device_train_batch_size=micro, gradient_accumulation_steps=config.batch_size // micro,
-            num_generations=config.rollouts_per_example, num_iterations=1,
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=False,
+            max_steps=total_steps,
+            seed=config.seed,
+            data_seed=config.seed,
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=config.batch_size // micro,
+            num_generations=config.rollouts_per_example,
+            num_iterations=1,
             max_completion_length=sampling.max_tokens or 128,
             temperature=1.0 if sampling.temperature is None else sampling.temperature,
-            top_p=sampling.top_p or 1.0, top_k=0,
-            learning_rate=config.learning_rate, weight_decay=config.weight_decay,
-            adam_beta1=config.betas[0], adam_beta2=config.betas[1], max_grad_norm=config.max_grad_norm,
-            beta=0.0, epsilon=config.clip_low, loss_type="dapo",
+            top_p=sampling.top_p or 1.0,
+            top_k=0,
+            learning_rate=config.learning_rate,
+            weight_decay=config.weight_decay,
+            adam_beta1=config.betas[0],
+            adam_beta2=config.betas[1],
+            max_grad_norm=config.max_grad_norm,
+            beta=0.0,
+            epsilon=config.clip_low,
+            loss_type="dapo",
             scale_rewards="group" if config.scale_advantages_by_std else "none",
             mask_truncated_completions=config.mask_truncated_completions,
-            use_vllm=False, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
+            use_vllm=False,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
             dataloader_num_workers=0,
         )
         timer = StepTimer(paced=args.paced)
-        trainer = Trainer(model=model, reward_funcs=rubric_reward(env), args=grpo,
-                              train_dataset=build_dataset(env), processing_class=tokenizer,
-                              peft_config=peft_config, callbacks=[timer])
+        trainer = Trainer(
+            model=model,
+            reward_funcs=rubric_reward(env),
+            args=grpo,
+            train_dataset=build_dataset(env),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[timer],
+        )
         for quiet in (PrinterCallback, ProgressCallback):
             trainer.remove_callback(quiet)
         timer.attach(trainer)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         if args.paced:
-            emit("ready", system="trl", mode=args.mode, threads=torch.get_num_threads(), trainable=trainable,
-                 version=trl_version(), batch=config.batch_size)
+            emit(
+                "ready",
+                system="trl",
+                mode=args.mode,
+                threads=torch.get_num_threads(),
+                trainable=trainable,
+                version=trl_version(),
+                batch=config.batch_size,
+            )
         trainer.train()
     if args.paced:
         emit("exit")
@@ -228,10 +272,17 @@ class StepTimer(TrainerCallback):
             values = metrics.get(key) or [float("nan")]
             return float(values[-1])
 
-        record = {"step": state.global_step, "time/step": step_s, "generation": self.generate_s,
-                  "forward/backward": forward_backward, "optimizer": optimizer,
-                  "other": step_s - self.generate_s - forward_backward - optimizer,
-                  "mean_length": last("completions/mean_length"), "reward": last("reward"), "lr": self.lr}
+        record = {
+            "step": state.global_step,
+            "time/step": step_s,
+            "generation": self.generate_s,
+            "forward/backward": forward_backward,
+            "optimizer": optimizer,
+            "other": step_s - self.generate_s - forward_backward - optimizer,
+            "mean_length": last("completions/mean_length"),
+            "reward": last("reward"),
+            "lr": self.lr,
+        }
         self.steps.append(record)
         if self.paced:
             emit("step", **record)
@@ -244,7 +295,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128, help="completions per optimizer step")
     parser.add_argument("--model", default=str(REPO / "outputs" / "models" / "tiny"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
-    parser.add_argument("--paced", action="store_true", help="driven by train_step.py: a stdin line starts each step")
+    parser.add_argument(
+        "--paced", action="store_true", help="driven by train_step.py: a stdin line starts each step"
+    )
     args = parser.parse_args()
     if trl_version() is None:
         message = f"TRL is not installed: {INSTALL_HINT}"
@@ -255,8 +308,10 @@ def main() -> None:
     steps = run(args)[1:]  # drop the warm-up step
     if not args.paced and steps:
         step_s = statistics.fmean(s["time/step"] for s in steps)
-        print(f"TRL {trl_version()} GRPOTrainer ({args.mode}): {step_s:.2f} s/step, "
-              f"{args.batch_size / step_s:.1f} samples/s ({len(steps)} steps)")
+        print(
+            f"TRL {trl_version()} GRPOTrainer ({args.mode}): {step_s:.2f} s/step, "
+            f"{args.batch_size / step_s:.1f} samples/s ({len(steps)} steps)"
+        )
         for key in ("generation", "forward/backward", "optimizer", "other"):
             part = statistics.fmean(s[key] for s in steps)
             print(f"  {key:<17} {part:6.3f} s  {100 * part / step_s:5.1f}%")

@@ -48,7 +48,15 @@ def make_big_run(root: Path, num_examples: int = 1250, rollouts: int = 8, seed: 
     from workbench.types import Group, RolloutError
 
     rng = random.Random(seed)
-    run_dir = root / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--big" / "20260102-030405-big0"
+    run_dir = (
+        root
+        / "environments"
+        / "reverse_text"
+        / "outputs"
+        / "evals"
+        / "reverse-text--big"
+        / "20260102-030405-big0"
+    )
     writer = ResultsWriter(run_dir)
     for example_id in range(num_examples):
         text = random_text(rng)
@@ -60,9 +68,19 @@ def make_big_run(root: Path, num_examples: int = 1250, rollouts: int = 8, seed: 
         writer.write_group(Group(example_id, group))
     writer.close()
     total = num_examples * rollouts
-    write_run_metadata(run_dir, EvalRun(status="finished", run_id=run_dir.name, env_id="reverse-text", model="big",
-                                        created_at="2026-01-02T03:04:05+00:00", completed_rollouts=total,
-                                        total_rollouts=total, reward_mean=0.5))
+    write_run_metadata(
+        run_dir,
+        EvalRun(
+            status="finished",
+            run_id=run_dir.name,
+            env_id="reverse-text",
+            model="big",
+            created_at="2026-01-02T03:04:05+00:00",
+            completed_rollouts=total,
+            total_rollouts=total,
+            reward_mean=0.5,
+        ),
+    )
     return run_dir
 
 
@@ -148,11 +166,22 @@ def open_huge(root: str, run_dir: str) -> None:
 
 def baseline_rss() -> float:
     """Peak RSS (MB) of a child that only imports and starts the TUI on an empty workspace."""
-    code = ("import asyncio, resource, tempfile; from pathlib import Path; from workbench.tui.app import WorkbenchApp\n"
-            "async def go():\n    async with WorkbenchApp(Path(tempfile.mkdtemp()), poll_s=60).run_test(size=(120, 40)) as p:\n"
-            "        await p.pause(0.2)\nasyncio.run(go()); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
-    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                cwd=Path(__file__).resolve().parents[1]).stdout.strip().splitlines()[-1])
+    code = (
+        "import asyncio, resource, tempfile; from pathlib import Path; from workbench.tui.app import WorkbenchApp\n"
+        "async def go():\n    async with WorkbenchApp(Path(tempfile.mkdtemp()), poll_s=60).run_test(size=(120, 40)) as p:\n"
+        "        await p.pause(0.2)\nasyncio.run(go()); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+    )
+    return float(
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
 
 
 def spread(seconds: list[float]) -> str:
@@ -167,7 +196,9 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--scroll", type=int, default=200, help="cursor steps timed after opening")
-    parser.add_argument("--huge", type=int, default=12500, help="examples of the big run (x --rollouts); 0 skips it")
+    parser.add_argument(
+        "--huge", type=int, default=12500, help="examples of the big run (x --rollouts); 0 skips it"
+    )
     parser.add_argument("--open-huge", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.open_huge:
@@ -185,7 +216,9 @@ def main() -> None:
         index.refresh()
         index.groups()
         index_s = time.perf_counter() - started
-        runs = [asyncio.run(time_open(root, run_dir, args.scroll if i == 0 else 0)) for i in range(args.repeat)]
+        runs = [
+            asyncio.run(time_open(root, run_dir, args.scroll if i == 0 else 0)) for i in range(args.repeat)
+        ]
         opens = [opened for opened, _, _ in runs]
         frames = sorted(runs[0][1][:-2]) if args.scroll else []
         redrawn = sorted(runs[0][2])
@@ -193,25 +226,37 @@ def main() -> None:
         total = args.examples * args.rollouts
         print(f"run: {total:,} rollouts in {args.examples:,} groups, results.jsonl {size_mb:.1f} MB")
         print(f"index (offsets + numbers per rollout + groups): {index_s:.3f} s")
-        print(f"open in the Rollouts view: median {statistics.median(opens):.3f} s "
-              f"(runs: {', '.join(f'{t:.3f}' for t in opens)}; target < 0.5 s)")
+        print(
+            f"open in the Rollouts view: median {statistics.median(opens):.3f} s "
+            f"(runs: {', '.join(f'{t:.3f}' for t in opens)}; target < 0.5 s)"
+        )
         if frames:
-            print(f"scrolling {len(frames)} groups, spaced single steps until redrawn: {spread(redrawn)} "
-                  f"(target: none over 100 ms); until idle: {spread(frames)}")
-            print(f"the conversation where a held key stopped drawn {settle * 1000:.0f} ms later "
-                  f"(incl. the {SETTLE_MS} ms pause)")
+            print(
+                f"scrolling {len(frames)} groups, spaced single steps until redrawn: {spread(redrawn)} "
+                f"(target: none over 100 ms); until idle: {spread(frames)}"
+            )
+            print(
+                f"the conversation where a held key stopped drawn {settle * 1000:.0f} ms later "
+                f"(incl. the {SETTLE_MS} ms pause)"
+            )
             print(f"a held key ({HELD_KEYS} repeats queued at once): {held * 1000:.0f} ms per step")
         if args.huge:
             huge_root = Path(tmp) / "huge"
             huge_dir = make_big_run(huge_root, args.huge, args.rollouts, seed=1)
             huge_mb = (huge_dir / "results.jsonl").stat().st_size / 1e6
-            out = subprocess.run([sys.executable, __file__, "--open-huge", str(huge_root), str(huge_dir)],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--open-huge", str(huge_root), str(huge_dir)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             result = json.loads(out.strip().splitlines()[-1])
             base = baseline_rss()
-            print(f"big run: {args.huge * args.rollouts:,} rollouts, results.jsonl {huge_mb:.0f} MB: opened in "
-                  f"{result['open_s']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB "
-                  f"(the TUI alone on an empty workspace: {base:.0f} MB)")
+            print(
+                f"big run: {args.huge * args.rollouts:,} rollouts, results.jsonl {huge_mb:.0f} MB: opened in "
+                f"{result['open_s']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB "
+                f"(the TUI alone on an empty workspace: {base:.0f} MB)"
+            )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from benchmarks.synthetic_runs import random_text, reverse_text_rollout  # noqa: E402
 
+
 def make_results(run_dir: Path, num_examples: int, rollouts: int, seed: int = 0) -> Path:
     """results.jsonl with num_examples x rollouts scored rollouts of varied groups."""
     from workbench.store.results import ResultsWriter
@@ -84,17 +85,31 @@ def measure(way: str, path: Path, traced: bool) -> dict:
     started = time.perf_counter()
     report = variance_report(index.load_groups()) if way == "old" else index_variance_report(index)
     report_s = time.perf_counter() - started
-    result = {"index_s": index_s, "report_s": report_s,
-              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    result = {
+        "index_s": index_s,
+        "report_s": report_s,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
     if traced:
         result["index_traced_mb"] = index_peak / 2**20
         result["index_held_mb"] = held / 2**20
         result["report_traced_mb"] = (tracemalloc.get_traced_memory()[1] - held) / 2**20  # above the index
         tracemalloc.stop()
     result["shown"] = {
-        "histogram": report.histogram, "counts": report.counts, "shares": report.shares,
-        "summary": {k: report.summary.get(k) for k in ("reward_mean", "zero_variance_frac", "verdict",
-                                                       "num_groups", "num_rollouts", "incomplete_groups")},
+        "histogram": report.histogram,
+        "counts": report.counts,
+        "shares": report.shares,
+        "summary": {
+            k: report.summary.get(k)
+            for k in (
+                "reward_mean",
+                "zero_variance_frac",
+                "verdict",
+                "num_groups",
+                "num_rollouts",
+                "incomplete_groups",
+            )
+        },
         "table": [(g.example_id, g.mean, g.std, difficulty(g)) for g in report.by_variance],
     }
     return result
@@ -108,10 +123,21 @@ def child(way: str, path: Path, traced: bool = False) -> dict:
 
 def baseline_rss() -> float:
     """Peak RSS (MB) of a child that only imports what the measuring child imports."""
-    code = ("import resource; import workbench.tui.data.variance, workbench.tui.data.rollout_index\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
-    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                cwd=Path(__file__).resolve().parents[1]).stdout.strip().splitlines()[-1])
+    code = (
+        "import resource; import workbench.tui.data.variance, workbench.tui.data.rollout_index\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+    )
+    return float(
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
 
 
 def main() -> None:
@@ -130,8 +156,10 @@ def main() -> None:
         started = time.perf_counter()
         path = make_results(Path(tmp), args.examples, args.rollouts)
         size_mb = path.stat().st_size / 1e6
-        print(f"run: {args.examples * args.rollouts:,} rollouts in {args.examples:,} groups, "
-              f"results.jsonl {size_mb:.0f} MB (written in {time.perf_counter() - started:.1f} s)")
+        print(
+            f"run: {args.examples * args.rollouts:,} rollouts in {args.examples:,} groups, "
+            f"results.jsonl {size_mb:.0f} MB (written in {time.perf_counter() - started:.1f} s)"
+        )
         base = baseline_rss()
         results = {}
         for way in ("old", "new"):
@@ -139,22 +167,28 @@ def main() -> None:
             traced = child(way, path, traced=True)
             results[way] = (timed, traced)
         same = results["old"][0][0]["shown"] == results["new"][0][0]["shown"]
-        for way, label in (("old", "old: variance_report(index.load_groups())"),
-                           ("new", "new: index_variance_report(index)")):
+        for way, label in (
+            ("old", "old: variance_report(index.load_groups())"),
+            ("new", "new: index_variance_report(index)"),
+        ):
             timed, traced = results[way]
             report_s = statistics.median(r["report_s"] for r in timed)
             index_s = statistics.median(r["index_s"] for r in timed)
             rss = max(r["peak_rss_mb"] for r in timed)
             runs = ", ".join(f"{r['report_s']:.3f}" for r in timed)
-            print(f"{label}\n    report {report_s:.3f} s (runs: {runs})"
-                  f"; index first {index_s:.3f} s; index + report {index_s + report_s:.3f} s\n"
-                  f"    peak RSS {rss:.0f} MB (imports alone {base:.0f} MB); traced Python allocations: "
-                  f"peak {traced['report_traced_mb']:.2f} MB building the report, over the index's "
-                  f"{traced['index_held_mb']:.1f} MB (peak {traced['index_traced_mb']:.1f} MB building it)")
+            print(
+                f"{label}\n    report {report_s:.3f} s (runs: {runs})"
+                f"; index first {index_s:.3f} s; index + report {index_s + report_s:.3f} s\n"
+                f"    peak RSS {rss:.0f} MB (imports alone {base:.0f} MB); traced Python allocations: "
+                f"peak {traced['report_traced_mb']:.2f} MB building the report, over the index's "
+                f"{traced['index_held_mb']:.1f} MB (peak {traced['index_traced_mb']:.1f} MB building it)"
+            )
         old_s = statistics.median(r["report_s"] for r in results["old"][0])
         new_s = statistics.median(r["report_s"] for r in results["new"][0])
-        print(f"report {old_s / new_s:.0f}x faster; the same numbers shown (histogram, shares, summary, table): "
-              f"{'yes' if same else 'NO'}")
+        print(
+            f"report {old_s / new_s:.0f}x faster; the same numbers shown (histogram, shares, summary, table): "
+            f"{'yes' if same else 'NO'}"
+        )
         if not same:
             sys.exit(1)
 

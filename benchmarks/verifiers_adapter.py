@@ -27,7 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-async def measure(workspace: Path, env_id: str, rollouts: int, concurrency: int, examples_n: int) -> tuple[float, int, str]:
+async def measure(
+    workspace: Path, env_id: str, rollouts: int, concurrency: int, examples_n: int
+) -> tuple[float, int, str]:
     from workbench.engine import run_rollouts
     from workbench.envs.loader import load_environment
     from workbench.inference.echo import EchoClient
@@ -40,10 +42,13 @@ async def measure(workspace: Path, env_id: str, rollouts: int, concurrency: int,
     client = EchoClient("echo")
     sampling = SamplingParams(max_tokens=256)
     # warm-up: imports, the loopback server, the dataset
-    await run_rollouts(env, client, examples[:2], rollouts_per_example=4, sampling=sampling, max_concurrent=concurrency)
+    await run_rollouts(
+        env, client, examples[:2], rollouts_per_example=4, sampling=sampling, max_concurrent=concurrency
+    )
     started = time.perf_counter()
-    stats = await run_rollouts(env, client, examples, rollouts_per_example=per_example, sampling=sampling,
-                               max_concurrent=concurrency)
+    stats = await run_rollouts(
+        env, client, examples, rollouts_per_example=per_example, sampling=sampling, max_concurrent=concurrency
+    )
     elapsed = time.perf_counter() - started
     return stats.rollouts / elapsed, stats.errors, type(env).__name__
 
@@ -65,10 +70,14 @@ def main() -> None:
         port_fixture(args.env, ported)
         results = {}
         for label, workspace in (("adapter", unchanged), ("native", ported)):
-            rate, errors, kind = asyncio.run(measure(workspace, env_id, args.rollouts, args.concurrency, args.examples))
+            rate, errors, kind = asyncio.run(
+                measure(workspace, env_id, args.rollouts, args.concurrency, args.examples)
+            )
             results[label] = rate
-            print(f"{label:8s} {kind:16s} {rate:8,.0f} rollouts/s  ({args.rollouts} rollouts, {errors} errors, "
-                  f"concurrency {args.concurrency})")
+            print(
+                f"{label:8s} {kind:16s} {rate:8,.0f} rollouts/s  ({args.rollouts} rollouts, {errors} errors, "
+                f"concurrency {args.concurrency})"
+            )
     print(f"native / adapter: {results['native'] / results['adapter']:.1f}x")
 
 

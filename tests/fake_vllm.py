@@ -37,8 +37,14 @@ def main() -> None:
     record = os.environ.get("FAKE_VLLM_RECORD")
     if record:
         with open(record, "w") as f:
-            json.dump({"argv": sys.argv[1:], "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                       "lora_updating": os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")}, f)
+            json.dump(
+                {
+                    "argv": sys.argv[1:],
+                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "lora_updating": os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING"),
+                },
+                f,
+            )
     print(f"INFO starting fake vLLM for {args.model} with {len(unknown)} extra args", flush=True)
     if os.environ.get("FAKE_VLLM_IGNORE_SIGTERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -72,7 +72,11 @@ def bytes_to_unicode() -> dict[int, str]:
     Printable bytes stand for themselves; the others (control characters, space, ...) are moved
     to code points from 256 up, in byte order, so that every token is a visible string.
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     table = {byte: chr(byte) for byte in printable}
     moved = 0
     for byte in range(256):

@@ -60,8 +60,9 @@ def write_held_env(workspace: Path) -> None:
     (folder / "held_reverse.py").write_text(HELD_ENV)
 
 
-def held_env_toml(workspace: Path, *, hold_after: Path, held: Path, release: Path | None = None,
-                  rank: int | None = None) -> str:
+def held_env_toml(
+    workspace: Path, *, hold_after: Path, held: Path, release: Path | None = None, rank: int | None = None
+) -> str:
     """The `[[env]]` table for a train config (after writing the env into `workspace`)."""
     write_held_env(workspace)
     args = {"hold_after": str(hold_after), "held": str(held)}

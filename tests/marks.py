@@ -14,5 +14,9 @@ import pytest
 
 def by_default(cases: Iterable[Any], keep: Sequence[Any], key: int | None = None) -> list[Any]:
     """`cases` with those not in `keep` marked extended; `key` picks the tuple item to match on."""
-    return [case if (case[key] if key is not None else case) in keep else pytest.param(
-        *(case if key is not None else (case,)), marks=pytest.mark.extended) for case in cases]
+    return [
+        case
+        if (case[key] if key is not None else case) in keep
+        else pytest.param(*(case if key is not None else (case,)), marks=pytest.mark.extended)
+        for case in cases
+    ]

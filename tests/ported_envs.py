@@ -32,8 +32,10 @@ def port_fixture(name: str, workspace: Path) -> Path:
     shutil.copytree(FIXTURES / name, target)
     for path in target.rglob("*.py"):
         lines = path.read_text().splitlines(keepends=True)
-        ported = [_FROM.sub(r"\1from workbench.envs", _IMPORT.sub(r"\1import workbench.envs as vf", line))
-                  for line in lines]
+        ported = [
+            _FROM.sub(r"\1from workbench.envs", _IMPORT.sub(r"\1import workbench.envs as vf", line))
+            for line in lines
+        ]
         path.write_text("".join(ported))
     return target
 
@@ -42,7 +44,9 @@ def blocked_verifiers(folder: Path) -> Path:
     """A folder to put first on PYTHONPATH: its `verifiers` package fails to import."""
     package = folder / "verifiers"
     package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text('raise ImportError("verifiers is blocked: a ported env must not need it")\n')
+    (package / "__init__.py").write_text(
+        'raise ImportError("verifiers is blocked: a ported env must not need it")\n'
+    )
     return folder
 
 
@@ -74,9 +78,14 @@ def say(text: str) -> dict[str, Any]:
 
 
 def calls(*named: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-        for i, (n, a) in enumerate(named)]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for i, (n, a) in enumerate(named)
+        ],
+    }
 
 
 def sorted_names(messages: list[dict[str, Any]], example: Any) -> dict[str, Any]:
@@ -136,11 +145,17 @@ async def play(name: str) -> dict[str, Any]:
     scores = await env.score_group(example, outputs)
     state = outputs[0].state
     return {
-        "env": name, "kind": type(env).__name__, "task": example.task, "info": example.info,
-        "rewards": [s.reward for s in scores], "errors": [None if s.error is None else vars(s.error) for s in scores],
+        "env": name,
+        "kind": type(env).__name__,
+        "task": example.task,
+        "info": example.info,
+        "rewards": [s.reward for s in scores],
+        "errors": [None if s.error is None else vars(s.error) for s in scores],
         "rollout_errors": [None if o.error is None else vars(o.error) for o in outputs],
-        "stop_conditions": [o.stop_condition for o in outputs], "num_turns": [o.num_turns for o in outputs],
-        "completion": outputs[0].completion, "trajectory_len": len(state.get("trajectory", [])),
+        "stop_conditions": [o.stop_condition for o in outputs],
+        "num_turns": [o.num_turns for o in outputs],
+        "completion": outputs[0].completion,
+        "trajectory_len": len(state.get("trajectory", [])),
         "tools": [t["function"]["name"] for t in clients[0].seen_tools or []],
         "state": {k: state.get(k) for k in ("update_calls", "last_tool_args", "offset", "stop_condition")},
     }

@@ -15,13 +15,42 @@ from pathlib import Path
 from typing import Any
 
 # Word-level pieces (the decoder concatenates them as they are).
-WORDS = ["[UNK]", "<|im_start|>", "<|im_end|>", "<|assistant|>", "<think>", "</think>", "I", " think", " 42",
-         "\n\n", "<answer>", "7", "</answer>", "Hi", "user", "system", "\n"]
+WORDS = [
+    "[UNK]",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|assistant|>",
+    "<think>",
+    "</think>",
+    "I",
+    " think",
+    " 42",
+    "\n\n",
+    "<answer>",
+    "7",
+    "</answer>",
+    "Hi",
+    "user",
+    "system",
+    "\n",
+]
 # Greedy successor of each token; anything not listed ends the reply (<|im_end|>).
-CHAIN = {"<|assistant|>": "<think>", "<think>": "I", "I": " think", " think": " 42", " 42": "</think>",
-         "</think>": "\n\n", "\n\n": "<answer>", "<answer>": "7", "7": "</answer>", "Hi": "<answer>"}
-TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+CHAIN = {
+    "<|assistant|>": "<think>",
+    "<think>": "I",
+    "I": " think",
+    " think": " 42",
+    " 42": "</think>",
+    "</think>": "\n\n",
+    "\n\n": "<answer>",
+    "<answer>": "7",
+    "7": "</answer>",
+    "Hi": "<answer>",
+}
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 # What the chain writes after the generation prompt.
 SCRIPTED_REPLY = "<think>I think 42</think>\n\n<answer>7</answer>"
 
@@ -33,10 +62,22 @@ def build_tokenizer() -> Any:
     core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     core.decoder = decoders.Fuse()
-    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<|im_start|>", "<|im_end|>", "<|assistant|>")])
-    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in ("<think>", "</think>", "\n\n", "\n")])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="<|im_end|>",
-                                        pad_token="<|im_end|>", clean_up_tokenization_spaces=False)
+    core.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t in ("<|im_start|>", "<|im_end|>", "<|assistant|>")
+        ]
+    )
+    core.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t in ("<think>", "</think>", "\n\n", "\n")]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        unk_token="[UNK]",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        clean_up_tokenization_spaces=False,
+    )
     tokenizer.chat_template = TEMPLATE
     return tokenizer
 
@@ -47,10 +88,19 @@ def build_model() -> Any:
 
     size = len(WORDS)
     hidden = size + size % 2  # RoPE wants an even head size
-    config = LlamaConfig(vocab_size=size, hidden_size=hidden, intermediate_size=4, num_hidden_layers=1,
-                         num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=256,
-                         tie_word_embeddings=False, eos_token_id=WORDS.index("<|im_end|>"),
-                         pad_token_id=WORDS.index("<|im_end|>"), bos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=size,
+        hidden_size=hidden,
+        intermediate_size=4,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        eos_token_id=WORDS.index("<|im_end|>"),
+        pad_token_id=WORDS.index("<|im_end|>"),
+        bos_token_id=None,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():
         for param in model.parameters():

@@ -27,10 +27,10 @@ from typing import Any, Self
 import orjson
 from aiohttp import web
 
+from tests import zygote
 from workbench.inference.echo import EchoClient
 from workbench.inference.server import create_app, error_response, serve
 from workbench.types import Completion, Messages, SamplingParams
-from tests import zygote
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,7 +126,9 @@ class HeaderRecorder:
         return await handler(request)
 
 
-def make_app(client: Any, *, served_model_name: str | None = None, middlewares: tuple[Any, ...] = ()) -> web.Application:
+def make_app(
+    client: Any, *, served_model_name: str | None = None, middlewares: tuple[Any, ...] = ()
+) -> web.Application:
     return create_app(client, served_model_name=served_model_name or client.model, middlewares=middlewares)
 
 
@@ -156,7 +158,9 @@ class Gate:
     a backend's own request count stays exact.
     """
 
-    def __init__(self, admit: Callable[[dict[str, Any]], bool] | int = 0, *, path: str = "/chat/completions") -> None:
+    def __init__(
+        self, admit: Callable[[dict[str, Any]], bool] | int = 0, *, path: str = "/chat/completions"
+    ) -> None:
         self._admit = first_requests(admit) if isinstance(admit, int) else admit
         self.path = path
         self._cond = threading.Condition()
@@ -211,7 +215,9 @@ class Gate:
             self._cond.notify_all()
         return await handler(request)
 
-    def wait_held(self, count: int = 1, timeout: float = 300, *, proc: subprocess.Popen[Any] | None = None) -> None:
+    def wait_held(
+        self, count: int = 1, timeout: float = 300, *, proc: subprocess.Popen[Any] | None = None
+    ) -> None:
         """Block until `count` requests in total have had to wait (the run is stuck at the gate).
         With `proc` (the run), fail at once, with its output, if it exits first."""
         deadline = time.monotonic() + timeout
@@ -219,12 +225,16 @@ class Gate:
             while self.held < count:
                 if proc is not None and proc.poll() is not None:
                     out, err = proc.communicate()
-                    raise AssertionError(f"the run exited with {proc.returncode} before {count} request(s) reached "
-                                         f"the gate (passed {self.passed}):\n{out or ''}{err or ''}")
+                    raise AssertionError(
+                        f"the run exited with {proc.returncode} before {count} request(s) reached "
+                        f"the gate (passed {self.passed}):\n{out or ''}{err or ''}"
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"{count} request(s) never reached the gate within {timeout}s "
-                                         f"(passed {self.passed}, held {self.held})")
+                    raise AssertionError(
+                        f"{count} request(s) never reached the gate within {timeout}s "
+                        f"(passed {self.passed}, held {self.held})"
+                    )
                 self._cond.wait(min(left, 0.1))
 
     def allow(self, count: int) -> None:
@@ -425,10 +435,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run a test OpenAI-compatible server.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--backend", choices=["echo", "model"], default="echo",
-                        help="echo: workbench's EchoClient; model: a LocalClient over --model-path (LoRA enabled)")
+    parser.add_argument(
+        "--backend",
+        choices=["echo", "model"],
+        default="echo",
+        help="echo: workbench's EchoClient; model: a LocalClient over --model-path (LoRA enabled)",
+    )
     parser.add_argument("--model-path", default=None, help="model folder for --backend model")
-    parser.add_argument("--delay-s", type=float, default=0.0, help="added latency per chat request (a slow network)")
+    parser.add_argument(
+        "--delay-s", type=float, default=0.0, help="added latency per chat request (a slow network)"
+    )
     parser.add_argument("--fault-path", default="/v1/chat/completions", help="route the injected faults hit")
     parser.add_argument("--mode", choices=["reverse", "echo"], default="reverse", help="EchoClient mode")
     parser.add_argument("--model", default="echo")
@@ -471,4 +487,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-

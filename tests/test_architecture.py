@@ -15,7 +15,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("services", {"train", "gepa", "evaluate", "bootstrap"}),
     ("engine", {"engine"}),
     ("environments and inference", {"envs", "inference", "models"}),
-    ("foundation", {"store", "config", "types", "errors", "events", "workspace", "startup", "fork_launch", "__init__"}),
+    (
+        "foundation",
+        {"store", "config", "types", "errors", "events", "workspace", "startup", "fork_launch", "__init__"},
+    ),
 ]
 SERVICES = {"train", "gepa", "evaluate", "bootstrap"}
 # The TUI starts runs as child `workbench ...` processes and reads their files (DESIGN §10): a
@@ -51,8 +54,11 @@ def imports_of(path: Path, root: Path) -> set[str]:
                 name = node.module or ""
             found.add(name)
             # `from workbench import train` imports the module workbench.train
-            found.update(f"{name}.{alias.name}" for alias in node.names
-                         if (root.parent / f"{name}.{alias.name}".replace(".", "/")).exists())
+            found.update(
+                f"{name}.{alias.name}"
+                for alias in node.names
+                if (root.parent / f"{name}.{alias.name}".replace(".", "/")).exists()
+            )
     return {name for name in found if name == "workbench" or name.startswith("workbench.")}
 
 
@@ -71,8 +77,10 @@ def violations(root: Path = PACKAGE) -> list[str]:
             if there == here:
                 continue
             if layer_of(there) < layer_of(here):
-                problems.append(f"{source} imports {target}: up from {LAYERS[layer_of(here)][0]} "
-                                f"to {LAYERS[layer_of(there)][0]}")
+                problems.append(
+                    f"{source} imports {target}: up from {LAYERS[layer_of(here)][0]} "
+                    f"to {LAYERS[layer_of(there)][0]}"
+                )
             elif here in SERVICES and there in SERVICES:
                 problems.append(f"{source} imports {target}: one service imports another")
             elif here in READS_FILES_ONLY and there in SERVICES:
@@ -97,5 +105,8 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path):
     (fake / "gepa" / "service.py").write_text("")
     found = violations(fake)
     assert any(line.startswith("workbench.store.runs imports workbench.train") for line in found), found
-    assert any(line.startswith("workbench.train.loop imports workbench.gepa") and "one service imports another" in line
-               for line in found), found
+    assert any(
+        line.startswith("workbench.train.loop imports workbench.gepa")
+        and "one service imports another" in line
+        for line in found
+    ), found

@@ -12,17 +12,23 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from tests.test_train_config import one_line_error
-from tests import zygote
 
 KEY = "sk-live-0123456789abcdefghijklmnopqrstuv"
 
 
 def workbench(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY")}
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,27 +42,85 @@ def server() -> str:
 
 def no_runs(workspace: Path) -> bool:
     """Nothing was written: no eval, GEPA or training run folder."""
-    return not list(workspace.glob("environments/*/outputs/*/*/*")) and not list(workspace.glob("outputs/runs/*"))
+    return not list(workspace.glob("environments/*/outputs/*/*/*")) and not list(
+        workspace.glob("outputs/runs/*")
+    )
 
 
 def test_wrongly_typed_env_arg_is_one_line(tmp_path: Path, server: str):
-    line = one_line_error(workbench("eval", "run", "reverse-text", "-m", "echo", "-b", server,
-                                    "-a", '{"num_eval_examples": "many"}', cwd=tmp_path),
-                          "reverse-text", "num_eval_examples", "'many'", "integer")
+    line = one_line_error(
+        workbench(
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            server,
+            "-a",
+            '{"num_eval_examples": "many"}',
+            cwd=tmp_path,
+        ),
+        "reverse-text",
+        "num_eval_examples",
+        "'many'",
+        "integer",
+    )
     assert "Traceback" not in line and no_runs(tmp_path)
 
 
 def test_gepa_wrongly_typed_env_arg_is_one_line(tmp_path: Path, server: str):
-    one_line_error(workbench("gepa", "run", "reverse-text", "-m", "echo", "-b", server, "-B", "100", "-n", "5", "-N", "5",
-                             "-a", '{"max_words": "three"}', cwd=tmp_path), "max_words", "'three'")
+    one_line_error(
+        workbench(
+            "gepa",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            server,
+            "-B",
+            "100",
+            "-n",
+            "5",
+            "-N",
+            "5",
+            "-a",
+            '{"max_words": "three"}',
+            cwd=tmp_path,
+        ),
+        "max_words",
+        "'three'",
+    )
     assert no_runs(tmp_path)
 
 
 def test_bad_sampling_value_fails_before_any_rollout(tmp_path: Path, server: str):
-    one_line_error(workbench("eval", "run", "reverse-text", "-m", "echo", "-b", server,
-                             "-S", '{"top_p": "x"}', cwd=tmp_path), "top_p", "number")
-    one_line_error(workbench("eval", "run", "reverse-text", "-m", "echo", "-b", server, "-T", "0",
-                             "-S", '{"max_tokens": 0}', cwd=tmp_path), "max_tokens", "out of range")
+    one_line_error(
+        workbench(
+            "eval", "run", "reverse-text", "-m", "echo", "-b", server, "-S", '{"top_p": "x"}', cwd=tmp_path
+        ),
+        "top_p",
+        "number",
+    )
+    one_line_error(
+        workbench(
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            server,
+            "-T",
+            "0",
+            "-S",
+            '{"max_tokens": 0}',
+            cwd=tmp_path,
+        ),
+        "max_tokens",
+        "out of range",
+    )
     assert no_runs(tmp_path)
 
 
@@ -65,28 +129,56 @@ def test_a_pasted_key_is_refused_and_never_echoed(tmp_path: Path, server: str):
     one_line_error(result, "NAME of an environment variable")
     assert KEY not in result.stdout + result.stderr and no_runs(tmp_path)
     config = tmp_path / "server.toml"
-    config.write_text(f'[[env]]\nid = "reverse-text"\n[inference]\nmode = "server"\nbase_urls = ["{server}"]\n'
-                      f'api_key_var = "{KEY}"\n')
+    config.write_text(
+        f'[[env]]\nid = "reverse-text"\n[inference]\nmode = "server"\nbase_urls = ["{server}"]\n'
+        f'api_key_var = "{KEY}"\n'
+    )
     result = workbench("train", str(config), "--dry-run", cwd=tmp_path)
     one_line_error(result, "api_key_var", "NAME of an environment variable")
     assert KEY not in result.stdout + result.stderr
 
 
 def test_a_huge_env_name_is_one_short_line(tmp_path: Path):
-    line = one_line_error(workbench("eval", "run", "x" * 5000, "-m", "tiny", cwd=tmp_path), "unknown environment")
+    line = one_line_error(
+        workbench("eval", "run", "x" * 5000, "-m", "tiny", cwd=tmp_path), "unknown environment"
+    )
     assert len(line) < 600
 
 
 def test_output_folder_that_cannot_exist(tmp_path: Path, server: str):
-    one_line_error(workbench("gepa", "run", "reverse-text", "-m", "echo", "-b", server, "-B", "100", "-n", "5", "-N", "5",
-                             "-o", "/dev/null/run", cwd=tmp_path), "cannot create the run folder", "/dev/null/run")
+    one_line_error(
+        workbench(
+            "gepa",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            server,
+            "-B",
+            "100",
+            "-n",
+            "5",
+            "-N",
+            "5",
+            "-o",
+            "/dev/null/run",
+            cwd=tmp_path,
+        ),
+        "cannot create the run folder",
+        "/dev/null/run",
+    )
 
 
-def test_training_output_dir_that_cannot_exist_and_unknown_env_leave_nothing(tmp_path: Path, tiny_model: Path):
+def test_training_output_dir_that_cannot_exist_and_unknown_env_leave_nothing(
+    tmp_path: Path, tiny_model: Path
+):
     base = f'model = "{tiny_model}"\nmax_steps = 1\nbatch_size = 4\nrollouts_per_example = 2\n'
     bad_dir = tmp_path / "a.toml"
     bad_dir.write_text(base + 'output_dir = "/proc/nope"\n[[env]]\nid = "reverse-text"\n')
-    one_line_error(workbench("train", str(bad_dir), cwd=tmp_path), "cannot create the run folder", "/proc/nope")
+    one_line_error(
+        workbench("train", str(bad_dir), cwd=tmp_path), "cannot create the run folder", "/proc/nope"
+    )
     unknown = tmp_path / "b.toml"
     unknown.write_text(base + '[[env]]\nid = "no-such-env"\n')
     one_line_error(workbench("train", str(unknown), cwd=tmp_path), "unknown environment 'no-such-env'")
@@ -102,5 +194,7 @@ def test_serve_port_out_of_range_and_in_use(tmp_path: Path, tiny_model: Path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        one_line_error(workbench("serve", str(tiny_model), "--port", str(port), cwd=tmp_path),
-                       f"cannot listen on 127.0.0.1:{port}")
+        one_line_error(
+            workbench("serve", str(tiny_model), "--port", str(port), cwd=tmp_path),
+            f"cannot listen on 127.0.0.1:{port}",
+        )

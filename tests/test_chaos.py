@@ -26,18 +26,54 @@ def test_an_eval_survives_a_replica_killed_and_restarted_mid_run(tmp_path: Path,
     env_args = json.dumps({"hold_after": str(hold_after), "held": str(held), "release": str(release)})
     with workbench_servers(tiny_model, 2) as (doomed, steady):
         registry = tmp_path / "endpoints.toml"
-        registry.write_text("".join(f'[[endpoint]]\nendpoint_id = "replicas"\nmodel = "tiny"\nurl = "{s.base_url}/v1"\n'
-                                    for s in (doomed, steady)))
-        proc = run_cli("eval", "run", ENV_ID, "-m", "replicas", "-e", str(registry), "-n", str(EXAMPLES),
-                       "-r", str(ROLLOUTS), "-c", "4", "-a", env_args, cwd=tmp_path)
+        registry.write_text(
+            "".join(
+                f'[[endpoint]]\nendpoint_id = "replicas"\nmodel = "tiny"\nurl = "{s.base_url}/v1"\n'
+                for s in (doomed, steady)
+            )
+        )
+        proc = run_cli(
+            "eval",
+            "run",
+            ENV_ID,
+            "-m",
+            "replicas",
+            "-e",
+            str(registry),
+            "-n",
+            str(EXAMPLES),
+            "-r",
+            str(ROLLOUTS),
+            "-c",
+            "4",
+            "-a",
+            env_args,
+            cwd=tmp_path,
+        )
         try:
             wait_until(held.exists, what="the run to hold its first rollout")
             runs = tmp_path / "environments" / "held_reverse" / "outputs" / "evals" / f"{ENV_ID}--replicas"
-            wait_until(lambda: any(len(results_lines(d)) >= 2 * ROLLOUTS for d in runs.glob("*")
-                                   if (d / "results.jsonl").is_file()), what="two groups saved")
+            wait_until(
+                lambda: any(
+                    len(results_lines(d)) >= 2 * ROLLOUTS
+                    for d in runs.glob("*")
+                    if (d / "results.jsonl").is_file()
+                ),
+                what="two groups saved",
+            )
             doomed.kill()  # SIGKILL: whatever it was answering is lost mid-request
-            reborn = start_process(["-m", "workbench", "serve", str(tiny_model), "--served-model-name", "tiny",
-                                    "--port", str(doomed.port)])
+            reborn = start_process(
+                [
+                    "-m",
+                    "workbench",
+                    "serve",
+                    str(tiny_model),
+                    "--served-model-name",
+                    "tiny",
+                    "--port",
+                    str(doomed.port),
+                ]
+            )
             try:
                 release.touch()  # the replica is back: let the run finish
                 out, err = proc.communicate(timeout=600)

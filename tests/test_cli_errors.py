@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests import zygote
 
 
@@ -16,8 +17,14 @@ def workbench(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) ->
 
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     env.update(env_extra or {})
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
@@ -31,20 +38,54 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
 
 
 CASES = {
-    "bad -a json": (["eval", "run", "reverse-text", "-a", "{max_turns: 3"], ["-a/--env-args is not valid JSON"]),
+    "bad -a json": (
+        ["eval", "run", "reverse-text", "-a", "{max_turns: 3"],
+        ["-a/--env-args is not valid JSON"],
+    ),
     "-a not an object": (["eval", "run", "reverse-text", "-a", "[1]"], ["must be a JSON object"]),
-    "bad -S json": (["eval", "run", "reverse-text", "-S", "{'top_p': 1}"], ["-S/--sampling-args is not valid JSON"]),
-    "unknown env": (["eval", "run", "no-such-env"], ["unknown environment 'no-such-env'", "reverse-text", "alphabet-sort"]),
-    "bad env arg": (["eval", "run", "alphabet-sort", "-a", '{"turns": 3}'], ["has no argument 'turns'", "max_turns"]),
-    "unknown model path": (["eval", "run", "reverse-text", "-m", "./models/missing"], ["unknown model './models/missing'"]),
+    "bad -S json": (
+        ["eval", "run", "reverse-text", "-S", "{'top_p': 1}"],
+        ["-S/--sampling-args is not valid JSON"],
+    ),
+    "unknown env": (
+        ["eval", "run", "no-such-env"],
+        ["unknown environment 'no-such-env'", "reverse-text", "alphabet-sort"],
+    ),
+    "bad env arg": (
+        ["eval", "run", "alphabet-sort", "-a", '{"turns": 3}'],
+        ["has no argument 'turns'", "max_turns"],
+    ),
+    "unknown model path": (
+        ["eval", "run", "reverse-text", "-m", "./models/missing"],
+        ["unknown model './models/missing'"],
+    ),
     "tiny not built": (["eval", "run", "reverse-text", "-m", "tiny"], ["workbench setup"]),
-    "unreachable base url": (["eval", "run", "reverse-text", "-m", "x", "-b", "http://127.0.0.1:9/v1"], ["127.0.0.1:9"]),
-    "missing api key var": (["eval", "run", "reverse-text", "-m", "x", "-b", "http://127.0.0.1:9/v1", "-k", "WB_TEST_MISSING_KEY"], ["WB_TEST_MISSING_KEY", "not set"]),
+    "unreachable base url": (
+        ["eval", "run", "reverse-text", "-m", "x", "-b", "http://127.0.0.1:9/v1"],
+        ["127.0.0.1:9"],
+    ),
+    "missing api key var": (
+        [
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "x",
+            "-b",
+            "http://127.0.0.1:9/v1",
+            "-k",
+            "WB_TEST_MISSING_KEY",
+        ],
+        ["WB_TEST_MISSING_KEY", "not set"],
+    ),
     "bad -n": (["eval", "run", "reverse-text", "-n", "0"], ["num_examples"]),
     "resume nothing": (["eval", "run", "reverse-text", "-m", "tiny", "-R", "latest"], ["no earlier run"]),
     "show no runs": (["eval", "show"], ["no eval runs"]),
     "serve tiny not built": (["serve", "tiny"], ["workbench setup"]),
-    "serve bad reasoning parser": (["serve", "tiny", "--reasoning-parser", "qwen"], ["--reasoning-parser", "qwen3, deepseek_r1"]),
+    "serve bad reasoning parser": (
+        ["serve", "tiny", "--reasoning-parser", "qwen"],
+        ["--reasoning-parser", "qwen3, deepseek_r1"],
+    ),
 }
 
 
@@ -57,7 +98,8 @@ def test_bad_input_one_line_exit_1(name: str, tmp_path: Path):
 def test_malformed_endpoints_toml_names_file_line_and_key(tmp_path: Path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "endpoints.toml").write_text(
-        '[[endpoint]]\nendpoint_id = "a"\nmodel = "m"\nurll = "http://127.0.0.1:8000/v1"\n')
+        '[[endpoint]]\nendpoint_id = "a"\nmodel = "m"\nurll = "http://127.0.0.1:8000/v1"\n'
+    )
     result = workbench("eval", "run", "reverse-text", "-m", "a", cwd=tmp_path)
     assert_one_line_error(result, "endpoints.toml:4", "urll", "url")
 
@@ -78,20 +120,45 @@ def test_eval_config_unknown_key_names_file_line_and_suggestion(tmp_path: Path):
 def test_help_teaches_and_is_fast(tmp_path: Path):
     result = workbench("eval", "run", "--help", cwd=tmp_path)
     assert result.returncode == 0
-    for flag in ("-m", "-n", "-r", "-c", "-t", "-T", "-S", "-a", "-b", "-k", "-e", "-s", "-v", "-C", "-R", "--seed"):
+    for flag in (
+        "-m",
+        "-n",
+        "-r",
+        "-c",
+        "-t",
+        "-T",
+        "-S",
+        "-a",
+        "-b",
+        "-k",
+        "-e",
+        "-s",
+        "-v",
+        "-C",
+        "-R",
+        "--seed",
+    ):
         assert f" {flag}" in result.stdout, flag
-    probe = subprocess.run([sys.executable, "-c", "import sys, workbench.cli.main; print('torch' in sys.modules)"],
-                           capture_output=True, text=True, cwd=tmp_path)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, workbench.cli.main; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert probe.stdout.strip() == "False"  # --help never imports torch
 
 
 def test_an_unexpected_exception_is_one_line_with_its_traceback_in_a_file(tmp_path: Path):
     """A bug (any exception that is not a user error) ends with one line naming a file that
     holds its traceback; WORKBENCH_TRACEBACK=1 lets the traceback through."""
-    code = ("import sys; from workbench.cli import main as m\n"
-            "def boom() -> None:\n    raise RuntimeError('disk on fire\\nsecond line')\n"
-            "m.app.command('boom')(boom); sys.argv = ['workbench', 'boom']; m.main()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    code = (
+        "import sys; from workbench.cli import main as m\n"
+        "def boom() -> None:\n    raise RuntimeError('disk on fire\\nsecond line')\n"
+        "m.app.command('boom')(boom); sys.argv = ['workbench', 'boom']; m.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 1
     line = done.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, line
@@ -102,8 +169,14 @@ def test_an_unexpected_exception_is_one_line_with_its_traceback_in_a_file(tmp_pa
         assert "Traceback" in text and "in boom" in text and "RuntimeError: disk on fire" in text
     finally:
         report.unlink()
-    debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                           env={**os.environ, "WORKBENCH_TRACEBACK": "1"})
+    debug = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "WORKBENCH_TRACEBACK": "1"},
+    )
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "disk on fire" in debug.stderr
 
 
@@ -128,7 +201,9 @@ def test_a_logged_bug_is_one_line_naming_its_traceback_file(capsys):
         logger.handlers.clear()
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and lines[1] == "a plain note"
-    assert lines[0].startswith("error: backend failed on /v1/chat/completions: ValueError: bad shape (traceback in ")
+    assert lines[0].startswith(
+        "error: backend failed on /v1/chat/completions: ValueError: bad shape (traceback in "
+    )
     report = Path(lines[0].rsplit("traceback in ", 1)[1].rstrip(")"))
     text = report.read_text()
     report.unlink()

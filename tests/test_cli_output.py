@@ -12,22 +12,35 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from tests import zygote
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seed-configs"
 LONG_PATH = "/tmp/" + "/".join(f"a-rather-long-folder-name-{i:02d}" for i in range(12))  # > 300 characters
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Variables that decide terminal-ness, colour and width; each test sets what it means to test.
-CONSOLE_ENV = ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES", "TERM",
-               "WORKBENCH_WORKSPACE")
+CONSOLE_ENV = (
+    "FORCE_COLOR",
+    "NO_COLOR",
+    "TTY_COMPATIBLE",
+    "TTY_INTERACTIVE",
+    "COLUMNS",
+    "LINES",
+    "TERM",
+    "WORKBENCH_WORKSPACE",
+)
 
 
-def run_python(code: str, cwd: Path, env_extra: dict[str, str] | None = None, *args: str) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, cwd: Path, env_extra: dict[str, str] | None = None, *args: str
+) -> subprocess.CompletedProcess:
     """Run `python -c code` (or `python -m workbench args` when code is empty) with stdout and
     stderr to pipes: not a terminal."""
     env = {k: v for k, v in os.environ.items() if k not in CONSOLE_ENV}
     env.update(env_extra or {})
-    command = [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, "-m", "workbench", *args]
+    command = (
+        [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, "-m", "workbench", *args]
+    )
     result = zygote.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr + result.stdout
     return result
@@ -73,12 +86,16 @@ def check_unfolded(result: subprocess.CompletedProcess, fill_width: int = 80) ->
     out, err = result.stdout, result.stderr
     assert not ANSI.search(out) and not ANSI.search(err), (out, err)
     assert lines_with(out, "saved to ") == [f"saved to {LONG_PATH}"]
-    assert lines_with(err, "continue with") == [f"stopped with a checkpoint; continue with `workbench train --resume {LONG_PATH}`"]
+    assert lines_with(err, "continue with") == [
+        f"stopped with a checkpoint; continue with `workbench train --resume {LONG_PATH}`"
+    ]
     step = lines_with(err, "step 123456/999999")
     assert len(step) == 1 and len(step[0]) > 100, err
     assert step[0].endswith("s/step 123.5") and "lag 3" in step[0] and "entropy 1.235" in step[0]
     # summary_table: the title, the long reward function's row and the errors row each on one line
-    assert [line.rstrip() for line in out.splitlines() if line.startswith("reverse-text · ")] == [f"reverse-text · {LONG_PATH}"], out
+    assert [line.rstrip() for line in out.splitlines() if line.startswith("reverse-text · ")] == [
+        f"reverse-text · {LONG_PATH}"
+    ], out
     assert len(lines_with(out, "a_reward_function_with_a_rather_long_name_" * 3)) == 1, out
     assert len(lines_with(out, f"model error at {LONG_PATH}: 2")) == 1, out
     # a bordered table: the path and the long description in one row, on one line
@@ -161,19 +178,34 @@ def test_eval_progress_to_a_pipe_is_lines_as_groups_finish(tmp_path: Path):
     lines = [line.split("  ") for line in err.splitlines()]
     assert [line[:3] for line in lines] == [
         ["reverse-text · tiny", "0/8 rollouts", "reward -"],
-        ["reverse-text · tiny", "2/8 rollouts", "reward 0.000"], ["after group 1"],
-        ["reverse-text · tiny", "4/8 rollouts", "reward 0.250"], ["after group 2"],
-        ["reverse-text · tiny", "6/8 rollouts", "reward 0.500"], ["after group 3"],
-        ["reverse-text · tiny", "8/8 rollouts", "reward 0.750"], ["after group 4"]], err
+        ["reverse-text · tiny", "2/8 rollouts", "reward 0.000"],
+        ["after group 1"],
+        ["reverse-text · tiny", "4/8 rollouts", "reward 0.250"],
+        ["after group 2"],
+        ["reverse-text · tiny", "6/8 rollouts", "reward 0.500"],
+        ["after group 3"],
+        ["reverse-text · tiny", "8/8 rollouts", "reward 0.750"],
+        ["after group 4"],
+    ], err
 
 
 @pytest.mark.skipif(not (SEEDS / "prime-rl-seed004.toml").is_file(), reason="needs ../shared/seed-configs")
 def test_train_dry_run_plan_rows_are_whole_lines(tmp_path: Path):
-    result = run_python("", tmp_path, None, "train", str(SEEDS / "prime-rl-seed004.toml"), "--dry-run",
-                        "--set", f"output_dir={LONG_PATH}")
+    result = run_python(
+        "",
+        tmp_path,
+        None,
+        "train",
+        str(SEEDS / "prime-rl-seed004.toml"),
+        "--dry-run",
+        "--set",
+        f"output_dir={LONG_PATH}",
+    )
     out = result.stdout + result.stderr
     assert not ANSI.search(out)
-    run_folder = [line for line in lines_with(out, "run folder") if "<run folder>" not in line]  # not W&B's row
+    run_folder = [
+        line for line in lines_with(out, "run folder") if "<run folder>" not in line
+    ]  # not W&B's row
     assert len(run_folder) == 1 and LONG_PATH in run_folder[0], out
     assert lines_with(out, "note: overrides:") == [f"note: overrides: output_dir={LONG_PATH}"], out
     assert "dry run: config is valid" in out
@@ -206,4 +238,6 @@ def test_console_width_rules_in_process(monkeypatch: pytest.MonkeyPatch):
     terminal = CliConsole(file=file, force_terminal=True, width=70)
     terminal.print("[bold]" + "z" * 100 + "[/]")
     assert terminal.is_terminal and terminal.width == 70
-    assert [len(ANSI.sub("", line)) for line in file.getvalue().splitlines()] == [70, 30] and ANSI.search(file.getvalue())
+    assert [len(ANSI.sub("", line)) for line in file.getvalue().splitlines()] == [70, 30] and ANSI.search(
+        file.getvalue()
+    )

@@ -49,7 +49,10 @@ def test_served_scores_match_the_in_process_teacher(served_tiny: str, tiny_model
 
 def test_scoring_requests_that_cannot_be_served_are_400(served_tiny: str):
     async def post(body: dict) -> tuple[int, str]:
-        async with aiohttp.ClientSession() as session, session.post(f"{served_tiny}/completions", json=body) as r:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{served_tiny}/completions", json=body) as r,
+        ):
             return r.status, await r.text()
 
     assert asyncio.run(post({"prompt": [1, 2, 3], "max_tokens": 5}))[0] == 400  # generation: not here

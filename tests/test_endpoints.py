@@ -73,12 +73,17 @@ def test_unknown_key_names_file_line_and_suggestion(tmp_path: Path) -> None:
 
 
 def test_unknown_key_without_close_match_lists_valid_keys(tmp_path: Path) -> None:
-    path = write(tmp_path, REGISTRY + 'zzzzzz = 1\n')
-    assert error_of(path) == f"{path}:17: unknown key 'zzzzzz' in [[endpoint]] (valid keys: endpoint_id, model, url, key, timeout, tries)"
+    path = write(tmp_path, REGISTRY + "zzzzzz = 1\n")
+    assert (
+        error_of(path)
+        == f"{path}:17: unknown key 'zzzzzz' in [[endpoint]] (valid keys: endpoint_id, model, url, key, timeout, tries)"
+    )
 
 
 def test_missing_required_key(tmp_path: Path) -> None:
-    path = write(tmp_path, REGISTRY.replace('model = "Qwen/Qwen3-4B"\nurl = "http://node2', 'url = "http://node2'))
+    path = write(
+        tmp_path, REGISTRY.replace('model = "Qwen/Qwen3-4B"\nurl = "http://node2', 'url = "http://node2')
+    )
     assert error_of(path) == f"{path}:13: missing required key 'model' in [[endpoint]]"
 
 
@@ -155,9 +160,15 @@ def test_api_key_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_resolve_endpoint(tmp_path: Path) -> None:
     path = write(tmp_path, REGISTRY)
-    assert [e.url for e in resolve_endpoint("qwen", path=path) or []] == ["http://node1:8000/v1", "http://node2:8000/v1"]
+    assert [e.url for e in resolve_endpoint("qwen", path=path) or []] == [
+        "http://node1:8000/v1",
+        "http://node2:8000/v1",
+    ]
     assert resolve_endpoint("tiny", path=path) is None  # not registered: a local model
-    [adhoc] = resolve_endpoint("my-model", path=path, base_url="http://localhost:8000/v1", api_key_var="MY_KEY") or []
+    [adhoc] = (
+        resolve_endpoint("my-model", path=path, base_url="http://localhost:8000/v1", api_key_var="MY_KEY")
+        or []
+    )
     assert (adhoc.model, adhoc.url, adhoc.key) == ("my-model", "http://localhost:8000/v1", "MY_KEY")
     with pytest.raises(UserError, match="bad --base-url"):
         resolve_endpoint("m", base_url="localhost:8000")
@@ -175,8 +186,14 @@ def test_adhoc_endpoint_missing_env_var_message(monkeypatch: pytest.MonkeyPatch)
 def test_endpoint_is_not_a_secret_holder() -> None:
     # The model stores only the variable name, so dumping an endpoint can never leak a key.
     endpoint = Endpoint(endpoint_id="a", model="a", url="http://h/v1", key="A_KEY")
-    assert endpoint.model_dump() == {"endpoint_id": "a", "model": "a", "url": "http://h/v1", "key": "A_KEY",
-                                     "timeout": None, "tries": None}
+    assert endpoint.model_dump() == {
+        "endpoint_id": "a",
+        "model": "a",
+        "url": "http://h/v1",
+        "key": "A_KEY",
+        "timeout": None,
+        "tries": None,
+    }
 
 
 async def test_end_to_end_through_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-
-from tests.servers import EchoBackend, FaultInjector, Gate, after_first, make_app, serve_in_subprocess, serve_in_thread
+from tests.servers import (
+    EchoBackend,
+    FaultInjector,
+    Gate,
+    after_first,
+    make_app,
+    serve_in_subprocess,
+    serve_in_thread,
+)
 from workbench.engine import RetryPolicy, run_rollouts
 from workbench.envs import load_environment
 from workbench.inference.echo import EchoClient
@@ -26,8 +33,15 @@ def reverse_text_with_tags():
 
 async def collect(env, client, n=6, r=3, **kw):
     groups = []
-    stats = await run_rollouts(env, client, env.get_examples(n), rollouts_per_example=r,
-                               sampling=SamplingParams(max_tokens=64), on_group=groups.append, **kw)
+    stats = await run_rollouts(
+        env,
+        client,
+        env.get_examples(n),
+        rollouts_per_example=r,
+        sampling=SamplingParams(max_tokens=64),
+        on_group=groups.append,
+        **kw,
+    )
     return groups, stats
 
 
@@ -51,7 +65,9 @@ async def test_http_matches_in_process():
         remote, stats = await collect(env, client)
         await client.close()
     assert stats.errors == 0
-    as_text = lambda groups: sorted((g.example_id, r.rollout_index, r.completion[-1]["content"]) for g in groups for r in g.rollouts)
+    as_text = lambda groups: sorted(
+        (g.example_id, r.rollout_index, r.completion[-1]["content"]) for g in groups for r in g.rollouts
+    )
     assert as_text(local) == as_text(remote)
 
 
@@ -60,7 +76,9 @@ async def test_transient_failures_are_retried():
     faults = FaultInjector(fail_first=5, fail_rate=0.2, status=503, seed=1)
     with serve_in_thread(make_app(EchoBackend(), middlewares=(faults.middleware,))) as url:
         client = OpenAIClient(f"{url}/v1", "echo")
-        groups, stats = await collect(env, client, n=8, r=4, retry=RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05))
+        groups, stats = await collect(
+            env, client, n=8, r=4, retry=RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05)
+        )
         await client.close()
     assert faults.failed >= 5
     assert stats.errors == 0 and stats.retries == faults.failed
@@ -102,8 +120,16 @@ async def test_server_dies_mid_run_errors_recorded_and_finished_groups_kept():
             if len(groups) == 3:
                 server.kill()  # the server crashes while later groups are in flight or queued
 
-        stats = await run_rollouts(env, client, env.get_examples(12), rollouts_per_example=2,
-                                   sampling=SamplingParams(), max_concurrent=2, on_group=on_group, retry=FAST_RETRY)
+        stats = await run_rollouts(
+            env,
+            client,
+            env.get_examples(12),
+            rollouts_per_example=2,
+            sampling=SamplingParams(),
+            max_concurrent=2,
+            on_group=on_group,
+            retry=FAST_RETRY,
+        )
         await client.close()
     assert len(groups) == 12 and stats.groups == 12  # the run completes
     assert all(r.error is None and r.reward == 1.0 for g in groups[:3] for r in g.rollouts)  # nothing lost
@@ -151,6 +177,12 @@ async def test_distinct_seeds_per_rollout():
             return await super().chat(messages, sampling=sampling, tools=tools)
 
     env = reverse_text_with_tags()
-    await run_rollouts(env, SeedRecorder(), env.get_examples(3), rollouts_per_example=4,
-                       sampling=SamplingParams(seed=7), on_group=None)
+    await run_rollouts(
+        env,
+        SeedRecorder(),
+        env.get_examples(3),
+        rollouts_per_example=4,
+        sampling=SamplingParams(seed=7),
+        on_group=None,
+    )
     assert len(set(seen)) == 12

@@ -45,8 +45,16 @@ def signature_calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 
 def items(n: int) -> list[ScoringInput]:
-    return [ScoringInput(prompt=[{"role": "user", "content": "abc"}], completion=[{"role": "assistant", "content": "cba"}],
-                         answer="cba", state={}, example_id=i) for i in range(n)]
+    return [
+        ScoringInput(
+            prompt=[{"role": "user", "content": "abc"}],
+            completion=[{"role": "assistant", "content": "cba"}],
+            answer="cba",
+            state={},
+            example_id=i,
+        )
+        for i in range(n)
+    ]
 
 
 class Scorer:
@@ -86,7 +94,9 @@ async def test_signatures_are_read_once_per_function(signature_calls: list[Any])
     partial.__name__ = "weighted"  # type: ignore[attr-defined]
     call = Scorer(0.0)
     call.__name__ = "call"  # type: ignore[attr-defined]
-    rubric = Rubric([plain, scorer.method, partial, call, group_func, Unhashable()], weights=[1, 1, 0, 1, 0, 0])
+    rubric = Rubric(
+        [plain, scorer.method, partial, call, group_func, Unhashable()], weights=[1, 1, 0, 1, 0, 0]
+    )
     first = await rubric.score_group(items(4))
     signature_calls.clear()
     for _ in range(25):
@@ -176,9 +186,13 @@ def test_retrying_client_checks_the_client_kind_once():
 async def test_engine_scores_many_groups_with_one_signature_read(signature_calls: list[Any]):
     env = load_environment("reverse-text", num_eval_examples=40)
     env.rubric.parser = Parser()
-    await run_rollouts(env, EchoClient(), env.get_examples(2), rollouts_per_example=2, sampling=SamplingParams())
+    await run_rollouts(
+        env, EchoClient(), env.get_examples(2), rollouts_per_example=2, sampling=SamplingParams()
+    )
     signature_calls.clear()
-    stats = await run_rollouts(env, EchoClient(), env.get_examples(40), rollouts_per_example=4, sampling=SamplingParams())
+    stats = await run_rollouts(
+        env, EchoClient(), env.get_examples(40), rollouts_per_example=4, sampling=SamplingParams()
+    )
     assert stats.rollouts == 160 and stats.errors == 0
     assert signature_calls == []
 
@@ -192,7 +206,9 @@ async def test_silence_timeout_and_outside_cancel():
                 await client.chat([{"role": "user", "content": "a"}], sampling=SamplingParams())
             assert info.value.transient
             # an answered request is untouched by its (cancelled) watchdog
-            assert (await client.chat([{"role": "user", "content": "ab"}], sampling=SamplingParams()))[0].message["content"] == "ba"
+            assert (await client.chat([{"role": "user", "content": "ab"}], sampling=SamplingParams()))[
+                0
+            ].message["content"] == "ba"
             await asyncio.sleep(0.4)  # no stray watchdog fires on a finished request
         finally:
             await client.close()
@@ -200,7 +216,9 @@ async def test_silence_timeout_and_outside_cancel():
     with serve_in_thread(make_app(EchoBackend(), middlewares=(hold.middleware,))) as url, hold:
         client = OpenAIClient(f"{url}/v1", "echo", timeout_s=30)
         try:
-            task = asyncio.ensure_future(client.chat([{"role": "user", "content": "c"}], sampling=SamplingParams()))
+            task = asyncio.ensure_future(
+                client.chat([{"role": "user", "content": "c"}], sampling=SamplingParams())
+            )
             while hold.held < 1:
                 await asyncio.sleep(0.01)
             task.cancel()
@@ -217,8 +235,12 @@ async def test_one_watch_times_out_every_request_to_a_silent_server():
     with serve_in_thread(make_app(EchoBackend(), middlewares=(hold.middleware,))) as url, hold:
         client = OpenAIClient(f"{url}/v1", "echo", timeout_s=0.3)
         try:
-            tasks = [asyncio.ensure_future(client.chat([{"role": "user", "content": f"r{i}"}], sampling=SamplingParams()))
-                     for i in range(5)]
+            tasks = [
+                asyncio.ensure_future(
+                    client.chat([{"role": "user", "content": f"r{i}"}], sampling=SamplingParams())
+                )
+                for i in range(5)
+            ]
             while hold.held < 5:
                 await asyncio.sleep(0.01)
             tasks[2].cancel()  # Ctrl-C of one rollout: a cancel, not a timeout
@@ -227,7 +249,9 @@ async def test_one_watch_times_out_every_request_to_a_silent_server():
             await client.close()
     assert isinstance(results[2], asyncio.CancelledError)
     timed_out = [r for i, r in enumerate(results) if i != 2]
-    assert all(isinstance(r, InferenceError) and r.transient and "no response from" in str(r) for r in timed_out)
+    assert all(
+        isinstance(r, InferenceError) and r.transient and "no response from" in str(r) for r in timed_out
+    )
     assert not client._watch._sent and not client._watch._fired
 
 
@@ -240,15 +264,21 @@ def test_as_messages_fast_path_is_as_message():
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     messages: list[Any] = [
-        {"role": "system", "content": "s"}, {"role": "user", "content": "u", "name": "x"},
-        {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "r", "tool_call_id": "c1"},
-        {"content": "role last", "role": "user"}, {"role": "developer", "content": "unknown role"},
-        MappingProxyType({"role": "user", "content": "a mapping"}), UserMessage(content="already one"),
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u", "name": "x"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "r", "tool_call_id": "c1"},
+        {"content": "role last", "role": "user"},
+        {"role": "developer", "content": "unknown role"},
+        MappingProxyType({"role": "user", "content": "a mapping"}),
+        UserMessage(content="already one"),
         SimpleNamespace(role="assistant", content="an object"),
     ]
     fresh, reference = as_messages(messages), [as_message(m) for m in messages]
     assert [(type(m), list(m.items())) for m in fresh] == [(type(m), list(m.items())) for m in reference]
-    assert all(f is not m for f, m in zip(fresh[:7], messages[:7]))  # copies (a ChatMessage given stays itself, as before)
+    assert all(
+        f is not m for f, m in zip(fresh[:7], messages[:7])
+    )  # copies (a ChatMessage given stays itself, as before)
     assert fresh[7] is messages[7]
     fresh[0]["content"] = "edited"
     assert messages[0]["content"] == "s"

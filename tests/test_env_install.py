@@ -19,19 +19,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_errors import assert_one_line_error
 from tests import zygote
+from tests.test_cli_errors import assert_one_line_error
 
 pytest.importorskip("verifiers", reason="the verifiers extra is not installed")
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers_envs" / "reverse_text"
 
 
-def workbench(*args: str, cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def workbench(
+    *args: str, cwd: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     env.update(extra_env or {})
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +48,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     source = out / "src"
     shutil.copytree(FIXTURE, source)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
-                    str(source)], check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (built,) = out.glob("reverse_text-*.whl")
     return built
 
@@ -78,12 +91,29 @@ def installed_then_evaluated(target: str, tmp_path: Path, tiny_model: Path, hub:
 
     path = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
     listed = workbench("env", "list", "--json", cwd=workspace, extra_env=path)
-    evaluated = workbench("eval", "run", "reverse-text", "-m", "tiny", "-n", "2", "-r", "1", "-t", "8",
-                          cwd=workspace, extra_env=path)
+    evaluated = workbench(
+        "eval",
+        "run",
+        "reverse-text",
+        "-m",
+        "tiny",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "8",
+        cwd=workspace,
+        extra_env=path,
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     assert listed.returncode == 0, listed.stderr
     assert '"origin": "installed"' in listed.stdout.split('"id": "reverse-text"')[1].split("}")[0]
-    (run_dir,) = [Path(line.split("saved to ")[1].strip()) for line in evaluated.stdout.splitlines() if "saved to " in line]
+    (run_dir,) = [
+        Path(line.split("saved to ")[1].strip())
+        for line in evaluated.stdout.splitlines()
+        if "saved to " in line
+    ]
     assert len((run_dir / "results.jsonl").read_text().splitlines()) == 2
 
 
@@ -98,16 +128,39 @@ def test_a_hub_id_installs_from_the_hubs_index(wheel: Path, tmp_path: Path, tiny
     shutil.copy(wheel, index / wheel.name)
     (index / "index.html").write_text(f'<html><body><a href="{wheel.name}">{wheel.name}</a></body></html>')
     with package_index(tmp_path / "hub") as hub:
-        dry = workbench("env", "install", "primeintellect/reverse-text@0.1.4", "--dry-run", cwd=tmp_path,
-                        extra_env={"WORKBENCH_HUB_URL": hub})
-        assert dry.stdout.split()[-3:] == ["reverse-text==0.1.4", "--extra-index-url", f"{hub}/primeintellect/simple/"]
-        assert_one_line_error(workbench("env", "install", "primeintellect/no-such-env", cwd=tmp_path,
-                                        extra_env={"WORKBENCH_HUB_URL": hub}), "is not on the Environments Hub")
+        dry = workbench(
+            "env",
+            "install",
+            "primeintellect/reverse-text@0.1.4",
+            "--dry-run",
+            cwd=tmp_path,
+            extra_env={"WORKBENCH_HUB_URL": hub},
+        )
+        assert dry.stdout.split()[-3:] == [
+            "reverse-text==0.1.4",
+            "--extra-index-url",
+            f"{hub}/primeintellect/simple/",
+        ]
+        assert_one_line_error(
+            workbench(
+                "env",
+                "install",
+                "primeintellect/no-such-env",
+                cwd=tmp_path,
+                extra_env={"WORKBENCH_HUB_URL": hub},
+            ),
+            "is not on the Environments Hub",
+        )
         installed_then_evaluated("primeintellect/reverse-text@0.1.4", tmp_path, tiny_model, hub)
 
 
 def test_an_unreachable_hub_is_one_line(tmp_path: Path):
-    result = workbench("env", "install", "primeintellect/reverse-text", cwd=tmp_path,
-                       extra_env={"WORKBENCH_HUB_URL": f"http://127.0.0.1:{closed_port()}"})
+    result = workbench(
+        "env",
+        "install",
+        "primeintellect/reverse-text",
+        cwd=tmp_path,
+        extra_env={"WORKBENCH_HUB_URL": f"http://127.0.0.1:{closed_port()}"},
+    )
     assert_one_line_error(result, "cannot reach the Environments Hub", "workbench env install PATH")
     assert_one_line_error(workbench("env", "install", "missing.whl", cwd=tmp_path), "no wheel file")

@@ -7,7 +7,17 @@ import asyncio
 
 import pytest
 
-from workbench.envs import EnvGroup, MultiTurnEnv, Rubric, SingleTurnEnv, ThinkParser, ToolEnv, XMLParser, load_environment, tool_schema
+from workbench.envs import (
+    EnvGroup,
+    MultiTurnEnv,
+    Rubric,
+    SingleTurnEnv,
+    ThinkParser,
+    ToolEnv,
+    XMLParser,
+    load_environment,
+    tool_schema,
+)
 from workbench.envs.rubric import ScoringInput
 from workbench.errors import UserError
 from workbench.inference.echo import EchoClient
@@ -15,8 +25,13 @@ from workbench.types import Completion, SamplingParams
 
 
 def item(text: str, answer: str = "", **kw) -> ScoringInput:
-    return ScoringInput(prompt=[{"role": "user", "content": "q"}], completion=[{"role": "assistant", "content": text}],
-                        answer=answer, state={}, **kw)
+    return ScoringInput(
+        prompt=[{"role": "user", "content": "q"}],
+        completion=[{"role": "assistant", "content": text}],
+        answer=answer,
+        state={},
+        **kw,
+    )
 
 
 def test_xml_parser_answer_and_format():
@@ -25,7 +40,9 @@ def test_xml_parser_answer_and_format():
     assert parser.parse(text).answer == "42"
     assert parser.parse_answer([{"role": "assistant", "content": text}]) == "42"
     assert parser.format_score([{"role": "assistant", "content": text}]) == 1.0
-    assert parser.format_score([{"role": "assistant", "content": "<answer>1</answer><answer>2</answer>"}]) == 0.0
+    assert (
+        parser.format_score([{"role": "assistant", "content": "<answer>1</answer><answer>2</answer>"}]) == 0.0
+    )
     assert parser.parse_answer([{"role": "assistant", "content": "no tags"}]) is None
     assert parser.format(think="a", answer="b") == "<think>\na\n</think>\n<answer>\nb\n</answer>"
 
@@ -68,7 +85,11 @@ async def test_rubric_reward_error_is_recorded_not_raised():
 
     scores = await Rubric([fine, boom]).score_group([item("a")])
     assert scores[0].reward == 0.0
-    assert scores[0].error is not None and "boom" in scores[0].error.message and scores[0].error.where == "reward"
+    assert (
+        scores[0].error is not None
+        and "boom" in scores[0].error.message
+        and scores[0].error.where == "reward"
+    )
 
 
 def test_tool_schema_from_hints_and_docstring():
@@ -109,8 +130,13 @@ class ScriptedClient:
 
 
 def tool_call(name: str, arguments: str, call_id: str = "c1") -> dict:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        ],
+    }
 
 
 async def test_tool_env_runs_tools_and_records_tool_errors():
@@ -123,8 +149,15 @@ async def test_tool_env_runs_tools_and_records_tool_errors():
         raise ValueError("tool exploded")
 
     env = ToolEnv(tools=[add, crash], dataset=[{"question": "1+2?", "answer": "3"}], max_turns=5)
-    client = ScriptedClient([tool_call("add", '{"a": 1, "b": 2}'), tool_call("crash", '{"x": "y"}'),
-                             tool_call("nope", "{}"), tool_call("add", "not json"), {"role": "assistant", "content": "3"}])
+    client = ScriptedClient(
+        [
+            tool_call("add", '{"a": 1, "b": 2}'),
+            tool_call("crash", '{"x": "y"}'),
+            tool_call("nope", "{}"),
+            tool_call("add", "not json"),
+            {"role": "assistant", "content": "3"},
+        ]
+    )
     example = env.get_examples(1)[0]
     out = await env.rollout(client, example, SamplingParams())
     tool_msgs = [m for m in out.completion if m["role"] == "tool"]
@@ -186,7 +219,8 @@ def test_workspace_env_shadows_bundled(workspace):
     folder.mkdir(parents=True)
     (folder / "reverse_text.py").write_text(
         "from workbench.envs import SingleTurnEnv\n"
-        "def load_environment():\n    return SingleTurnEnv(dataset=[{'question': 'local'}])\n")
+        "def load_environment():\n    return SingleTurnEnv(dataset=[{'question': 'local'}])\n"
+    )
     env = load_environment("reverse-text")
     assert env.get_examples()[0].prompt[-1]["content"] == "local"
 
@@ -204,7 +238,12 @@ async def test_reverse_text_rewards_hand_written():
     env = load_environment("reverse-text")
     example = env.get_examples(1)[0]
     perfect = [{"role": "assistant", "content": f"<reversed_text>\n{example.answer}\n</reversed_text>"}]
-    half = [{"role": "assistant", "content": f"<reversed_text>{example.answer[: len(example.answer) // 2]}</reversed_text>"}]
+    half = [
+        {
+            "role": "assistant",
+            "content": f"<reversed_text>{example.answer[: len(example.answer) // 2]}</reversed_text>",
+        }
+    ]
     garbage = [{"role": "assistant", "content": "I don't know"}]
     from workbench.envs.environment import RolloutOutput
 
@@ -256,8 +295,15 @@ async def test_context_overflow_ends_rollout_as_truncated_not_error():
             return [{"role": "user", "content": "more"}]
 
     env = Chatty(dataset=[{"question": "go"}], max_turns=5)
-    out = await env.rollout(Overflowing([{"role": "assistant", "content": "a"}] * 5), env.get_examples(1)[0], SamplingParams())
-    assert out.error is None and out.is_truncated and out.stop_condition == "prompt_too_long" and out.num_turns == 2
+    out = await env.rollout(
+        Overflowing([{"role": "assistant", "content": "a"}] * 5), env.get_examples(1)[0], SamplingParams()
+    )
+    assert (
+        out.error is None
+        and out.is_truncated
+        and out.stop_condition == "prompt_too_long"
+        and out.num_turns == 2
+    )
 
 
 async def test_http_400_context_message_maps_to_context_length_error():
@@ -291,10 +337,16 @@ async def test_a_tool_env_logs_verifiers_tool_call_metrics():
     env = ToolEnv(tools=[add], rubric=own, dataset=[{"question": "3 + 4?", "answer": "7"}])
     env.add_tool(echo)
     call = lambda name, args: {"id": name, "type": "function", "function": {"name": name, "arguments": args}}  # noqa: E731
-    completion = [{"role": "assistant", "content": "", "tool_calls": [call("add", '{"a": 3, "b": 4}'), call("add", "{}")]},
-                  {"role": "tool", "tool_call_id": "add", "content": "7"},
-                  {"role": "assistant", "content": "", "tool_calls": [call("echo", '{"text": "7"}')]},
-                  {"role": "assistant", "content": "7"}]
+    completion = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call("add", '{"a": 3, "b": 4}'), call("add", "{}")],
+        },
+        {"role": "tool", "tool_call_id": "add", "content": "7"},
+        {"role": "assistant", "content": "", "tool_calls": [call("echo", '{"text": "7"}')]},
+        {"role": "assistant", "content": "7"},
+    ]
     (score,) = await env.score_group(env.get_examples(1)[0], [RolloutOutput(completion, {})])
     assert score.reward == 1.0 and score.rewards == {"answered": 1.0}
     assert score.metrics == {"total_tool_calls": 3.0, "add_calls": 2.0, "echo_calls": 1.0}

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 import workbench.envs as vf
-from tests.ported_envs import blocked_verifiers, calls, port_fixture, say
+from tests import zygote
 from tests.marks import by_default
+from tests.ported_envs import blocked_verifiers, calls, port_fixture, say
 from workbench.envs.messages import as_message, plain_messages
 from workbench.types import Completion, SamplingParams
-from tests import zygote
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,9 @@ def test_messages_are_dicts_with_attribute_access():
 
     plain_answer = as_message({"role": "assistant", "content": "42"})
     assert isinstance(plain_answer, vf.AssistantMessage) and plain_answer.tool_calls is None
-    flat = vf.AssistantMessage(content=None, tool_calls=[vf.ToolCall(id="c1", name="add", arguments={"a": 1})])
+    flat = vf.AssistantMessage(
+        content=None, tool_calls=[vf.ToolCall(id="c1", name="add", arguments={"a": 1})]
+    )
     call = flat.tool_calls[0]
     assert (call.id, call.name, call.arguments, call["name"]) == ("c1", "add", '{"a": 1}', "add")
     assert call == {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
@@ -75,7 +77,9 @@ def test_messages_are_dicts_with_attribute_access():
     tool.content = "4"
     assert tool["content"] == "4"
     for clone in (copy.deepcopy(flat), pickle.loads(pickle.dumps(flat))):
-        assert type(clone) is vf.AssistantMessage and type(clone.tool_calls[0]) is vf.ToolCall and clone == flat
+        assert (
+            type(clone) is vf.AssistantMessage and type(clone.tool_calls[0]) is vf.ToolCall and clone == flat
+        )
     (back,) = plain_messages([flat])
     assert type(back) is dict and type(back["tool_calls"][0]) is dict and back == flat
 
@@ -119,7 +123,9 @@ async def test_stop_condition_names_the_stop_and_cleanup_runs():
     first, second = out.state["trajectory"]
     assert [m.content for m in first["prompt"]] == ["sys", "go"] and first["completion"][0].content == "no"
     assert [m["content"] for m in second["prompt"]] == ["sys", "go", "no", "again?"]
-    assert second["response"].finish_reason == "stop" and second["trajectory_id"] == out.state["trajectory_id"]
+    assert (
+        second["response"].finish_reason == "stop" and second["trajectory_id"] == out.state["trajectory_id"]
+    )
     assert all(type(m) is dict for sent, _ in client.calls for m in sent)  # clients get plain dicts
     assert all(type(m) is dict for m in out.completion)  # so do records
     assert [m["content"] for m in out.completion] == ["no", "again?", "done"]
@@ -240,8 +246,10 @@ async def test_tool_env_error_formatter_and_stop_errors():
 async def test_hf_dataset_rows_prompt_column_and_json_info():
     from datasets import Dataset
 
-    rows = [{"prompt": [{"role": "user", "content": "p0"}], "answer": "a0", "info": json.dumps({"k": 0})},
-            {"prompt": [{"role": "user", "content": "p1"}], "answer": None, "info": json.dumps({"k": 1})}]
+    rows = [
+        {"prompt": [{"role": "user", "content": "p0"}], "answer": "a0", "info": json.dumps({"k": 0})},
+        {"prompt": [{"role": "user", "content": "p1"}], "answer": None, "info": json.dumps({"k": 1})},
+    ]
     env = vf.SingleTurnEnv(dataset=lambda: Dataset.from_list(rows), system_prompt="be brief")
     first, second = env.get_examples()
     assert [m["content"] for m in first.prompt] == ["be brief", "p0"] and first.info == {"k": 0}
@@ -260,18 +268,28 @@ async def test_verifiers_constructor_arguments():
     data = [{"question": "q"}]
     with pytest.raises(ValueError, match="'chat' or 'completion'"):
         vf.SingleTurnEnv(dataset=data, message_type="raw")
-    completion_style = vf.SingleTurnEnv(dataset=[{"prompt": "Once upon a", "answer": " time"}], message_type="completion")
+    completion_style = vf.SingleTurnEnv(
+        dataset=[{"prompt": "Once upon a", "answer": " time"}], message_type="completion"
+    )
     assert completion_style.get_examples()[0].prompt == [{"role": "user", "content": "Once upon a"}]
     with pytest.raises(TypeError, match="bogus"):
         vf.SingleTurnEnv(dataset=data, bogus=1)
-    env = vf.SingleTurnEnv(dataset=data, message_type="chat", env_id="mine", max_concurrent=4, max_workers=8,
-                           map_kwargs={"num_proc": 2}, sampling_args={"temperature": 0.3, "extra_body": {"min_p": 0.1}})
+    env = vf.SingleTurnEnv(
+        dataset=data,
+        message_type="chat",
+        env_id="mine",
+        max_concurrent=4,
+        max_workers=8,
+        map_kwargs={"num_proc": 2},
+        sampling_args={"temperature": 0.3, "extra_body": {"min_p": 0.1}},
+    )
     assert env.env_id == "mine" and env.sampling_args == {"temperature": 0.3, "min_p": 0.1}
     assert not hasattr(env, "max_concurrent") and not hasattr(env, "num_proc")
 
     tools = [{"name": "look", "description": "Look.", "parameters": {"type": "object", "properties": {}}}]
-    env = vf.SingleTurnEnv(dataset=data, tool_defs=tools, score_rollouts=False,
-                           rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
+    env = vf.SingleTurnEnv(
+        dataset=data, tool_defs=tools, score_rollouts=False, rubric=vf.Rubric(funcs=[lambda completion: 1.0])
+    )
     out, client, example = await run_one(env, [say("x")])
     assert client.calls[0][1] == [{"type": "function", "function": tools[0]}]
     assert [(s.reward, s.rewards) for s in await env.score_group(example, [out])] == [(0.0, {})]
@@ -293,22 +311,36 @@ def test_package_layout_env_is_found_listed_and_loaded(workspace: Path):
 
     package = workspace / "environments" / "pkg_env" / "pkg_env"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text('"""pkg-env: a packaged env."""\nfrom .env import load_environment\n')
+    (package / "__init__.py").write_text(
+        '"""pkg-env: a packaged env."""\nfrom .env import load_environment\n'
+    )
     (package / "env.py").write_text(
         "import workbench.envs as vf\n\n"
         "def load_environment(n: int = 2) -> vf.SingleTurnEnv:\n"
-        "    return vf.SingleTurnEnv(dataset=[{'question': f'q{i}'} for i in range(n)])\n")
+        "    return vf.SingleTurnEnv(dataset=[{'question': f'q{i}'} for i in range(n)])\n"
+    )
     env = vf.load_environment("pkg-env", n=3)
     assert env.env_id == "pkg-env" and len(env.get_examples()) == 3
-    assert vf.load_environment("pkg-env").get_examples()[1].prompt[-1]["content"] == "q1"  # cached module reused
+    assert (
+        vf.load_environment("pkg-env").get_examples()[1].prompt[-1]["content"] == "q1"
+    )  # cached module reused
     (source,) = [s for s in list_environments() if s.name == "pkg_env"]
     info = describe(source)
-    assert info.origin == "workspace" and info.kind == "SingleTurnEnv" and info.description == "a packaged env."
+    assert (
+        info.origin == "workspace" and info.kind == "SingleTurnEnv" and info.description == "a packaged env."
+    )
 
 
 # ----- real verifiers environments, ported by their import lines -----------------------------
-PORTED = ["alphabet_sort", "tool_test", "example_stateful_tool_env", "reverse_text", "gsm8k", "math_group",
-          "doublecheck"]
+PORTED = [
+    "alphabet_sort",
+    "tool_test",
+    "example_stateful_tool_env",
+    "reverse_text",
+    "gsm8k",
+    "math_group",
+    "doublecheck",
+]
 
 
 def _runnable(name: str) -> bool:
@@ -318,8 +350,11 @@ def _runnable(name: str) -> bool:
 
 def no_verifiers_env(tmp_path: Path, workspace: Path) -> dict[str, str]:
     path = os.pathsep.join([str(blocked_verifiers(tmp_path / "blocked")), str(REPO)])
-    return {**{k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"},
-            "PYTHONPATH": path, "WORKBENCH_WORKSPACE": str(workspace)}
+    return {
+        **{k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"},
+        "PYTHONPATH": path,
+        "WORKBENCH_WORKSPACE": str(workspace),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -328,8 +363,14 @@ def ported_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[s
     names = [n for n in PORTED if _runnable(n)]
     for name in names:
         port_fixture(name, tmp / "ws")
-    result = subprocess.run([sys.executable, "-m", "tests.ported_envs", *names], cwd=REPO, capture_output=True,
-                            text=True, timeout=600, env=no_verifiers_env(tmp, tmp / "ws"))
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.ported_envs", *names],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=no_verifiers_env(tmp, tmp / "ws"),
+    )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert lines[-1] == {"verifiers_imported": False}
@@ -341,7 +382,9 @@ def test_port_changes_only_import_lines(tmp_path: Path):
         original = (Path(__file__).parent / "fixtures" / "verifiers_envs" / name / f"{name}.py").read_text()
         ported = (port_fixture(name, tmp_path) / f"{name}.py").read_text()
         changed = [(a, b) for a, b in zip(original.splitlines(), ported.splitlines(), strict=True) if a != b]
-        assert changed and all("verifiers" in a and "workbench.envs" in b and "verifiers" not in b for a, b in changed)
+        assert changed and all(
+            "verifiers" in a and "workbench.envs" in b and "verifiers" not in b for a, b in changed
+        )
 
 
 @pytest.mark.parametrize("name", PORTED)
@@ -361,7 +404,9 @@ def test_ported_env_runs_on_workbench(name: str, ported_results: dict[str, dict[
         assert r["state"]["update_calls"] == 1 and r["state"]["last_tool_args"] == {"x": 5, "offset": 3}
         assert r["completion"][1]["content"] == "8" and r["num_turns"] == [2, 1]
     elif name == "doublecheck":  # @vf.stop after two turns; env_response returns a vf.UserMessage
-        assert r["stop_conditions"][0] == "double_checked" and r["completion"][1]["content"] == "Are you sure?"
+        assert (
+            r["stop_conditions"][0] == "double_checked" and r["completion"][1]["content"] == "Are you sure?"
+        )
         assert r["rewards"][0] == 1.0 > r["rewards"][1]
     else:  # single-turn: the right answer scores 1 through the env's own rubric, a wrong one less
         assert r["rewards"][0] == 1.0 > r["rewards"][1] and r["stop_conditions"] == ["completed", "completed"]
@@ -387,10 +432,24 @@ def test_ported_env_through_the_cli(name: str, tmp_path: Path, tiny_model: Path)
     with serve_in_thread(make_app(EchoBackend("judge"))) as judge:  # continuation_quality's judge, over HTTP
         if name == "continuation_quality":
             env["WB_TEST_JUDGE_KEY"] = "not-a-secret"
-            args += ["-a", json.dumps({"judge_base_url": f"{judge}/v1", "judge_model": "judge",
-                                       "judge_api_key_var": "WB_TEST_JUDGE_KEY"})]
-        result = zygote.run([sys.executable, "-m", "workbench", *args], cwd=workspace, capture_output=True,
-                                text=True, timeout=600, env=env)
+            args += [
+                "-a",
+                json.dumps(
+                    {
+                        "judge_base_url": f"{judge}/v1",
+                        "judge_model": "judge",
+                        "judge_api_key_var": "WB_TEST_JUDGE_KEY",
+                    }
+                ),
+            ]
+        result = zygote.run(
+            [sys.executable, "-m", "workbench", *args],
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
     assert result.returncode == 0, result.stdout + result.stderr
     (run_dir,) = sorted((workspace / "environments" / name / "outputs" / "evals").glob("*/*"))
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]

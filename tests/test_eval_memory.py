@@ -38,8 +38,14 @@ def reference_summarize(groups: Sequence[Group], elapsed_s: float | None = None)
     failed = [g for g in groups if g.infrastructure_failures]
     groups = [g for g in groups if not g.infrastructure_failures]
     rollouts = [r for g in groups for r in g.rollouts]
-    lost = {"infrastructure_failures": sum(g.infrastructure_failures for g in failed),
-            "incomplete_groups": len(failed)} if failed else {}
+    lost = (
+        {
+            "infrastructure_failures": sum(g.infrastructure_failures for g in failed),
+            "incomplete_groups": len(failed),
+        }
+        if failed
+        else {}
+    )
     if not rollouts:
         return {"num_groups": 0, "num_rollouts": 0, **lost}
     rewards = [r.reward for r in rollouts]
@@ -105,13 +111,29 @@ def random_groups(rng: random.Random, n: int, *, binary: bool) -> list[Group]:
                 metrics["correct"] = rng.random()  # a name in both: its rewards position, its metrics value
             error = None
             if rng.random() < 0.05:
-                where, infra = rng.choice((("reward", False), ("env", False), ("inference", True), ("inference", False)))
-                error = RolloutError(type=rng.choice(("ValueError", "KeyError", "HTTP")), message="x", where=where,
-                                     infrastructure=infra)
-            rollouts.append(Rollout(
-                example_id=example_id, rollout_index=index, prompt=[], reward=reward, rewards=funcs, metrics=metrics,
-                num_turns=rng.randrange(1, 5), is_truncated=rng.random() < 0.1, error=error,
-                usage={"prompt_tokens": rng.randrange(1000), "completion_tokens": rng.randrange(500)}))
+                where, infra = rng.choice(
+                    (("reward", False), ("env", False), ("inference", True), ("inference", False))
+                )
+                error = RolloutError(
+                    type=rng.choice(("ValueError", "KeyError", "HTTP")),
+                    message="x",
+                    where=where,
+                    infrastructure=infra,
+                )
+            rollouts.append(
+                Rollout(
+                    example_id=example_id,
+                    rollout_index=index,
+                    prompt=[],
+                    reward=reward,
+                    rewards=funcs,
+                    metrics=metrics,
+                    num_turns=rng.randrange(1, 5),
+                    is_truncated=rng.random() < 0.1,
+                    error=error,
+                    usage={"prompt_tokens": rng.randrange(1000), "completion_tokens": rng.randrange(500)},
+                )
+            )
         groups.append(Group(example_id, rollouts))
     return groups
 
@@ -119,8 +141,9 @@ def random_groups(rng: random.Random, n: int, *, binary: bool) -> list[Group]:
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("binary", [True, False])
 @pytest.mark.parametrize("fold", [4096, 5])
-def test_running_summary_equals_the_in_memory_summary(seed: int, binary: bool, fold: int,
-                                                      monkeypatch: pytest.MonkeyPatch):
+def test_running_summary_equals_the_in_memory_summary(
+    seed: int, binary: bool, fold: int, monkeypatch: pytest.MonkeyPatch
+):
     from workbench.engine import summary
 
     monkeypatch.setattr(summary._ExactSum, "FOLD", fold)  # 5: the exact sums fold all along
@@ -141,14 +164,22 @@ def test_running_summary_equals_the_in_memory_summary(seed: int, binary: bool, f
 def test_running_summary_edge_cases():
     empty = RunningSummary()
     assert empty.summary(3.0) == reference_summarize([], 3.0) == {"num_groups": 0, "num_rollouts": 0}
-    server_down = Group(0, [Rollout(0, 0, [], error=RolloutError("E", "m", "inference", infrastructure=True))])
+    server_down = Group(
+        0, [Rollout(0, 0, [], error=RolloutError("E", "m", "inference", infrastructure=True))]
+    )
     assert summarize([server_down]) == reference_summarize([server_down])
     one = Group(5, [Rollout(5, 0, [], reward=0.7)])
     assert json.dumps(summarize([one])) == json.dumps(reference_summarize([one]))
-    tiny = [Group(i, [Rollout(i, j, [], reward=v) for j, v in enumerate(values)])
-            for i, values in enumerate([(1e-300, 5e-324, 1e150), (0.1, 0.2, 0.3), (2**60, 1.0, -(2**60)), (1e16, 1.0, -1e16)])]
+    tiny = [
+        Group(i, [Rollout(i, j, [], reward=v) for j, v in enumerate(values)])
+        for i, values in enumerate(
+            [(1e-300, 5e-324, 1e150), (0.1, 0.2, 0.3), (2**60, 1.0, -(2**60)), (1e16, 1.0, -1e16)]
+        )
+    ]
     assert json.dumps(summarize(tiny)) == json.dumps(reference_summarize(tiny))
-    odd = [Group(0, [Rollout(0, 0, [], reward=math.inf), Rollout(0, 1, [], reward=1.0)])]  # statistics raises here
+    odd = [
+        Group(0, [Rollout(0, 0, [], reward=math.inf), Rollout(0, 1, [], reward=1.0)])
+    ]  # statistics raises here
     assert summarize(odd)["reward_mean"] == math.inf and math.isnan(summarize(odd)["reward_std"])
 
 
@@ -163,11 +194,27 @@ def test_running_summary_memory_does_not_grow_with_rollouts():
         running = RunningSummary()
         tracemalloc.start()
         for example_id in range(groups):
-            running.add(Group(example_id, [
-                Rollout(example_id, i, [{"role": "user", "content": "x" * 200}], reward=rng.random(),
-                        rewards={"a": rng.random(), "b": rng.random()}, metrics={"m": rng.random()},
-                        usage={"prompt_tokens": rng.randrange(500), "completion_tokens": rng.randrange(500)})
-                for i in range(16)]), order=example_id)
+            running.add(
+                Group(
+                    example_id,
+                    [
+                        Rollout(
+                            example_id,
+                            i,
+                            [{"role": "user", "content": "x" * 200}],
+                            reward=rng.random(),
+                            rewards={"a": rng.random(), "b": rng.random()},
+                            metrics={"m": rng.random()},
+                            usage={
+                                "prompt_tokens": rng.randrange(500),
+                                "completion_tokens": rng.randrange(500),
+                            },
+                        )
+                        for i in range(16)
+                    ],
+                ),
+                order=example_id,
+            )
         assert running.summary()["num_rollouts"] == 16 * groups  # (folds what waits in the buffers)
         held = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
@@ -208,8 +255,17 @@ def test_engine_keeps_no_finished_group_and_bounds_what_is_in_flight():
         refs.append(weakref.ref(group.rollouts[0]))
         tasks_seen.append(len(asyncio.all_tasks()))
 
-    stats = asyncio.run(run_rollouts(env, Counting(), env.get_examples(300), rollouts_per_example=4,
-                                     sampling=SamplingParams(max_tokens=64), max_concurrent=8, on_group=on_group))
+    stats = asyncio.run(
+        run_rollouts(
+            env,
+            Counting(),
+            env.get_examples(300),
+            rollouts_per_example=4,
+            sampling=SamplingParams(max_tokens=64),
+            max_concurrent=8,
+            on_group=on_group,
+        )
+    )
     assert stats.groups == 300 and stats.errors == 0 and peak <= 8
     gc.collect()
     assert sum(ref() is not None for ref in refs) == 0  # every finished rollout is gone
@@ -218,7 +274,9 @@ def test_engine_keeps_no_finished_group_and_bounds_what_is_in_flight():
     assert max(tasks_seen) <= 1 + 3 + 3 * 4
 
 
-def test_eval_streams_groups_and_keeps_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, young_heap: None):
+def test_eval_streams_groups_and_keeps_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, young_heap: None
+):
     """`run_eval`'s summary is the summary of what it wrote; the groups it hands the reporter are
     freed as it goes; its result reads groups back from results.jsonl on demand."""
     from workbench.evaluate import EvalConfig, run_eval
@@ -235,7 +293,9 @@ def test_eval_streams_groups_and_keeps_none(tmp_path: Path, monkeypatch: pytest.
             self.most = max(getattr(self, "most", 0), self.alive)
 
     reporter = Watching()
-    config = EvalConfig(env_id="reverse-text", model="echo", num_examples=40, rollouts_per_example=3, max_concurrent=4)
+    config = EvalConfig(
+        env_id="reverse-text", model="echo", num_examples=40, rollouts_per_example=3, max_concurrent=4
+    )
     result = run_eval(config, reporter, client=EchoClient())
     assert result.status == "finished" and len(refs) == 40
     assert reporter.most <= 4  # the group being reported, and the few in flight
@@ -245,7 +305,9 @@ def test_eval_streams_groups_and_keeps_none(tmp_path: Path, monkeypatch: pytest.
     metadata = json.loads((result.run_dir / "metadata.json").read_text())
     assert metadata["summary"] == json.loads(json.dumps(expected)) and metadata["completed_rollouts"] == 120
     assert [g.example_id for g in result.groups] == list(range(40))  # read back from disk, by example
-    assert [r.reward for g in result.groups for r in g.rollouts] == [r.reward for g in saved for r in g.rollouts]
+    assert [r.reward for g in result.groups for r in g.rollouts] == [
+        r.reward for g in saved for r in g.rollouts
+    ]
 
 
 def test_resume_streams_the_saved_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -265,7 +327,9 @@ def test_resume_streams_the_saved_groups(tmp_path: Path, monkeypatch: pytest.Mon
         rec["error"] = {"type": "HTTP", "message": "503", "where": "inference", "infrastructure": True}
         rec["reward"] = 0.0
     partial = [line for line in lines if json.loads(line)["example_id"] == 9][:1]
-    path.write_bytes(b"".join(keep) + b"".join(json.dumps(r).encode() + b"\n" for r in failed) + b"".join(partial))
+    path.write_bytes(
+        b"".join(keep) + b"".join(json.dumps(r).encode() + b"\n" for r in failed) + b"".join(partial)
+    )
     meta = json.loads((first.run_dir / "metadata.json").read_text())
     meta["status"] = "stopped"
     (first.run_dir / "metadata.json").write_text(json.dumps(meta))
@@ -274,8 +338,9 @@ def test_resume_streams_the_saved_groups(tmp_path: Path, monkeypatch: pytest.Mon
     assert resumed.status == "finished"
     saved = read_groups(resumed.run_dir, 2)
     assert sorted(g.example_id for g in saved) == list(range(12))  # each example once, complete
-    assert [json.loads(line)["example_id"] for line in path.read_bytes().splitlines()][:12] == \
-        [rec["example_id"] for rec in records if rec["example_id"] < 6]  # the kept groups first, as they were
+    assert [json.loads(line)["example_id"] for line in path.read_bytes().splitlines()][:12] == [
+        rec["example_id"] for rec in records if rec["example_id"] < 6
+    ]  # the kept groups first, as they were
     expected = summarize(sorted(saved, key=lambda g: g.example_id), resumed.summary["elapsed_s"])
     assert json.dumps(resumed.summary) == json.dumps(expected)
 

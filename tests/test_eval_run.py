@@ -12,14 +12,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread, wait_until
 from tests import zygote
+from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread, wait_until
 
 
 def run_cli(*args: str, cwd: Path, **kw) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-    return zygote.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return zygote.Popen(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def results_lines(run_dir: Path) -> list[dict]:
@@ -28,11 +35,29 @@ def results_lines(run_dir: Path) -> list[dict]:
 
 def test_eval_saves_layout_and_show_exports(tmp_path: Path):
     with serve_in_thread(make_app(EchoBackend())) as url:
-        proc = run_cli("eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "3",
-                       "-C", "turn", "-s", "-v", cwd=tmp_path)
+        proc = run_cli(
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            f"{url}/v1",
+            "-n",
+            "4",
+            "-r",
+            "3",
+            "-C",
+            "turn",
+            "-s",
+            "-v",
+            cwd=tmp_path,
+        )
         out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    runs = list((tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo").iterdir())
+    runs = list(
+        (tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo").iterdir()
+    )
     assert len(runs) == 1
     run_dir = runs[0]
     metadata = json.loads((run_dir / "metadata.json").read_text())
@@ -41,7 +66,15 @@ def test_eval_saves_layout_and_show_exports(tmp_path: Path):
     assert (run_dir / "run.log").read_text().count("finished") == 1
     lines = results_lines(run_dir)
     assert len(lines) == 12 and lines[0]["schema_version"] == 1 and lines[0]["state"] == {"turn": 1}
-    for label in ("reward", "lcs_reward", "within-group std", "zero-variance groups", "difficulty", "errors", "time"):
+    for label in (
+        "reward",
+        "lcs_reward",
+        "within-group std",
+        "zero-variance groups",
+        "difficulty",
+        "errors",
+        "time",
+    ):
         assert label in out, label
     assert "#0.0" in err  # -v prints rollouts
     show = run_cli("eval", "show", str(run_dir), "--format", "csv", cwd=tmp_path)
@@ -61,12 +94,28 @@ def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
     # run is provably mid-flight (3 groups saved, the next ones waiting) when Ctrl-C lands.
     gate = Gate(first_prompts(3))
     with serve_in_thread(make_app(EchoBackend(), middlewares=(gate.middleware,))) as url, gate:
-        args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "20", "-r", "2", "-c", "2"]
+        args = [
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            f"{url}/v1",
+            "-n",
+            "20",
+            "-r",
+            "2",
+            "-c",
+            "2",
+        ]
         proc = run_cli(*args, cwd=tmp_path)
         evals = tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo"
         gate.wait_held(proc=proc)  # the run is stuck at the 4th group: it cannot finish before the signal
-        wait_until(lambda: (done := list(evals.glob("*/results.jsonl"))) and len(results_lines(done[0].parent)) >= 6,
-                   what="3 groups saved")
+        wait_until(
+            lambda: (done := list(evals.glob("*/results.jsonl"))) and len(results_lines(done[0].parent)) >= 6,
+            what="3 groups saved",
+        )
         assert proc.poll() is None, "the run should still be going"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
@@ -86,7 +135,9 @@ def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
         assert resume.returncode == 0, err
     lines = results_lines(run_dir)
     assert len(lines) == 40  # every group exactly once
-    assert sorted({(r["example_id"], r["rollout_index"]) for r in lines}) == [(e, i) for e in range(20) for i in range(2)]
+    assert sorted({(r["example_id"], r["rollout_index"]) for r in lines}) == [
+        (e, i) for e in range(20) for i in range(2)
+    ]
     for record in lines:  # groups finished before Ctrl-C were not redone
         key = (record["example_id"], record["rollout_index"])
         if record["example_id"] in kept_groups and key in kept:

@@ -17,7 +17,7 @@ from workbench.train.distributed import RUN_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
-LAUNCHER = r'''
+LAUNCHER = r"""
 import json, os, subprocess, sys, tempfile, urllib.request
 from workbench.fork_launch import WorkbenchPopen
 from workbench.train.launch import preload
@@ -43,22 +43,42 @@ server.terminate()
 report["serve"]["code"] = server.wait(30)
 report["temp_dir_kept"] = os.path.isdir(mine.name)
 print(json.dumps(report))
-'''
+"""
 
 
 def test_forked_children_run_their_own_command_and_leave_the_parent_alone(tiny_model: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("OMP_NUM_THREADS", None)
-    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(tiny_model)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(tiny_model)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
-    fresh = subprocess.run([sys.executable, "-m", "workbench", "env", "list", "--json"], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=120, check=True)
-    assert report["list"] == {"forked": True, "out": fresh.stdout, "code": 0}  # same output as a fresh interpreter's
+    fresh = subprocess.run(
+        [sys.executable, "-m", "workbench", "env", "list", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert report["list"] == {
+        "forked": True,
+        "out": fresh.stdout,
+        "code": 0,
+    }  # same output as a fresh interpreter's
     serve = report["serve"]
     assert serve["forked"] and report["health"] == 200
-    assert serve["cmdline"].startswith(f"{sys.executable} -m workbench serve {tiny_model}")  # ps shows the child's command
+    assert serve["cmdline"].startswith(
+        f"{sys.executable} -m workbench serve {tiny_model}"
+    )  # ps shows the child's command
     assert serve["own_session"] and serve["code"] == 0  # start_new_session honoured; SIGTERM is a clean stop
     assert report["temp_dir_kept"]
 
@@ -69,8 +89,14 @@ def test_what_would_make_a_different_child_is_refused() -> None:
     refusal = fork_refusal(command, {**os.environ, "HF_HOME": "/elsewhere"})
     assert refusal == "the child's environment differs in HF_HOME"  # read when huggingface_hub is imported
     # what the launchers set for each rank or replica is read after start-up: no refusal for the environment
-    rank_env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "1234", RUN_DIR_ENV: "runs/x",
-                "OMP_NUM_THREADS": "1"}
+    rank_env = {
+        **os.environ,
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "MASTER_PORT": "1234",
+        RUN_DIR_ENV: "runs/x",
+        "OMP_NUM_THREADS": "1",
+    }
     assert not (fork_refusal(command, rank_env) or "").startswith("the child's environment")
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from tests import zygote
 from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
 from workbench.types import Completion
-from tests import zygote
 
 KEYWORD = "BACKWARDS"
 LEVELS = 3
@@ -44,8 +44,14 @@ class Policy:
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         text = messages[-1]["content"]
         answer = text[::-1] if system.count(KEYWORD) > len(text) % LEVELS else text
-        return [Completion(message={"role": "assistant", "content": f"<reversed_text>{answer}</reversed_text>"},
-                           finish_reason="stop", prompt_tokens=len(text), completion_tokens=len(answer) + 31)]
+        return [
+            Completion(
+                message={"role": "assistant", "content": f"<reversed_text>{answer}</reversed_text>"},
+                finish_reason="stop",
+                prompt_tokens=len(text),
+                completion_tokens=len(answer) + 31,
+            )
+        ]
 
 
 class Reflection:
@@ -61,7 +67,9 @@ class Reflection:
         if self.garbage:
             reply = "lol idk, prompts are hard"
         else:
-            current = prompt.split("```")[1].strip()  # gepa's template shows the instruction in the first block
+            current = prompt.split("```")[
+                1
+            ].strip()  # gepa's template shows the instruction in the first block
             failing = "This answer scored 1.000" not in prompt or "This answer scored 0." in prompt
             addition = f"\nAlways write the text {KEYWORD}: last character first." if failing else ""
             reply = f"Here is a better instruction:\n```\n{current}{addition}\n```"
@@ -70,8 +78,14 @@ class Reflection:
 
 def workbench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     env = {**{k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}, **(env or {})}
-    return zygote.Popen([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return zygote.Popen(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[str, str]:
@@ -80,12 +94,32 @@ def finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[str, str]
 
 
 def gepa_args(policy_url: str, reflection_url: str, *extra: str) -> list[str]:
-    return ["gepa", "run", "reverse-text", "-m", "policy", "-b", f"{policy_url}/v1", "-M", "reflect",
-            "--reflection-base-url", f"{reflection_url}/v1", "-n", "9", "-N", "10", "--minibatch-size", "3", *extra]
+    return [
+        "gepa",
+        "run",
+        "reverse-text",
+        "-m",
+        "policy",
+        "-b",
+        f"{policy_url}/v1",
+        "-M",
+        "reflect",
+        "--reflection-base-url",
+        f"{reflection_url}/v1",
+        "-n",
+        "9",
+        "-N",
+        "10",
+        "--minibatch-size",
+        "3",
+        *extra,
+    ]
 
 
 def only_run(tmp_path: Path) -> Path:
-    runs = list((tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "reverse-text--policy").iterdir())
+    runs = list(
+        (tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "reverse-text--policy").iterdir()
+    )
     assert len(runs) == 1, runs
     return runs[0]
 
@@ -97,8 +131,10 @@ def metadata(run_dir: Path) -> dict[str, Any]:
 # ----- end to end ----------------------------------------------------------------------------
 def test_gepa_finds_a_better_prompt_within_budget(tmp_path: Path):
     policy, reflection = Policy(), Reflection()
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url:
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
+    ):
         proc = workbench(*gepa_args(p_url, r_url, "-B", "150", "-C", "turn", "--seed", "3"), cwd=tmp_path)
         out, err = finish(proc)
     assert proc.returncode == 0, err
@@ -126,12 +162,21 @@ def test_gepa_finds_a_better_prompt_within_budget(tmp_path: Path):
     for row in frontier:
         assert row["best_score"] == pytest.approx(1.0)
         assert best.strip() in row["prompts"] and len(row["prompts"]) == len(row["candidates"])
-        assert all(meta["candidates"][i]["prompt"] == text for i, text in zip(row["candidates"], row["prompts"]))
+        assert all(
+            meta["candidates"][i]["prompt"] == text for i, text in zip(row["candidates"], row["prompts"])
+        )
 
     # the reflection model saw input, output, expected answer, per-function scores and state columns
     seen = reflection.prompts[0]
-    for needle in ("## Inputs", "## Generated Outputs", "## Expected Answer", "### lcs_reward", "### format_reward",
-                   "## State\n### turn", "This answer scored"):
+    for needle in (
+        "## Inputs",
+        "## Generated Outputs",
+        "## Expected Answer",
+        "### lcs_reward",
+        "### format_reward",
+        "## State\n### turn",
+        "This answer scored",
+    ):
         assert needle in seen, needle
     assert meta["reflections"]["proposed"] == len(reflection.prompts) >= LEVELS
 
@@ -146,8 +191,10 @@ def test_budget_is_never_passed(tmp_path: Path):
     """A budget that runs out mid-climb: gepa checks only between iterations, the adapter refuses
     the evaluation that would pass it, and the run still finishes cleanly."""
     policy, reflection = Policy(), Reflection()
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url:
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
+    ):
         # --seed picks the minibatches; with seed 1 the first proposal is accepted before the budget
         # runs out (which minibatch comes first depends on the env's data, not on the budget logic)
         proc = workbench(*gepa_args(p_url, r_url, "-B", "30", "--seed", "1"), cwd=tmp_path)
@@ -164,8 +211,10 @@ def test_budget_is_never_passed(tmp_path: Path):
 def test_garbage_reflection_is_recorded_and_the_run_finishes(tmp_path: Path):
     policy, reflection = Policy(), Reflection(garbage=True)
     out_dir = tmp_path / "my-gepa-run"
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url:
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
+    ):
         proc = workbench(*gepa_args(p_url, r_url, "-B", "25", "-o", str(out_dir)), cwd=tmp_path)
         _, err = finish(proc)
         assert proc.returncode == 0, err
@@ -176,11 +225,16 @@ def test_garbage_reflection_is_recorded_and_the_run_finishes(tmp_path: Path):
     assert meta["reflections"]["unusable"] == len(reflection.prompts) == 5
     assert meta["reflections"]["proposed"] == 0 and len(meta["candidates"]) == 1
     assert meta["best_score"] == meta["seed_score"]
-    assert any(e["kind"] == "reflection_unusable" and "no ``` block" in e["detail"] and "lol idk" in e["detail"]
-               for e in meta["events"])
+    assert any(
+        e["kind"] == "reflection_unusable" and "no ``` block" in e["detail"] and "lol idk" in e["detail"]
+        for e in meta["events"]
+    )
     assert "no usable prompt" in err
-    assert_one_line_error(subprocess.CompletedProcess(again.args, again.returncode, "", again_err),
-                          "already holds a run", "--resume")
+    assert_one_line_error(
+        subprocess.CompletedProcess(again.args, again.returncode, "", again_err),
+        "already holds a run",
+        "--resume",
+    )
 
 
 def test_failing_reflection_endpoint_is_recorded_not_fatal(tmp_path: Path):
@@ -190,8 +244,10 @@ def test_failing_reflection_endpoint_is_recorded_not_fatal(tmp_path: Path):
     policy = Policy()
     broken = raising(InferenceError("reflection backend exploded", transient=False))
     broken.model = "reflect"
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(broken)) as r_url:
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(broken)) as r_url,
+    ):
         proc = workbench(*gepa_args(p_url, r_url, "-B", "16"), cwd=tmp_path)
         _, err = finish(proc)
     assert proc.returncode == 0, err
@@ -205,8 +261,12 @@ def test_failing_policy_requests_are_recorded_not_fatal(tmp_path: Path):
 
     policy, reflection = Policy(), Reflection()
     faults = FaultInjector(fail_rate=0.25, status=400, seed=1)  # permanent errors: recorded, not retried
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"), middlewares=(faults.middleware,))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url:
+    with (
+        serve_in_thread(
+            make_app(ScriptedBackend(policy, model="policy"), middlewares=(faults.middleware,))
+        ) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
+    ):
         proc = workbench(*gepa_args(p_url, r_url, "-B", "60"), cwd=tmp_path)
         _, err = finish(proc)
     assert proc.returncode == 0, err
@@ -217,7 +277,7 @@ def test_failing_policy_requests_are_recorded_not_fatal(tmp_path: Path):
     assert "inference error" in (run_dir / "run.log").read_text()
 
 
-PICKY_ENV = '''
+PICKY_ENV = """
 from workbench.envs import Rubric, SingleTurnEnv, XMLParser
 
 WORDS = ["apple", "river", "stone", "cloud", "green", "quiet"]
@@ -234,7 +294,7 @@ def load_environment(system_prompt: str = "Reverse the text. Answer in <reversed
     rows = [{"question": w, "answer": w[::-1]} for w in WORDS]
     return SingleTurnEnv(dataset=rows, eval_dataset=rows, system_prompt=system_prompt, parser=parser,
                          rubric=Rubric([exact], parser=parser))
-'''
+"""
 
 
 def test_env_error_for_a_candidate_is_recorded_not_fatal(tmp_path: Path):
@@ -242,10 +302,30 @@ def test_env_error_for_a_candidate_is_recorded_not_fatal(tmp_path: Path):
     env_dir.mkdir(parents=True)
     (env_dir / "picky.py").write_text(PICKY_ENV)
     policy, reflection = Policy(), Reflection()
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url:
-        proc = workbench("gepa", "run", "picky", "-m", "policy", "-b", f"{p_url}/v1", "-M", "reflect",
-                         "--reflection-base-url", f"{r_url}/v1", "-n", "3", "-N", "3", "-B", "15", cwd=tmp_path)
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
+    ):
+        proc = workbench(
+            "gepa",
+            "run",
+            "picky",
+            "-m",
+            "policy",
+            "-b",
+            f"{p_url}/v1",
+            "-M",
+            "reflect",
+            "--reflection-base-url",
+            f"{r_url}/v1",
+            "-n",
+            "3",
+            "-N",
+            "3",
+            "-B",
+            "15",
+            cwd=tmp_path,
+        )
         _, err = finish(proc)
     assert proc.returncode == 0, err
     run_dir = next((tmp_path / "environments" / "picky" / "outputs" / "gepa").glob("*/*"))
@@ -253,14 +333,19 @@ def test_env_error_for_a_candidate_is_recorded_not_fatal(tmp_path: Path):
     assert meta["status"] == "finished" and meta["metric_calls_used"] == 15  # 3 + two iterations of 3 + 3
     assert meta["rollout_errors"] == 6 and len(meta["candidates"]) == 1  # each proposal: 3 failed rollouts
     assert policy.requests == 3 + 3 + 3  # the seed scored, then each parent minibatch; children never ran
-    assert "env error UserError: environment 'picky' failed to load: ValueError: this env refuses prompts that shout" \
+    assert (
+        "env error UserError: environment 'picky' failed to load: ValueError: this env refuses prompts that shout"
         in (run_dir / "run.log").read_text()
+    )
 
 
 def below_level(level: int):
     """`Gate` admission: policy requests whose system prompt says KEYWORD fewer than `level` times."""
+
     def admit(body: dict[str, Any]) -> bool:
-        system = next((m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "system"), "")
+        system = next(
+            (m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "system"), ""
+        )
         return system.count(KEYWORD) < level
 
     return admit
@@ -272,8 +357,13 @@ def test_interrupted_run_resumes_without_redoing_work(tmp_path: Path):
     # to candidate 1 (one KEYWORD), then is stuck evaluating its first 2-KEYWORD child, mid-climb,
     # until the test has pressed Ctrl-C. Held requests never reach the policy (dropped on release).
     gate = Gate(below_level(2))
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"), middlewares=(gate.middleware,))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url, gate:
+    with (
+        serve_in_thread(
+            make_app(ScriptedBackend(policy, model="policy"), middlewares=(gate.middleware,))
+        ) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
+        gate,
+    ):
         proc = workbench(*gepa_args(p_url, r_url, "-B", "300", "-c", "2"), cwd=tmp_path)
         gate.wait_held(proc=proc)
         runs = list(tmp_path.glob("environments/reverse_text/outputs/gepa/*/*/metadata.json"))
@@ -306,14 +396,14 @@ def test_interrupted_run_resumes_without_redoing_work(tmp_path: Path):
 
 
 # ----- user mistakes and the plan --------------------------------------------------------------
-NO_PROMPT_ENV = '''
+NO_PROMPT_ENV = """
 from workbench.envs import SingleTurnEnv
 
 
 def load_environment(num_examples: int = 4):
     rows = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(num_examples)]
     return SingleTurnEnv(dataset=rows, system_prompt="fixed")
-'''
+"""
 
 
 def test_env_without_system_prompt_argument_is_one_line_error(tmp_path: Path):
@@ -327,20 +417,47 @@ def test_env_without_system_prompt_argument_is_one_line_error(tmp_path: Path):
 
 
 def test_budget_below_validation_set_is_one_line_error(tmp_path: Path):
-    proc = workbench("gepa", "run", "reverse-text", "-m", "x", "-b", "http://127.0.0.1:9/v1", "-N", "20", "-B", "5",
-                     cwd=tmp_path)
+    proc = workbench(
+        "gepa",
+        "run",
+        "reverse-text",
+        "-m",
+        "x",
+        "-b",
+        "http://127.0.0.1:9/v1",
+        "-N",
+        "20",
+        "-B",
+        "5",
+        cwd=tmp_path,
+    )
     _, err = finish(proc)
-    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", err), "--max-calls", "20")
+    assert_one_line_error(
+        subprocess.CompletedProcess(proc.args, proc.returncode, "", err), "--max-calls", "20"
+    )
 
 
 def test_seed_config_dry_run_shows_plan_and_reports_unknown_env(tmp_path: Path):
     proc = workbench("gepa", "run", str(SHARED / "seed-configs" / "gepa.toml"), "--dry-run", cwd=tmp_path)
     out, err = finish(proc)
-    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", err),
-                          "gepa.toml", "a real run cannot start", "unknown environment 'my-env'")
-    for needle in ("my-env", "google/gemini-3-flash-preview", "google/gemini-3-exp-ultra-preview", "1000",
-                   "200 examples", "100 examples", "minibatch of 5", "parsed_answer, tool_calls",
-                   "unknown environment 'my-env'", "dry run: config is valid"):
+    assert_one_line_error(
+        subprocess.CompletedProcess(proc.args, proc.returncode, "", err),
+        "gepa.toml",
+        "a real run cannot start",
+        "unknown environment 'my-env'",
+    )
+    for needle in (
+        "my-env",
+        "google/gemini-3-flash-preview",
+        "google/gemini-3-exp-ultra-preview",
+        "1000",
+        "200 examples",
+        "100 examples",
+        "minibatch of 5",
+        "parsed_answer, tool_calls",
+        "unknown environment 'my-env'",
+        "dry run: config is valid",
+    ):
         assert needle in out, needle
     assert not (tmp_path / "environments").exists()  # nothing written
 
@@ -350,8 +467,12 @@ def test_toml_config_typo_names_file_line_and_key(tmp_path: Path):
     config.write_text('env_id = "reverse-text"\nmodel = "x"\nmax_cals = 10\n')
     proc = workbench("gepa", "run", str(config), "--dry-run", cwd=tmp_path)
     _, err = finish(proc)
-    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", err),
-                          "gepa.toml:3", "max_cals", "max_calls")
+    assert_one_line_error(
+        subprocess.CompletedProcess(proc.args, proc.returncode, "", err),
+        "gepa.toml:3",
+        "max_cals",
+        "max_calls",
+    )
 
 
 # ----- small pieces ----------------------------------------------------------------------------
@@ -382,13 +503,30 @@ def test_reflective_record_carries_errors_tools_state_and_metrics():
     from workbench.types import Rollout, RolloutError
 
     rollout = Rollout(
-        example_id=3, rollout_index=0,
+        example_id=3,
+        rollout_index=0,
         prompt=[{"role": "system", "content": "SYSTEM"}, {"role": "user", "content": "What is 2+2?"}],
-        completion=[{"role": "assistant", "content": "", "tool_calls": [
-                        {"id": "c0", "type": "function", "function": {"name": "calc", "arguments": '{"x": "2+2"}'}}]},
-                    {"role": "tool", "content": "4"}, {"role": "assistant", "content": "<answer>5</answer>"}],
-        answer="4", reward=0.0, rewards={"correct": 0.0}, metrics={"num_tool_calls": 1.0},
-        error=RolloutError("TimeoutError", "tool timed out", "env"), is_truncated=True,
+        completion=[
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c0",
+                        "type": "function",
+                        "function": {"name": "calc", "arguments": '{"x": "2+2"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "content": "4"},
+            {"role": "assistant", "content": "<answer>5</answer>"},
+        ],
+        answer="4",
+        reward=0.0,
+        rewards={"correct": 0.0},
+        metrics={"num_tool_calls": 1.0},
+        error=RolloutError("TimeoutError", "tool timed out", "env"),
+        is_truncated=True,
         state_columns={"parsed_answer": "5"},
     )
     record = reflective_record(rollout, 1.0)
@@ -398,6 +536,12 @@ def test_reflective_record_carries_errors_tools_state_and_metrics():
     assert record["Scores"] == {"reward": "0.000", "correct": "0.000", "num_tool_calls": "1.000"}
     assert record["Error"] == "env error TimeoutError: tool timed out"
     assert record["State"] == {"parsed_answer": "'5'"}
-    for needle in ("scored 0.000", "correct = 0.000", "num_tool_calls = 1.000", "expected answer is: 4",
-                   "TimeoutError", "cut off"):
+    for needle in (
+        "scored 0.000",
+        "correct = 0.000",
+        "num_tool_calls = 1.000",
+        "expected answer is: 4",
+        "TimeoutError",
+        "cut off",
+    ):
         assert needle in record["Feedback"], needle

@@ -49,8 +49,12 @@ class FewShotPolicy:
             self.with_demos += shown
         text = messages[-1]["content"]
         answer = text[::-1] if shown or KEYWORD in system or len(text) % 3 == 0 else text
-        return [Completion(message={"role": "assistant", "content": f"<reversed_text>\n{answer}\n</reversed_text>"},
-                           finish_reason="stop")]
+        return [
+            Completion(
+                message={"role": "assistant", "content": f"<reversed_text>\n{answer}\n</reversed_text>"},
+                finish_reason="stop",
+            )
+        ]
 
 
 class PromptModel:
@@ -66,15 +70,39 @@ class PromptModel:
         system = messages[0]["content"]
         outputs = system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0]
         fields = re.findall(r"`(\w+)`", outputs)
-        reply = "lol idk" if self.garbage else "".join(
-            f"[[ ## {name} ## ]]\nReverse the text {KEYWORD}, last character first, in <reversed_text> tags.\n\n"
-            for name in fields) + "[[ ## completed ## ]]"
+        reply = (
+            "lol idk"
+            if self.garbage
+            else "".join(
+                f"[[ ## {name} ## ]]\nReverse the text {KEYWORD}, last character first, in <reversed_text> tags.\n\n"
+                for name in fields
+            )
+            + "[[ ## completed ## ]]"
+        )
         return [Completion(message={"role": "assistant", "content": reply}, finish_reason="stop")]
 
 
 def dspy_args(policy_url: str, optimizer: str, *extra: str) -> list[str]:
-    return ["gepa", "run", "reverse-text", "-m", "policy", "-b", f"{policy_url}/v1", "--optimizer", optimizer,
-            "-n", "12", "-N", "10", "-c", "4", "--set", "demo_threshold=0.99", *extra]
+    return [
+        "gepa",
+        "run",
+        "reverse-text",
+        "-m",
+        "policy",
+        "-b",
+        f"{policy_url}/v1",
+        "--optimizer",
+        optimizer,
+        "-n",
+        "12",
+        "-N",
+        "10",
+        "-c",
+        "4",
+        "--set",
+        "demo_threshold=0.99",
+        *extra,
+    ]
 
 
 def isolated_home(tmp_path: Path) -> dict[str, str]:
@@ -101,7 +129,9 @@ def test_bootstrap_finds_demonstrations_that_lift_the_score_within_budget(tmp_pa
     assert turns == meta["best_few_shot"] == meta["candidates"][meta["best_candidate"]]["few_shot"]
     assert turns and [m["role"] for m in turns[:2]] == ["user", "assistant"]
     assert turns[1]["content"] == f"<reversed_text>\n{turns[0]['content'][::-1]}\n</reversed_text>"
-    assert (run_dir / "best_prompt.txt").read_text().strip() == meta["seed_prompt"]  # bootstrap keeps the instruction
+    assert (run_dir / "best_prompt.txt").read_text().strip() == meta[
+        "seed_prompt"
+    ]  # bootstrap keeps the instruction
 
     # every call was a rollout through the engine, counted, within the planned bound and the budget
     bound = plan_calls("bootstrap", 80, 12, 10, None, None).bound
@@ -115,10 +145,17 @@ def test_bootstrap_finds_demonstrations_that_lift_the_score_within_budget(tmp_pa
 
 def test_miprov2_proposes_instructions_through_the_reflection_model(tmp_path: Path):
     policy, prompt_model = FewShotPolicy(), PromptModel()
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(prompt_model, model="proposer"))) as r_url:
-        proc = workbench(*dspy_args(p_url, "miprov2", "-B", "120", "-M", "proposer",
-                                    "--reflection-base-url", f"{r_url}/v1"), cwd=tmp_path, env=isolated_home(tmp_path))
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(prompt_model, model="proposer"))) as r_url,
+    ):
+        proc = workbench(
+            *dspy_args(
+                p_url, "miprov2", "-B", "120", "-M", "proposer", "--reflection-base-url", f"{r_url}/v1"
+            ),
+            cwd=tmp_path,
+            env=isolated_home(tmp_path),
+        )
         out, err = finish(proc)
     assert proc.returncode == 0, err
     meta = metadata(only_run(tmp_path))
@@ -132,14 +169,24 @@ def test_miprov2_proposes_instructions_through_the_reflection_model(tmp_path: Pa
 
 def test_miprov2_with_a_prompt_model_that_cannot_follow_the_format_still_finishes(tmp_path: Path):
     policy, prompt_model = FewShotPolicy(), PromptModel(garbage=True)
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(prompt_model, model="proposer"))) as r_url:
-        proc = workbench(*dspy_args(p_url, "miprov2", "-B", "120", "-M", "proposer",
-                                    "--reflection-base-url", f"{r_url}/v1"), cwd=tmp_path)
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(prompt_model, model="proposer"))) as r_url,
+    ):
+        proc = workbench(
+            *dspy_args(
+                p_url, "miprov2", "-B", "120", "-M", "proposer", "--reflection-base-url", f"{r_url}/v1"
+            ),
+            cwd=tmp_path,
+        )
         out, err = finish(proc)
     assert proc.returncode == 0, err
     meta = metadata(only_run(tmp_path))
-    assert meta["status"] == "finished" and meta["reflections"]["unusable"] >= 1 and meta["reflections"]["proposed"] == 0
+    assert (
+        meta["status"] == "finished"
+        and meta["reflections"]["unusable"] >= 1
+        and meta["reflections"]["proposed"] == 0
+    )
     assert all(c["prompt"] == meta["seed_prompt"] for c in meta["candidates"])  # only demo sets were searched
     assert "unusable" in (only_run(tmp_path) / "run.log").read_text()
 
@@ -152,7 +199,12 @@ def zero_shot(body: dict[str, Any]) -> bool:
 def test_ctrl_c_stops_a_dspy_run_and_keeps_what_was_scored(tmp_path: Path):
     policy = FewShotPolicy()
     gate = Gate(zero_shot)
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"), middlewares=(gate.middleware,))) as url, gate:
+    with (
+        serve_in_thread(
+            make_app(ScriptedBackend(policy, model="policy"), middlewares=(gate.middleware,))
+        ) as url,
+        gate,
+    ):
         proc = workbench(*dspy_args(url, "bootstrap", "-B", "80"), cwd=tmp_path)
         gate.wait_held(proc=proc)  # the seed is scored, a bootstrapped candidate is being scored
         proc.send_signal(signal.SIGINT)
@@ -161,7 +213,9 @@ def test_ctrl_c_stops_a_dspy_run_and_keeps_what_was_scored(tmp_path: Path):
     assert proc.returncode == 130, err
     assert "cannot be resumed" in err and "Traceback" not in err
     meta = metadata(only_run(tmp_path))
-    assert meta["status"] == "stopped" and meta["candidates"][0]["val_examples"] == 10  # the seed's score is kept
+    assert (
+        meta["status"] == "stopped" and meta["candidates"][0]["val_examples"] == 10
+    )  # the seed's score is kept
     assert meta["seed_score"] is not None and meta["metric_calls_used"] == policy.requests
     assert len(meta["candidates"]) == 1  # the held candidate's cancelled calls are no scores (no 0s)
 
@@ -174,24 +228,55 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_budget_too_small_unknown_optimizer_and_resume_are_one_line_errors(tmp_path: Path):
-    assert_one_line_error(cli(tmp_path, "gepa", "run", "reverse-text", "--optimizer", "bootstrap", "-B", "20",
-                              "-n", "12", "-N", "10"), "too small for --optimizer bootstrap")
-    assert_one_line_error(cli(tmp_path, "gepa", "run", "reverse-text", "--optimizer", "mipro"),
-                          "'gepa', 'miprov2' or 'bootstrap'")
-    assert_one_line_error(cli(tmp_path, "gepa", "compare", "reverse-text", "--optimizers", "gepa,foo"),
-                          "unknown optimizer 'foo'")
+    assert_one_line_error(
+        cli(
+            tmp_path,
+            "gepa",
+            "run",
+            "reverse-text",
+            "--optimizer",
+            "bootstrap",
+            "-B",
+            "20",
+            "-n",
+            "12",
+            "-N",
+            "10",
+        ),
+        "too small for --optimizer bootstrap",
+    )
+    assert_one_line_error(
+        cli(tmp_path, "gepa", "run", "reverse-text", "--optimizer", "mipro"),
+        "'gepa', 'miprov2' or 'bootstrap'",
+    )
+    assert_one_line_error(
+        cli(tmp_path, "gepa", "compare", "reverse-text", "--optimizers", "gepa,foo"),
+        "unknown optimizer 'foo'",
+    )
     run_dir = tmp_path / "r"
     run_dir.mkdir()
-    (run_dir / "metadata.json").write_text(json.dumps({"kind": "gepa", "run_id": "r", "env_id": "reverse-text",
-                                                       "model": "tiny", "status": "stopped", "optimizer": "bootstrap",
-                                                       "config": {"env_id": "reverse-text", "optimizer": "bootstrap"}}))
+    (run_dir / "metadata.json").write_text(
+        json.dumps(
+            {
+                "kind": "gepa",
+                "run_id": "r",
+                "env_id": "reverse-text",
+                "model": "tiny",
+                "status": "stopped",
+                "optimizer": "bootstrap",
+                "config": {"env_id": "reverse-text", "optimizer": "bootstrap"},
+            }
+        )
+    )
     assert_one_line_error(cli(tmp_path, "gepa", "run", "--resume", str(run_dir)), "cannot be resumed")
 
 
 def test_missing_dspy_is_one_line(monkeypatch: pytest.MonkeyPatch):
     from workbench.gepa.dspy_support import import_dspy
 
-    monkeypatch.setitem(sys.modules, "dspy", None)  # what an environment without the extra looks like to import
+    monkeypatch.setitem(
+        sys.modules, "dspy", None
+    )  # what an environment without the extra looks like to import
     with pytest.raises(UserError, match=r"--optimizer miprov2 needs DSPy.*pip install -e \"\.\[dspy\]\""):
         import_dspy("miprov2")
 
@@ -224,14 +309,39 @@ class EitherReflection(PromptModel):
 
 def test_compare_runs_each_optimizer_verifies_it_and_saves_the_table(tmp_path: Path):
     policy = FewShotPolicy()
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(EitherReflection(), model="proposer"))) as r_url:
-        proc = workbench("gepa", "compare", "reverse-text", "-m", "policy", "-b", f"{p_url}/v1", "-M", "proposer",
-                         "--reflection-base-url", f"{r_url}/v1", "-B", "120", "-n", "12", "-N", "10", "-H", "8",
-                         "-r", "1", "--set", "demo_threshold=0.99", cwd=tmp_path)
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(EitherReflection(), model="proposer"))) as r_url,
+    ):
+        proc = workbench(
+            "gepa",
+            "compare",
+            "reverse-text",
+            "-m",
+            "policy",
+            "-b",
+            f"{p_url}/v1",
+            "-M",
+            "proposer",
+            "--reflection-base-url",
+            f"{r_url}/v1",
+            "-B",
+            "120",
+            "-n",
+            "12",
+            "-N",
+            "10",
+            "-H",
+            "8",
+            "-r",
+            "1",
+            "--set",
+            "demo_threshold=0.99",
+            cwd=tmp_path,
+        )
         out, err = finish(proc)
     assert proc.returncode == 0, err
-    folder, = (tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
+    (folder,) = (tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
     data = json.loads((folder / "comparison.json").read_text())
     rows = {row["optimizer"]: row for row in data["rows"]}
     assert list(rows) == ["gepa", "miprov2", "bootstrap"]
@@ -250,11 +360,31 @@ def test_demonstrations_lift_the_tiny_models_held_out_reward(tiny_workspace: Pat
     """DSPy's bootstrap and MIPROv2 on reverse-text with the tiny model, offline: the demos they
     pick (the model's own good rollouts) raise held-out reward, with a 95% CI above zero.
     Measured on 2 cores: seed 0.087 → 0.22 (bootstrap) / 0.21 (miprov2), CI low ≈ +0.1."""
-    proc = workbench("gepa", "compare", "reverse-text", "-m", "tiny", "--optimizers", "bootstrap,miprov2", "-B", "200",
-                     "-n", "24", "-N", "16", "-H", "64", "-r", "2", "--set", "demo_threshold=0.3", cwd=tiny_workspace)
+    proc = workbench(
+        "gepa",
+        "compare",
+        "reverse-text",
+        "-m",
+        "tiny",
+        "--optimizers",
+        "bootstrap,miprov2",
+        "-B",
+        "200",
+        "-n",
+        "24",
+        "-N",
+        "16",
+        "-H",
+        "64",
+        "-r",
+        "2",
+        "--set",
+        "demo_threshold=0.3",
+        cwd=tiny_workspace,
+    )
     out, err = finish(proc, timeout=900)
     assert proc.returncode == 0, err
-    folder, = (tiny_workspace / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
+    (folder,) = (tiny_workspace / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
     for row in json.loads((folder / "comparison.json").read_text())["rows"]:
         assert row["status"] == "finished" and row["metric_calls"] <= 200
         assert row["ci_low"] > 0 and row["heldout_best"] > row["heldout_seed"], row

@@ -50,7 +50,9 @@ def test_tiny_llama_gguf_loads_back_as_the_source_model(tmp_path: Path) -> None:
     # Special tokens stay whole rather than being spelled out byte by byte.
     ids = tokenizer.encode("<|im_start|>hi<|im_end|>")
     assert tokenizer.convert_ids_to_tokens(ids) == ["<|im_start|>", "h", "i", "<|im_end|>"]
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 

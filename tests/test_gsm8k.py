@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.conftest import SHARED
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from workbench.envs import load_environment
@@ -17,7 +18,6 @@ from workbench.envs.environment import RolloutOutput
 from workbench.envs.gsm8k_data import read_gsm8k_jsonl
 from workbench.envs.math_answers import answers_match, extract_answer, extract_boxed, parse_number
 from workbench.errors import UserError
-from tests import zygote
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,8 +25,23 @@ GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "tra
 assert GSM8K == SHARED / "data" / "gsm8k" / "train.jsonl"
 
 
-@pytest.mark.parametrize("written", ["1000", "1,000", "1000.0", "$1000", "$1,000.00", "1000.", "\\$1{,}000",
-                                     "1000 dollars", "x = 1000", "\\text{1000}", "1e3", " 1000 "])
+@pytest.mark.parametrize(
+    "written",
+    [
+        "1000",
+        "1,000",
+        "1000.0",
+        "$1000",
+        "$1,000.00",
+        "1000.",
+        "\\$1{,}000",
+        "1000 dollars",
+        "x = 1000",
+        "\\text{1000}",
+        "1e3",
+        " 1000 ",
+    ],
+)
 def test_numeric_comparison_is_robust(written):
     assert answers_match(written, "1000")
 
@@ -37,7 +52,9 @@ def test_numeric_comparison_rejects_wrong_or_ambiguous(written):
 
 
 def test_fractions_and_non_numeric_answers():
-    assert answers_match("\\frac{3}{4}", "0.75") and answers_match("3/4", "0.75") and answers_match("-7", "-7.0")
+    assert (
+        answers_match("\\frac{3}{4}", "0.75") and answers_match("3/4", "0.75") and answers_match("-7", "-7.0")
+    )
     assert parse_number("50%") == 50 and parse_number("abc") is None and parse_number(None) is None
     assert answers_match("Paris", "paris") and not answers_match(None, "1")
 
@@ -65,9 +82,13 @@ def test_data_file_rows_and_seeded_disjoint_split():
 
 def test_eval_file_and_sizes(tmp_path: Path):
     eval_file = tmp_path / "test.jsonl"
-    eval_file.write_text('{"question": "What is 2+2?", "answer": "2+2=<<2+2=4>>4\\n#### 4"}\n\n'
-                         '{"question": "How many?", "answer": "#### 1,200"}\n')
-    env = load_environment("gsm8k", data_path=str(GSM8K), eval_data_path=str(eval_file), num_train_examples=10)
+    eval_file.write_text(
+        '{"question": "What is 2+2?", "answer": "2+2=<<2+2=4>>4\\n#### 4"}\n\n'
+        '{"question": "How many?", "answer": "#### 1,200"}\n'
+    )
+    env = load_environment(
+        "gsm8k", data_path=str(GSM8K), eval_data_path=str(eval_file), num_train_examples=10
+    )
     assert [e.answer for e in env.get_examples()] == ["4", "1200"]
     assert len(env.get_examples(split="train")) == 10
     no_holdout = load_environment("gsm8k", data_path=str(GSM8K), num_eval_examples=0, num_train_examples=3)
@@ -129,12 +150,35 @@ def test_eval_run_end_to_end(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     with serve_in_thread(make_app(EchoBackend())) as url:
         proc = zygote.run(
-            [sys.executable, "-m", "workbench", "eval", "run", "primeintellect/gsm8k", "-m", "echo", "-b", f"{url}/v1",
-             "-n", "4", "-r", "2", "-a", json.dumps({"data_path": str(GSM8K)})],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
+            [
+                sys.executable,
+                "-m",
+                "workbench",
+                "eval",
+                "run",
+                "primeintellect/gsm8k",
+                "-m",
+                "echo",
+                "-b",
+                f"{url}/v1",
+                "-n",
+                "4",
+                "-r",
+                "2",
+                "-a",
+                json.dumps({"data_path": str(GSM8K)}),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
     assert proc.returncode == 0, proc.stderr
     run_dir = next((tmp_path / "environments" / "gsm8k" / "outputs" / "evals" / "gsm8k--echo").iterdir())
-    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()
+    ]
     assert len(records) == 8 and {r["example_id"] for r in records} == {0, 1, 2, 3}
     assert all(set(r["rewards"]) == {"correct_answer"} and r["error"] is None for r in records)
     assert json.loads((run_dir / "metadata.json").read_text())["status"] == "finished"

@@ -33,8 +33,12 @@ from workbench.inference.openai_client import OpenAIClient
 from workbench.types import SamplingParams
 
 HELLO = [{"role": "user", "content": "hello"}]
-REPLY = orjson.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
-                                   "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+REPLY = orjson.dumps(
+    {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+    }
+)
 
 RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -54,8 +58,12 @@ async def read_request(reader: asyncio.StreamReader) -> bytes | None:
 
 
 def response(body: bytes, *, status: str = "200 OK", extra: bytes = b"") -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n".encode()
-            + extra + b"\r\n" + body)
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n".encode()
+        + extra
+        + b"\r\n"
+        + body
+    )
 
 
 @contextlib.asynccontextmanager
@@ -91,8 +99,9 @@ def lean_echo_in_thread(client: Any | None = None) -> Iterator[str]:
             box["url"] = url
             ready.set()
 
-        await serve_echo(client or EchoClient("echo-model"), host="127.0.0.1", port=0, stop=box["stop"],
-                         on_ready=on_ready)
+        await serve_echo(
+            client or EchoClient("echo-model"), host="127.0.0.1", port=0, stop=box["stop"], on_ready=on_ready
+        )
 
     thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
     thread.start()
@@ -166,7 +175,9 @@ async def test_answers_tokens_and_keep_alive(url: str, echo: EchoBackend) -> Non
     assert len(seen_peers) == 1  # one socket, kept alive across six requests
 
 
-@pytest.mark.parametrize(("status", "transient"), [(503, True), (429, True), (500, True), (401, False), (422, False)])
+@pytest.mark.parametrize(
+    ("status", "transient"), [(503, True), (429, True), (500, True), (401, False), (422, False)]
+)
 async def test_error_statuses(echo: EchoBackend, status: int, transient: bool) -> None:
     faults = FaultInjector(fail_first=1, status=status)
     with serve_in_thread(make_app(echo, middlewares=(faults.middleware,))) as base_url:
@@ -223,8 +234,12 @@ async def test_concurrency_stays_within_max_connections(echo: EchoBackend) -> No
     with serve_in_thread(make_app(echo, middlewares=(peer_recorder(peers),))) as base_url:
         client = OpenAIClient(base_url, "echo-model", max_connections=4)
         try:
-            results = await asyncio.gather(*(client.chat([{"role": "user", "content": f"m{i}"}], sampling=SamplingParams())
-                                             for i in range(150)))
+            results = await asyncio.gather(
+                *(
+                    client.chat([{"role": "user", "content": f"m{i}"}], sampling=SamplingParams())
+                    for i in range(150)
+                )
+            )
         finally:
             await client.close()
     assert [r[0].message["content"] for r in results] == [f"m{i}"[::-1] for i in range(150)]
@@ -266,6 +281,7 @@ async def test_reuse_after_close_and_on_a_new_loop(url: str) -> None:
     def on_another_loop() -> str:
         async def call() -> str:
             return (await client.chat(HELLO, sampling=SamplingParams()))[0].message["content"]
+
         return asyncio.run(call())
 
     result = await asyncio.get_running_loop().run_in_executor(None, on_another_loop)
@@ -282,7 +298,9 @@ async def test_a_kept_alive_connection_the_server_closed_is_replaced() -> None:
     connection, and the caller sees only the answer."""
     requests_seen: list[int] = []
 
-    async def one_answer_per_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+    async def one_answer_per_connection(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int
+    ) -> None:
         await read_request(reader)
         requests_seen.append(n)
         writer.write(response(REPLY))
@@ -339,7 +357,10 @@ async def test_answer_framings(style: str) -> None:
         connections.append(n)
         while await read_request(reader) is not None:
             if style == "chunked":
-                body = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (REPLY[:7], REPLY[7:])) + b"0\r\n\r\n"
+                body = (
+                    b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (REPLY[:7], REPLY[7:]))
+                    + b"0\r\n\r\n"
+                )
                 writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
             elif style == "gzip":
                 writer.write(response(gzip.compress(REPLY), extra=b"Content-Encoding: gzip\r\n"))
@@ -374,7 +395,11 @@ async def test_a_redirect_is_followed_by_aiohttp_from_then_on() -> None:
             line = request.split(b"\r\n", 1)[0]
             paths.append(line)
             if line.startswith(b"POST /old/"):
-                writer.write(response(b"", status="307 Temporary Redirect", extra=b"Location: /new/v1/chat/completions\r\n"))
+                writer.write(
+                    response(
+                        b"", status="307 Temporary Redirect", extra=b"Location: /new/v1/chat/completions\r\n"
+                    )
+                )
             else:
                 writer.write(response(REPLY))
             await writer.drain()
@@ -422,10 +447,16 @@ async def test_request_head_carries_headers_and_path() -> None:
     assert lines[0] == b"POST /prefix/v1/chat/completions HTTP/1.1"
     assert any(line.startswith(b"Content-Length: ") for line in lines)
     get = heads[1].split(b"\r\n")
-    assert get[0] == b"GET /prefix/v1/models HTTP/1.1" and not any(line.startswith(b"Content-Length") for line in get)
+    assert get[0] == b"GET /prefix/v1/models HTTP/1.1" and not any(
+        line.startswith(b"Content-Length") for line in get
+    )
     port = base_url.rsplit(":", 1)[1]
-    assert {b"Host: 127.0.0.1:" + port.encode(), b"Authorization: Bearer sk-x", b"X-Team: rl",
-            b"Content-Type: application/json"} <= set(lines)
+    assert {
+        b"Host: 127.0.0.1:" + port.encode(),
+        b"Authorization: Bearer sk-x",
+        b"X-Team: rl",
+        b"Content-Type: application/json",
+    } <= set(lines)
 
 
 # ----- the lean echo endpoint --------------------------------------------------------------------
@@ -435,24 +466,44 @@ def _without_ids(data: dict[str, Any]) -> dict[str, Any]:
 
 async def test_lean_echo_server_answers_as_workbench_serve() -> None:
     bodies = [
-        {"model": "echo-model", "messages": HELLO, "logprobs": True, "return_tokens_as_token_ids": True,
-         "return_token_ids": True, "max_tokens": 3, "n": 2},
-        {"model": "echo-model", "messages": HELLO, "tools": [{"type": "function", "function": {"name": "f"}}]},
+        {
+            "model": "echo-model",
+            "messages": HELLO,
+            "logprobs": True,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "max_tokens": 3,
+            "n": 2,
+        },
+        {
+            "model": "echo-model",
+            "messages": HELLO,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+        },
         {"model": "other", "messages": HELLO},  # 404 model_not_found
         {"model": "echo-model", "messages": []},  # 400
     ]
     answers: dict[str, list[tuple[int, Any]]] = {}
-    for kind, serving in (("aiohttp", serve_in_thread(make_app(EchoClient("echo-model")))),
-                          ("lean", lean_echo_in_thread())):
+    for kind, serving in (
+        ("aiohttp", serve_in_thread(make_app(EchoClient("echo-model")))),
+        ("lean", lean_echo_in_thread()),
+    ):
         with serving as base_url:
             pool = HttpPool(base_url, {"Content-Type": "application/json"})
-            got = [await pool.request("POST", f"{base_url}/v1/chat/completions", orjson.dumps(b)) for b in bodies]
+            got = [
+                await pool.request("POST", f"{base_url}/v1/chat/completions", orjson.dumps(b)) for b in bodies
+            ]
             got.append(await pool.request("POST", f"{base_url}/v1/chat/completions", b"not json"))
             got.append(await pool.request("GET", f"{base_url}/v1/models"))
             got.append(await pool.request("GET", f"{base_url}/health"))
             got.append(await pool.request("GET", f"{base_url}/nowhere"))
-            got.append(await pool.request("POST", f"{base_url}/v1/completions",
-                                          orjson.dumps({"prompt": [1, 2], "echo": True, "logprobs": 0})))
+            got.append(
+                await pool.request(
+                    "POST",
+                    f"{base_url}/v1/completions",
+                    orjson.dumps({"prompt": [1, 2], "echo": True, "logprobs": 0}),
+                )
+            )
             await pool.close()
         answers[kind] = [(status, _without_ids(orjson.loads(body))) for status, body in got]
     assert answers["lean"] == answers["aiohttp"]
@@ -464,7 +515,10 @@ async def test_lean_echo_server_keep_alive_close_and_pipelining() -> None:
         host, port = base_url.removeprefix("http://").rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         body = orjson.dumps({"messages": HELLO})
-        one = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        one = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(body),
+            body,
+        )
         last = one.replace(b"Host: x\r\n", b"Host: x\r\nConnection: close\r\n")
         writer.write(one + one + last)  # three requests in one write: answered in order, then closed
         await writer.drain()
@@ -486,8 +540,12 @@ async def test_openai_client_against_the_lean_echo_server_concurrently() -> None
         client = OpenAIClient(base_url, "echo-model", max_connections=8, return_tokens=True)
         try:
             await client.ping()
-            results = await asyncio.gather(*(client.chat([{"role": "user", "content": f"q{i}"}], sampling=SamplingParams())
-                                             for i in range(100)))
+            results = await asyncio.gather(
+                *(
+                    client.chat([{"role": "user", "content": f"q{i}"}], sampling=SamplingParams())
+                    for i in range(100)
+                )
+            )
         finally:
             await client.close()
     assert [r[0].message["content"] for r in results] == [f"q{i}"[::-1] for i in range(100)]

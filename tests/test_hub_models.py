@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_errors import assert_one_line_error
 from tests import zygote
+from tests.test_cli_errors import assert_one_line_error
 
 REPO_ID = "wb-test/tiny-chat"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -76,19 +76,50 @@ def closed_port_url() -> str:
 def workbench(*args: str, cwd: Path, hub: str, hf_home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub, HF_HOME=str(hf_home), WORKBENCH_WORKSPACE=str(cwd))
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.extended
 def test_a_hub_id_loads_from_the_hub_then_from_the_cache_without_it(tiny_model: Path, tmp_path: Path) -> None:
     hf_home = tmp_path / "hf"
     with hub_serving(tiny_model) as hub:
-        first = workbench("eval", "run", "reverse-text", "-m", REPO_ID, "-n", "2", "-r", "1", cwd=tmp_path, hub=hub, hf_home=hf_home)
+        first = workbench(
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            REPO_ID,
+            "-n",
+            "2",
+            "-r",
+            "1",
+            cwd=tmp_path,
+            hub=hub,
+            hf_home=hf_home,
+        )
     assert first.returncode == 0, first.stderr + first.stdout
     # The hub is gone now: the cached copy serves, without a minute of retries or their noise.
-    again = workbench("eval", "run", "reverse-text", "-m", REPO_ID, "-n", "2", "-r", "1", cwd=tmp_path,
-                      hub=closed_port_url(), hf_home=hf_home)
+    again = workbench(
+        "eval",
+        "run",
+        "reverse-text",
+        "-m",
+        REPO_ID,
+        "-n",
+        "2",
+        "-r",
+        "1",
+        cwd=tmp_path,
+        hub=closed_port_url(),
+        hf_home=hf_home,
+    )
     assert again.returncode == 0, again.stderr + again.stdout
     assert "Retrying" not in again.stderr
     runs = list((tmp_path / "environments" / "reverse_text" / "outputs" / "evals").glob("*/*/results.jsonl"))
@@ -96,6 +127,16 @@ def test_a_hub_id_loads_from_the_hub_then_from_the_cache_without_it(tiny_model: 
 
 
 def test_an_unreachable_hub_is_one_line_that_says_how_to_use_a_folder(tmp_path: Path) -> None:
-    result = workbench("eval", "run", "reverse-text", "-m", "someone/not-cached", "-n", "1", cwd=tmp_path,
-                       hub=closed_port_url(), hf_home=tmp_path / "hf")
+    result = workbench(
+        "eval",
+        "run",
+        "reverse-text",
+        "-m",
+        "someone/not-cached",
+        "-n",
+        "1",
+        cwd=tmp_path,
+        hub=closed_port_url(),
+        hf_home=tmp_path / "hf",
+    )
     assert_one_line_error(result, "someone/not-cached", "unreachable", "--local-dir DIR", "-m DIR")

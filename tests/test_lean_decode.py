@@ -40,7 +40,9 @@ def mixed_rows(tokenizer: Any) -> list[GenerationRow]:
     greedy and sampled rows with top-p/top-k/min-p/repetition penalty, a stop string, and
     max_tokens from 3 to 40 so rows finish at different steps."""
     texts = ["green apple", "the lazy dog jumps", "fox", "silver river stone and more words", "winter"]
-    prompts = [prompt_ids(tokenizer, t) for t in texts] + [prompt_ids(tokenizer, "fox", system="Say it backwards.")]
+    prompts = [prompt_ids(tokenizer, t) for t in texts] + [
+        prompt_ids(tokenizer, "fox", system="Say it backwards.")
+    ]
     settings = [
         SamplingParams(temperature=0.0, max_tokens=40),
         SamplingParams(temperature=0.7, top_p=0.9, max_tokens=20),
@@ -49,9 +51,13 @@ def mixed_rows(tokenizer: Any) -> list[GenerationRow]:
         SamplingParams(temperature=1.0, max_tokens=25, extra={"min_p": 0.1}),
         SamplingParams(temperature=0.9, max_tokens=3, extra={"repetition_penalty": 1.3}),
     ]
-    rows = [GenerationRow(p, s, s.max_tokens, seed=100 + i) for i, (p, s) in enumerate(zip(prompts, settings))]
+    rows = [
+        GenerationRow(p, s, s.max_tokens, seed=100 + i) for i, (p, s) in enumerate(zip(prompts, settings))
+    ]
     sampled = SamplingParams(temperature=1.0, max_tokens=12)
-    rows += [GenerationRow(prompts[1], sampled, 12, seed=200 + i) for i in range(3)]  # an RL group: one prompt, n=3
+    rows += [
+        GenerationRow(prompts[1], sampled, 12, seed=200 + i) for i in range(3)
+    ]  # an RL group: one prompt, n=3
     return rows
 
 
@@ -88,7 +94,9 @@ def test_unseeded_rows_draw_from_the_global_generator_in_row_order(tiny: tuple[A
     torch.manual_seed(7)
     hf = generate(model, tokenizer, rows, lean=False)
     torch.manual_seed(7)
-    assert [r.completion_ids for r in generate(model, tokenizer, rows, lean=True)] == [r.completion_ids for r in hf]
+    assert [r.completion_ids for r in generate(model, tokenizer, rows, lean=True)] == [
+        r.completion_ids for r in hf
+    ]
 
 
 def test_rows_joining_mid_decode_match_running_alone(tiny: tuple[Any, Any]) -> None:
@@ -113,7 +121,9 @@ def test_rows_joining_mid_decode_match_running_alone(tiny: tuple[Any, Any]) -> N
     engine.add(rows[6:], list(range(6, len(rows))))
     while engine.live_rows:
         results.update(engine.step())
-    alone = [generate_batch_hf(model, tokenizer, [row], stop_token_ids=STOPS, pad_token_id=256)[0] for row in rows]
+    alone = [
+        generate_batch_hf(model, tokenizer, [row], stop_token_ids=STOPS, pad_token_id=256)[0] for row in rows
+    ]
     assert_same(alone, [results[i] for i in range(len(rows))])
 
 
@@ -124,9 +134,23 @@ def test_qwen_layouts_match_the_hf_path(tiny: tuple[Any, Any], family: str) -> N
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
     _, tokenizer = tiny
-    shape = dict(vocab_size=259, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, max_position_embeddings=512, eos_token_id=258, tie_word_embeddings=True)
-    config = Qwen3Config(**shape) if family == "qwen3" else Qwen2Config(**{k: v for k, v in shape.items() if k != "head_dim"})
+    shape = dict(
+        vocab_size=259,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        eos_token_id=258,
+        tie_word_embeddings=True,
+    )
+    config = (
+        Qwen3Config(**shape)
+        if family == "qwen3"
+        else Qwen2Config(**{k: v for k, v in shape.items() if k != "head_dim"})
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()
     rows = mixed_rows(tokenizer)
@@ -141,7 +165,9 @@ def test_lora_layers_and_in_place_updates_are_seen(tiny: tuple[Any, Any]) -> Non
 
     model, tokenizer = tiny
     torch.manual_seed(0)
-    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    lora = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
+    )
     wrapped = get_peft_model(copy.deepcopy(model), lora).eval()
     assert LeanModel.build(wrapped) is not None  # peft layers are called as modules
     rows = mixed_rows(tokenizer)[:4]
@@ -160,11 +186,15 @@ def test_unsupported_models_use_the_hf_path(tiny: tuple[Any, Any]) -> None:
     from workbench.inference.lean_model import LeanModel
 
     _, tokenizer = tiny
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=259, n_embd=32, n_layer=1, n_head=2, n_positions=256)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=259, n_embd=32, n_layer=1, n_head=2, n_positions=256)
+    ).eval()
     assert LeanModel.build(model) is None
     rows = mixed_rows(tokenizer)[:2]
-    assert_same(generate_batch_hf(model, tokenizer, rows, stop_token_ids=STOPS, pad_token_id=256),
-                generate_batch(model, tokenizer, rows, stop_token_ids=STOPS, pad_token_id=256))
+    assert_same(
+        generate_batch_hf(model, tokenizer, rows, stop_token_ids=STOPS, pad_token_id=256),
+        generate_batch(model, tokenizer, rows, stop_token_ids=STOPS, pad_token_id=256),
+    )
     with pytest.raises(ValueError):
         generate(model, tokenizer, rows, lean=True)
 
@@ -177,7 +207,9 @@ async def test_local_client_requests_join_a_running_batch(tiny: tuple[Any, Any])
     client._stop_token_ids = set()  # no EOS: the long request runs all its tokens
     long_ids, short_ids = prompt_ids(tokenizer, "green apple"), prompt_ids(tokenizer, "fox")
     try:
-        long = asyncio.create_task(client.complete_ids(long_ids, sampling=SamplingParams(max_tokens=150, seed=1)))
+        long = asyncio.create_task(
+            client.complete_ids(long_ids, sampling=SamplingParams(max_tokens=150, seed=1))
+        )
         async with asyncio.timeout(60):
             while client.stats.forward_passes < 5:  # the long request is decoding
                 await asyncio.sleep(0.005)
@@ -188,6 +220,11 @@ async def test_local_client_requests_join_a_running_batch(tiny: tuple[Any, Any])
         await client.close()
     assert (client.stats.batches, client.stats.max_batch_rows) == (2, 2)
     assert short.completion_tokens == 2 and completion.completion_tokens == 150
-    alone = generate_batch_hf(model, tokenizer, [GenerationRow(long_ids, SamplingParams(max_tokens=150), 150, seed=1 * 1_000_003)],
-                              stop_token_ids=set(), pad_token_id=256)[0]
+    alone = generate_batch_hf(
+        model,
+        tokenizer,
+        [GenerationRow(long_ids, SamplingParams(max_tokens=150), 150, seed=1 * 1_000_003)],
+        stop_token_ids=set(),
+        pad_token_id=256,
+    )[0]
     assert completion.tokens.completion_ids == alone.completion_ids

@@ -48,7 +48,9 @@ def test_fused_weights_follow_updates_made_after_the_lean_model_was_built(tiny: 
     model, tokenizer = tiny
     model = copy.deepcopy(model)
     lean = LeanModel.build(model)
-    assert lean is not None and all(layer.qkv is not None and layer.gate_up is not None for layer in lean.layers)
+    assert lean is not None and all(
+        layer.qkv is not None and layer.gate_up is not None for layer in lean.layers
+    )
     ids = prompt_ids(tokenizer, "green apple")
     before = last_logits(lean, ids)
     assert torch.allclose(before, hf_logits(model, ids), atol=1e-4)
@@ -81,7 +83,9 @@ def test_a_batch_sharing_a_system_prompt_matches_the_hf_path(tiny: tuple[Any, An
     model, tokenizer = tiny
     system = "You reverse text. Answer with the reversed text only, inside <reversed_text> tags."
     texts = ["green apple", "fox", "the lazy dog jumps over", "winter river", "stone"]
-    prompts = [prompt_ids(tokenizer, t, system=system) for t in texts] + [prompt_ids(tokenizer, "fox", system="Hi.")]
+    prompts = [prompt_ids(tokenizer, t, system=system) for t in texts] + [
+        prompt_ids(tokenizer, "fox", system="Hi.")
+    ]
     sampling = SamplingParams(temperature=1.0, max_tokens=24)
     rows = [GenerationRow(p, sampling, 24, seed=300 + i) for i, p in enumerate(prompts)]
     engine = DecodeEngine(LeanModel.build(model), tokenizer, stop_token_ids=STOPS, max_rows=len(rows))

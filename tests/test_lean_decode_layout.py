@@ -43,7 +43,9 @@ def test_real_rotation_matches_the_complex_one(tiny: tuple[Any, Any]) -> None:
     assert torch.allclose(real_logits, hf_logits(model, ids), atol=1e-4)
 
 
-def test_unfused_projections_keep_the_fused_layout(tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unfused_projections_keep_the_fused_layout(
+    tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """q/k projected by separate modules (a model too big to fuse) are put in pairs order after the
     fact: the same tokens and logprobs as with the fused, reordered copies."""
     from workbench.inference.generation import generate_batch
@@ -55,7 +57,9 @@ def test_unfused_projections_keep_the_fused_layout(tiny: tuple[Any, Any], monkey
     monkeypatch.setattr(LeanModel, "FUSE_MAX_BYTES", 0)
     lean = LeanModel.build(model)
     assert lean is not None and all(layer.qkv is None and layer.o_copy is None for layer in lean.layers)
-    assert_same(fused, generate_batch(model, tokenizer, rows, stop_token_ids=STOPS, pad_token_id=256, lean=True))
+    assert_same(
+        fused, generate_batch(model, tokenizer, rows, stop_token_ids=STOPS, pad_token_id=256, lean=True)
+    )
 
 
 def test_cache_write_index_and_slot_copies() -> None:
@@ -112,9 +116,15 @@ def test_rows_finishing_at_different_steps_match_running_alone(tiny: tuple[Any, 
 
     model, tokenizer = tiny
     texts = ["green apple", "fox", "the lazy dog jumps over", "winter river", "stone", "a", "silver"]
-    rows = [GenerationRow(prompt_ids(tokenizer, t), SamplingParams(temperature=1.0, max_tokens=m), m, seed=400 + i)
-            for i, (t, m) in enumerate(zip(texts, [9, 30, 2, 17, 30, 5, 12]))]
+    rows = [
+        GenerationRow(
+            prompt_ids(tokenizer, t), SamplingParams(temperature=1.0, max_tokens=m), m, seed=400 + i
+        )
+        for i, (t, m) in enumerate(zip(texts, [9, 30, 2, 17, 30, 5, 12]))
+    ]
     together = generate(model, tokenizer, rows, lean=True)
-    alone = [generate_batch_hf(model, tokenizer, [row], stop_token_ids=STOPS, pad_token_id=256)[0] for row in rows]
+    alone = [
+        generate_batch_hf(model, tokenizer, [row], stop_token_ids=STOPS, pad_token_id=256)[0] for row in rows
+    ]
     assert_same(alone, together)
     assert len({len(r.completion_ids) for r in together}) > 3

@@ -19,7 +19,13 @@ from workbench.types import SamplingParams
 
 # A few seconds of training: enough to learn the answer format, small context to test limits.
 SPEC = TinyModelSpec(
-    hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128, max_position_embeddings=768, steps=40, batch_size=8
+    hidden_size=64,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=768,
+    steps=40,
+    batch_size=8,
 )
 
 
@@ -47,7 +53,9 @@ def client(model_dir: Path):
 async def test_concurrent_requests_share_batches(client: LocalClient) -> None:
     before = client.stats.batches
     sampling = SamplingParams(temperature=1.0, max_tokens=24)
-    results = await asyncio.gather(*[client.chat(prompt(PHRASES[i % 6] + f" {i}"), sampling=sampling) for i in range(64)])
+    results = await asyncio.gather(
+        *[client.chat(prompt(PHRASES[i % 6] + f" {i}"), sampling=sampling) for i in range(64)]
+    )
     assert len(results) == 64 and all(len(r) == 1 for r in results)
     assert all(r[0].message["role"] == "assistant" for r in results)
     batches = client.stats.batches - before
@@ -70,7 +78,9 @@ async def test_greedy_is_deterministic_and_batch_independent(client: LocalClient
 
 
 async def test_max_tokens_gives_length(client: LocalClient) -> None:
-    [completion] = await client.chat(prompt("green apple"), sampling=SamplingParams(temperature=1.0, max_tokens=5))
+    [completion] = await client.chat(
+        prompt("green apple"), sampling=SamplingParams(temperature=1.0, max_tokens=5)
+    )
     assert completion.finish_reason == "length"
     assert completion.completion_tokens == 5 == len(completion.tokens.completion_ids)
     assert completion.prompt_tokens == len(completion.tokens.prompt_ids) > 0
@@ -81,7 +91,9 @@ async def test_stop_string_is_trimmed(client: LocalClient) -> None:
     text = full.message["content"]
     assert len(text) >= 8, text
     stop = text[4:7]
-    [cut] = await client.chat(prompt("silver river"), sampling=SamplingParams(temperature=0.0, max_tokens=40, stop=[stop]))
+    [cut] = await client.chat(
+        prompt("silver river"), sampling=SamplingParams(temperature=0.0, max_tokens=40, stop=[stop])
+    )
     assert cut.finish_reason == "stop"
     assert cut.message["content"] == text[: text.find(stop)]
     assert stop not in cut.message["content"]
@@ -103,7 +115,9 @@ async def test_logprobs_match_the_sampling_distribution(client: LocalClient) -> 
         logits = model(input_ids=ids).logits[0].float()
     start = len(tokens.prompt_ids) - 1
     steps = logits[start : start + len(tokens.completion_ids)] / sampling.temperature
-    expected = torch.log_softmax(steps, -1).gather(1, torch.tensor(tokens.completion_ids).unsqueeze(1)).squeeze(1)
+    expected = (
+        torch.log_softmax(steps, -1).gather(1, torch.tensor(tokens.completion_ids).unsqueeze(1)).squeeze(1)
+    )
     assert torch.allclose(expected, torch.tensor(tokens.completion_logprobs), atol=1e-4)
 
 
@@ -122,17 +136,25 @@ async def test_n_choices_and_seed(client: LocalClient) -> None:
 
 async def test_top_k_one_and_tiny_top_p_are_greedy(client: LocalClient) -> None:
     [greedy] = await client.chat(prompt("music paper"), sampling=GREEDY)
-    [top_k] = await client.chat(prompt("music paper"), sampling=SamplingParams(temperature=1.5, top_k=1, max_tokens=40))
-    [top_p] = await client.chat(prompt("music paper"), sampling=SamplingParams(temperature=1.5, top_p=1e-6, max_tokens=40))
+    [top_k] = await client.chat(
+        prompt("music paper"), sampling=SamplingParams(temperature=1.5, top_k=1, max_tokens=40)
+    )
+    [top_p] = await client.chat(
+        prompt("music paper"), sampling=SamplingParams(temperature=1.5, top_p=1e-6, max_tokens=40)
+    )
     assert top_k.tokens.completion_ids == greedy.tokens.completion_ids == top_p.tokens.completion_ids
 
 
 async def test_min_p_one_is_greedy_and_a_neutral_penalty_changes_nothing(client: LocalClient) -> None:
     [greedy] = await client.chat(prompt("music paper"), sampling=GREEDY)
-    only_top = SamplingParams(temperature=1.5, max_tokens=40, extra={"min_p": 1.0})  # keeps the top token alone
+    only_top = SamplingParams(
+        temperature=1.5, max_tokens=40, extra={"min_p": 1.0}
+    )  # keeps the top token alone
     [min_p] = await client.chat(prompt("music paper"), sampling=only_top)
-    [neutral] = await client.chat(prompt("music paper"), sampling=SamplingParams(temperature=0.0, max_tokens=40,
-                                                                                  extra={"repetition_penalty": 1.0}))
+    [neutral] = await client.chat(
+        prompt("music paper"),
+        sampling=SamplingParams(temperature=0.0, max_tokens=40, extra={"repetition_penalty": 1.0}),
+    )
     assert min_p.tokens.completion_ids == greedy.tokens.completion_ids == neutral.tokens.completion_ids
 
 
@@ -146,16 +168,31 @@ def test_repetition_penalty_and_min_p_shape_sampling_but_not_logprobs() -> None:
     params = _RowParams.build([row], "cpu", vocab=4)
     penalized = params.penalized(logits)  # token 0 (seen, positive) halved, token 3 (seen, negative) doubled
     assert penalized.tolist() == [pytest.approx([1.0, 1.9, -1.0, -6.0])]
-    token, logprob = sample_next(logits, params.temperature, params.top_p, params.top_k, torch.tensor([0.5]),
-                                 min_p=params.min_p, sampling_logits=penalized)
+    token, logprob = sample_next(
+        logits,
+        params.temperature,
+        params.top_p,
+        params.top_k,
+        torch.tensor([0.5]),
+        min_p=params.min_p,
+        sampling_logits=penalized,
+    )
     assert token.tolist() == [1]  # greedy on the penalized logits
-    assert logprob.item() == pytest.approx(torch.log_softmax(logits, -1)[0, 1].item())  # the model's own logprob
+    assert logprob.item() == pytest.approx(
+        torch.log_softmax(logits, -1)[0, 1].item()
+    )  # the model's own logprob
     params.mark_seen(token)
     assert params.penalized(logits)[0, 1].item() == pytest.approx(0.95)  # sampled tokens count as seen
     # min_p = 0.5 at T=1: tokens below half the top probability are never drawn, whatever the uniform
-    sampled = _RowParams.build([GenerationRow([0], SamplingParams(temperature=1.0, extra={"min_p": 0.5}), 4)], "cpu", vocab=4)
-    draws = {sample_next(logits, sampled.temperature, sampled.top_p, sampled.top_k, torch.tensor([u]),
-                         min_p=sampled.min_p)[0].item() for u in (0.0, 0.3, 0.6, 0.9, 0.999)}
+    sampled = _RowParams.build(
+        [GenerationRow([0], SamplingParams(temperature=1.0, extra={"min_p": 0.5}), 4)], "cpu", vocab=4
+    )
+    draws = {
+        sample_next(
+            logits, sampled.temperature, sampled.top_p, sampled.top_k, torch.tensor([u]), min_p=sampled.min_p
+        )[0].item()
+        for u in (0.0, 0.3, 0.6, 0.9, 0.999)
+    }
     assert draws == {0, 1}
 
 

@@ -22,8 +22,11 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 @pytest.fixture(scope="module")
 def folders(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("local_adapters")
-    return {"a": make_adapter(tiny_model, root / "a", seed=1), "b": make_adapter(tiny_model, root / "b", seed=2),
-            "full": make_perturbed_model(tiny_model, root / "full", seed=3)}
+    return {
+        "a": make_adapter(tiny_model, root / "a", seed=1),
+        "b": make_adapter(tiny_model, root / "b", seed=2),
+        "full": make_perturbed_model(tiny_model, root / "full", seed=3),
+    }
 
 
 @pytest.fixture
@@ -52,7 +55,9 @@ async def test_batches_hold_one_adapter_version(client: LocalClient, folders: di
     assert client.adapters == {"a": str(folders["a"]), "b": str(folders["b"])}
 
 
-async def test_accepted_request_keeps_its_adapter_version(client: LocalClient, folders: dict[str, Path]) -> None:
+async def test_accepted_request_keeps_its_adapter_version(
+    client: LocalClient, folders: dict[str, Path]
+) -> None:
     await asyncio.to_thread(client.load_adapter, "b", folders["b"])
     expected_b = await ids(client, "b")
     await asyncio.to_thread(client.load_adapter, "x", folders["a"])
@@ -76,18 +81,24 @@ async def test_accepted_request_keeps_its_adapter_version(client: LocalClient, f
     assert set(client._adapters._peft.peft_config) == {client._adapters._current["b"]}  # old versions deleted
 
 
-async def test_failed_load_changes_nothing(client: LocalClient, folders: dict[str, Path], tmp_path: Path) -> None:
+async def test_failed_load_changes_nothing(
+    client: LocalClient, folders: dict[str, Path], tmp_path: Path
+) -> None:
     await asyncio.to_thread(client.load_adapter, "a", folders["a"])
     expected = await ids(client, "a")
     (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / "adapter_config.json").write_text((folders["a"] / "adapter_config.json").read_text())
+    (tmp_path / "broken" / "adapter_config.json").write_text(
+        (folders["a"] / "adapter_config.json").read_text()
+    )
     with pytest.raises(AdapterError, match="Loading lora a failed"):
         await asyncio.to_thread(client.load_adapter, "a", tmp_path / "broken")  # no weights file
     assert await ids(client, "a") == expected
     assert client.adapters == {"a": str(folders["a"])}
 
 
-async def test_update_weights_in_place(client: LocalClient, folders: dict[str, Path], tiny_model: Path) -> None:
+async def test_update_weights_in_place(
+    client: LocalClient, folders: dict[str, Path], tiny_model: Path
+) -> None:
     base = await ids(client)
     await asyncio.to_thread(client.load_adapter, "a", folders["a"])
     with_adapter = await ids(client, "a")

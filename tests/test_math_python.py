@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.conftest import SHARED
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from tests.test_envs import ScriptedClient, tool_call
@@ -20,7 +21,6 @@ from workbench.envs import load_environment
 from workbench.envs.environment import RolloutOutput
 from workbench.envs.sandbox import SandboxLimits, run_python
 from workbench.types import SamplingParams
-from tests import zygote
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,8 +56,12 @@ async def run_tool_rollout(code: str, **env_args):
     """One rollout: the model calls `python(code)`, then answers. Returns (tool message, output)."""
     env = load_environment("math-python", **{**LIMITS, **env_args})
     example = env.get_examples(1)[0]
-    client = ScriptedClient([tool_call("python", json.dumps({"code": code})),
-                             {"role": "assistant", "content": f"\\boxed{{{example.answer}}}"}])
+    client = ScriptedClient(
+        [
+            tool_call("python", json.dumps({"code": code})),
+            {"role": "assistant", "content": f"\\boxed{{{example.answer}}}"},
+        ]
+    )
     out = await env.rollout(client, example, SamplingParams())
     assert out.error is None and out.stop_condition == "completed" and out.num_turns == 2  # the run went on
     assert out.state["tool_calls"] == 1
@@ -116,22 +120,31 @@ async def test_infinite_loop_hits_cpu_limit():
 
 
 async def test_sleep_hits_wall_clock_timeout():
-    message = await expect_tool_error("import time\nprint('started', flush=True)\ntime.sleep(60)",
-                                      "wall-clock limit of 2 s exceeded", timeout_s=2.0)
+    message = await expect_tool_error(
+        "import time\nprint('started', flush=True)\ntime.sleep(60)",
+        "wall-clock limit of 2 s exceeded",
+        timeout_s=2.0,
+    )
     assert "started" in message  # output before the kill is kept
 
 
-@pytest.mark.parametrize("code", ["x = bytearray(10**10)", "chunks = []\nwhile True:\n    chunks.append(' ' * 10**7)"])
+@pytest.mark.parametrize(
+    "code", ["x = bytearray(10**10)", "chunks = []\nwhile True:\n    chunks.append(' ' * 10**7)"]
+)
 async def test_memory_bomb_hits_memory_limit(code):
     await expect_tool_error(code, "MemoryError")
 
 
 async def test_process_limit_stops_forks():
     if "not enforced" in (await isolation())["process_limit"]:
-        pytest.skip("RLIMIT_NPROC cannot be enforced here (root without namespaces or a readable interpreter)")
-    code = ("import os, time\nn = 0\nfor _ in range(100):\n    try:\n        pid = os.fork()\n"
-            "    except OSError as exc:\n        print('fork failed:', exc.strerror)\n        break\n"
-            "    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nprint('children', n)")
+        pytest.skip(
+            "RLIMIT_NPROC cannot be enforced here (root without namespaces or a readable interpreter)"
+        )
+    code = (
+        "import os, time\nn = 0\nfor _ in range(100):\n    try:\n        pid = os.fork()\n"
+        "    except OSError as exc:\n        print('fork failed:', exc.strerror)\n        break\n"
+        "    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nprint('children', n)"
+    )
     message, _ = await run_tool_rollout(code)
     assert "fork failed" in message
     assert int(message.split("children")[1]) < LIMITS["max_processes"]
@@ -140,17 +153,21 @@ async def test_process_limit_stops_forks():
 
 async def test_fork_bomb_is_contained():
     if "not enforced" in (await isolation())["process_limit"]:
-        pytest.skip("RLIMIT_NPROC cannot be enforced here (root without namespaces or a readable interpreter)")
+        pytest.skip(
+            "RLIMIT_NPROC cannot be enforced here (root without namespaces or a readable interpreter)"
+        )
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     await expect_tool_error(bomb, "timed out", "CPU time limit")
 
 
 async def test_api_key_in_environment_is_not_visible(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-123")
-    code = ("import os\nprint('env:', os.environ.get('OPENAI_API_KEY'))\nfound = []\n"
-            "for pid in os.listdir('/proc'):\n    try:\n"
-            "        if b'sk-test-secret-123' in open(f'/proc/{pid}/environ', 'rb').read():\n            found.append(pid)\n"
-            "    except OSError:\n        pass\nprint('proc:', found)\nraise SystemExit(3)")
+    code = (
+        "import os\nprint('env:', os.environ.get('OPENAI_API_KEY'))\nfound = []\n"
+        "for pid in os.listdir('/proc'):\n    try:\n"
+        "        if b'sk-test-secret-123' in open(f'/proc/{pid}/environ', 'rb').read():\n            found.append(pid)\n"
+        "    except OSError:\n        pass\nprint('proc:', found)\nraise SystemExit(3)"
+    )
     message = await expect_tool_error(code, "exited with status 3")
     assert "env: None" in message and "sk-test" not in message.split("proc:")[0]
     iso = await isolation()
@@ -165,8 +182,12 @@ async def test_socket_to_localhost_fails():
     listener.setblocking(False)
     port = listener.getsockname()[1]
     try:
-        await expect_tool_error(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')",
-                                "Network is unreachable", "network access is disabled", "Connection refused")
+        await expect_tool_error(
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')",
+            "Network is unreachable",
+            "network access is disabled",
+            "Connection refused",
+        )
         with pytest.raises(BlockingIOError):
             listener.accept()  # nothing ever connected
     finally:
@@ -176,8 +197,10 @@ async def test_socket_to_localhost_fails():
 async def test_concurrent_sandboxes():
     import asyncio
 
-    results = await asyncio.gather(*[run_python(f"print({i} ** 3)", SandboxLimits(**LIMITS)) for i in range(12)])
-    assert [r.stdout.strip() for r in results] == [str(i ** 3) for i in range(12)]
+    results = await asyncio.gather(
+        *[run_python(f"print({i} ** 3)", SandboxLimits(**LIMITS)) for i in range(12)]
+    )
+    assert [r.stdout.strip() for r in results] == [str(i**3) for i in range(12)]
 
 
 # ----- data, rewards, CLI ---------------------------------------------------------------------
@@ -237,12 +260,40 @@ def test_eval_run_end_to_end(tmp_path: Path):
     with serve_in_thread(make_app(EchoBackend())) as url:
         # The echo model calls `python` with the question as code (a SyntaxError): a tool error per rollout.
         proc = zygote.run(
-            [sys.executable, "-m", "workbench", "eval", "run", "math-python", "-m", "echo", "-b", f"{url}/v1",
-             "-n", "4", "-r", "2", "-C", "tool_errors,tool_calls"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
+            [
+                sys.executable,
+                "-m",
+                "workbench",
+                "eval",
+                "run",
+                "math-python",
+                "-m",
+                "echo",
+                "-b",
+                f"{url}/v1",
+                "-n",
+                "4",
+                "-r",
+                "2",
+                "-C",
+                "tool_errors,tool_calls",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
     assert proc.returncode == 0, proc.stderr
-    run_dir = next((tmp_path / "environments" / "math_python" / "outputs" / "evals" / "math-python--echo").iterdir())
-    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()]
+    run_dir = next(
+        (tmp_path / "environments" / "math_python" / "outputs" / "evals" / "math-python--echo").iterdir()
+    )
+    records = [
+        json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines() if line.strip()
+    ]
     assert len(records) == 8 and all(r["error"] is None for r in records)
     assert all(r["state"] == {"tool_errors": 1, "tool_calls": 1} for r in records)
-    assert all(r["completion"][1]["role"] == "tool" and "SyntaxError" in r["completion"][1]["content"] for r in records)
+    assert all(
+        r["completion"][1]["role"] == "tool" and "SyntaxError" in r["completion"][1]["content"]
+        for r in records
+    )

@@ -21,7 +21,12 @@ from tests.servers import (
 )
 from workbench.errors import InferenceError
 from workbench.inference.client import Client
-from workbench.inference.openai_client import OpenAIClient, RoundRobinClient, error_for_status, is_transient_status
+from workbench.inference.openai_client import (
+    OpenAIClient,
+    RoundRobinClient,
+    error_for_status,
+    is_transient_status,
+)
 from workbench.types import Completion, SamplingParams
 
 HELLO = [{"role": "user", "content": "hello"}]
@@ -35,7 +40,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def with_retries(call: Callable[[], Awaitable[list[Completion]]], attempts: int = 5) -> list[Completion]:
+async def with_retries(
+    call: Callable[[], Awaitable[list[Completion]]], attempts: int = 5
+) -> list[Completion]:
     """What the engine does: retry transient errors (no backoff needed in tests)."""
     for attempt in range(attempts):
         try:
@@ -44,7 +51,6 @@ async def with_retries(call: Callable[[], Awaitable[list[Completion]]], attempts
             if not exc.transient or attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
-
 
 
 async def test_is_a_client() -> None:
@@ -88,13 +94,24 @@ async def test_token_data_when_requested(url: str) -> None:
 
 def test_request_body() -> None:
     client = OpenAIClient("http://h/v1", "m", return_tokens=True)
-    sampling = SamplingParams(temperature=0.3, max_tokens=9, stop=["\n"], seed=1, extra={"min_p": 0.05, "n": 3})
+    sampling = SamplingParams(
+        temperature=0.3, max_tokens=9, stop=["\n"], seed=1, extra={"min_p": 0.05, "n": 3}
+    )
     body = client.request_body(HELLO, sampling, [TOOL])
     assert body["model"] == "m" and body["messages"] == HELLO and body["tools"] == [TOOL]
-    assert body["temperature"] == 0.3 and body["max_tokens"] == 9 and body["stop"] == ["\n"] and body["seed"] == 1
+    assert (
+        body["temperature"] == 0.3
+        and body["max_tokens"] == 9
+        and body["stop"] == ["\n"]
+        and body["seed"] == 1
+    )
     assert "top_k" not in body  # -1 = off: not sent, so servers without top_k accept the request
     assert body["min_p"] == 0.05 and body["n"] == 3  # extra is merged as-is and wins, like extra_body
-    assert body["logprobs"] is True and body["return_tokens_as_token_ids"] is True and body["return_token_ids"] is True
+    assert (
+        body["logprobs"] is True
+        and body["return_tokens_as_token_ids"] is True
+        and body["return_token_ids"] is True
+    )
     plain = OpenAIClient("http://h/v1", "m").request_body(HELLO, SamplingParams(top_k=5), None)
     assert plain["top_k"] == 5
     assert not {"logprobs", "return_token_ids", "tools", "stop", "seed"} & plain.keys()
@@ -250,7 +267,10 @@ async def test_many_concurrent_calls_share_a_small_pool(url: str) -> None:
     client = OpenAIClient(url, "echo-model", max_connections=8)
     try:
         results = await asyncio.gather(
-            *(client.chat([{"role": "user", "content": f"n{i}"}], sampling=SamplingParams()) for i in range(200))
+            *(
+                client.chat([{"role": "user", "content": f"n{i}"}], sampling=SamplingParams())
+                for i in range(200)
+            )
         )
     finally:
         await client.close()

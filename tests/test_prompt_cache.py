@@ -30,7 +30,9 @@ def test_the_same_prompt_renders_once_and_others_render_anew(tiny_model: Path):
     with_tools = client.render_prompt_ids(messages("abc"), [tool])
     assert first == again and first is not again  # a copy: callers may change theirs
     assert other != first and len(calls) == 3  # "abc", "abd", and "abc" with a tool
-    expected = tokenizer.encode(render(messages("abc"), tokenize=False, add_generation_prompt=True), add_special_tokens=False)
+    expected = tokenizer.encode(
+        render(messages("abc"), tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
     assert first == expected and with_tools != first
 
 

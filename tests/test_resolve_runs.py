@@ -36,7 +36,9 @@ def test_latest_is_the_newest_run_with_a_checkpoint(tmp_path: Path):
     make_run(runs, "old", [5], mtime=1_000)
     make_run(runs, "new", [5], mtime=2_000)
     make_run(runs, "empty", [])
-    assert resolve_model_path(str(runs / "latest")) == (runs / "new" / "checkpoints" / "step_000005").resolve()
+    assert (
+        resolve_model_path(str(runs / "latest")) == (runs / "new" / "checkpoints" / "step_000005").resolve()
+    )
 
 
 def test_run_without_checkpoints_is_one_clear_error(tmp_path: Path):

@@ -14,7 +14,13 @@ from workbench.engine.sampling import resolve_sampling, sampling_for
 from workbench.errors import UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.store.runs import (
-    SCHEMA_VERSION, EvalRun, GepaRun, TrainRun, effective_status, locate_run, read_run_metadata,
+    SCHEMA_VERSION,
+    EvalRun,
+    GepaRun,
+    TrainRun,
+    effective_status,
+    locate_run,
+    read_run_metadata,
     write_run_metadata,
 )
 from workbench.train.batches import keep_group
@@ -25,8 +31,13 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def group(example_id: int, *rewards: float) -> Group:
-    return Group(example_id, [Rollout(example_id=example_id, rollout_index=i, prompt=[], completion=[], reward=r)
-                              for i, r in enumerate(rewards)])
+    return Group(
+        example_id,
+        [
+            Rollout(example_id=example_id, rollout_index=i, prompt=[], completion=[], reward=r)
+            for i, r in enumerate(rewards)
+        ],
+    )
 
 
 # ----- metadata.json -------------------------------------------------------------------------
@@ -43,7 +54,9 @@ def test_metadata_round_trip_is_versioned_and_typed(tmp_path: Path):
 
 def test_each_kind_reports_progress_and_reward_its_own_way(tmp_path: Path):
     train = TrainRun(run_id="t", env_ids=["a", "b"], step=3, max_steps=10, reward_mean=0.2)
-    gepa = GepaRun(run_id="g", metric_calls_used=40, config={"max_calls": 100}, best_score=0.7, reward_mean=0.1)
+    gepa = GepaRun(
+        run_id="g", metric_calls_used=40, config={"max_calls": 100}, best_score=0.7, reward_mean=0.1
+    )
     assert train.progress() == (3, 10) and train.env_label == "a+b" and train.headline_reward == 0.2
     assert gepa.progress() == (40, 100) and gepa.headline_reward == 0.7
 
@@ -51,8 +64,9 @@ def test_each_kind_reports_progress_and_reward_its_own_way(tmp_path: Path):
 def test_files_from_before_the_schema_and_odd_fields_still_read(tmp_path: Path):
     run = tmp_path / "old"
     run.mkdir()
-    (run / "metadata.json").write_text(json.dumps({"kind": "train", "status": "weird", "step": "three",
-                                                   "max_steps": 5, "future_key": 1}))
+    (run / "metadata.json").write_text(
+        json.dumps({"kind": "train", "status": "weird", "step": "three", "max_steps": 5, "future_key": 1})
+    )
     meta = read_run_metadata(run)
     assert isinstance(meta, TrainRun) and meta.run_id == "old" and meta.status == "unknown"
     assert meta.step is None and meta.max_steps == 5  # a field of the wrong shape reads as missing
@@ -124,14 +138,35 @@ def test_max_concurrent_is_a_training_key():
 
 # ----- the difficulty rule --------------------------------------------------------------------
 def test_one_difficulty_rule_for_eval_tui_and_training():
-    flat_good, flat_bad, varied, barely = group(0, 1, 1, 1), group(1, 0, 0, 0), group(2, 0, 1, 0, 1), group(3, 0, 0, 0, 0.05)
-    assert [DEFAULT_RULE.classify(g) for g in (flat_good, flat_bad, varied, barely)] == \
-        ["too easy", "too hard", "in range", "too hard"]  # std 0.02 < 0.05: hardly any signal
-    assert difficulty_counts([flat_good, flat_bad, varied, barely]) == {"too easy": 1, "in range": 1, "too hard": 2}
+    flat_good, flat_bad, varied, barely = (
+        group(0, 1, 1, 1),
+        group(1, 0, 0, 0),
+        group(2, 0, 1, 0, 1),
+        group(3, 0, 0, 0, 0.05),
+    )
+    assert [DEFAULT_RULE.classify(g) for g in (flat_good, flat_bad, varied, barely)] == [
+        "too easy",
+        "too hard",
+        "in range",
+        "too hard",
+    ]  # std 0.02 < 0.05: hardly any signal
+    assert difficulty_counts([flat_good, flat_bad, varied, barely]) == {
+        "too easy": 1,
+        "in range": 1,
+        "too hard": 2,
+    }
     # training's filter is the same rule with the config's thresholds
-    config = TrainConfig(env=[{"id": "x"}], difficulty_filter={"enabled": True, "min_reward_variance": 0.0,
-                                                                "max_reward": 0.4})
-    assert [keep_group(g, config) for g in (flat_good, flat_bad, varied, barely)] == [False, False, False, True]
+    config = TrainConfig(
+        env=[{"id": "x"}], difficulty_filter={"enabled": True, "min_reward_variance": 0.0, "max_reward": 0.4}
+    )
+    assert [keep_group(g, config) for g in (flat_good, flat_bad, varied, barely)] == [
+        False,
+        False,
+        False,
+        True,
+    ]
     rule = DifficultyRule.from_variance(0.0, 0.0, 0.4)
     assert [rule.teaches(g) for g in (flat_good, flat_bad, varied, barely)] == [False, False, False, True]
-    assert TrainConfig(env=[{"id": "x"}]).difficulty_filter.enabled is False and keep_group(flat_good, TrainConfig(env=[{"id": "x"}]))
+    assert TrainConfig(env=[{"id": "x"}]).difficulty_filter.enabled is False and keep_group(
+        flat_good, TrainConfig(env=[{"id": "x"}])
+    )

@@ -22,8 +22,10 @@ import pytest
 from workbench.envs.sandbox import SandboxLimits, SandboxResult, run_python
 from workbench.envs.sandbox_child import SCRATCH_DIRS
 
-pytestmark = [pytest.mark.timeout(60),
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's isolation is Linux-only")]
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's isolation is Linux-only"),
+]
 
 LIMITS = SandboxLimits(timeout_s=20, cpu_time_s=5, memory_mb=256, tmp_mb=8)
 KEY = "sk-test-workspace-" + secrets.token_hex(8)  # the .env's fake API key
@@ -64,19 +66,29 @@ def outside_tmp_and_home() -> Path:
     pytest.skip("no writable folder outside /tmp and the home directory (needs root)")
 
 
-@pytest.fixture(params=[("outside-tmp", "cwd"), ("outside-tmp", "WORKBENCH_WORKSPACE"), ("in-tmp", "cwd")],
-                ids=lambda p: f"{p[0]}-named-by-{p[1]}")
-def leaky_workspace(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+@pytest.fixture(
+    params=[("outside-tmp", "cwd"), ("outside-tmp", "WORKBENCH_WORKSPACE"), ("in-tmp", "cwd")],
+    ids=lambda p: f"{p[0]}-named-by-{p[1]}",
+)
+def leaky_workspace(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """A workspace as users leave it: folders 0755, a .env 0644 with a key, another run's results.jsonl
     0644; named as the current directory or by $WORKBENCH_WORKSPACE, as when a run starts a sandbox."""
     where, named_by = request.param
-    root = Path(tempfile.mkdtemp(prefix="workbench-ws-", dir=outside_tmp_and_home() if where == "outside-tmp" else "/tmp"))
+    root = Path(
+        tempfile.mkdtemp(
+            prefix="workbench-ws-", dir=outside_tmp_and_home() if where == "outside-tmp" else "/tmp"
+        )
+    )
     try:
         root.chmod(0o755)
         (root / ".env").write_text(f"OPENAI_API_KEY={KEY}\n")
         run_dir = root / "environments" / "math_python" / "outputs" / "evals" / "math-python--m" / "abc123"
         run_dir.mkdir(parents=True, mode=0o755)
-        (run_dir / "results.jsonl").write_text(json.dumps({"completion": [{"role": "tool", "content": ROLLOUT}]}) + "\n")
+        (run_dir / "results.jsonl").write_text(
+            json.dumps({"completion": [{"role": "tool", "content": ROLLOUT}]}) + "\n"
+        )
         for path in [root / ".env", run_dir / "results.jsonl"]:
             path.chmod(0o644)
             assert readable_by_others(path)  # without the sandbox's mounts, the code could read it
@@ -93,16 +105,20 @@ def leaky_workspace(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch:
 
 def try_read(*paths: str) -> str:
     """Code that prints each file's content, or how reading it was blocked."""
-    return (f"for path in {list(paths)!r}:\n"
-            "    try:\n        print(path, 'READ:', open(path).read())\n"
-            "    except OSError as exc:\n        print(path, 'blocked:', type(exc).__name__)\n")
+    return (
+        f"for path in {list(paths)!r}:\n"
+        "    try:\n        print(path, 'READ:', open(path).read())\n"
+        "    except OSError as exc:\n        print(path, 'blocked:', type(exc).__name__)\n"
+    )
 
 
 # ----- the workspace is hidden ------------------------------------------------------------------
 async def test_workspace_dotenv_is_not_readable(mount_namespace, leaky_workspace: Path):
-    result, output = await run(try_read(str(leaky_workspace / ".env"), ".env", "../.env")
-                               + f"import os\nprint('listing:', os.path.isdir({str(leaky_workspace)!r}) "
-                                 f"and os.listdir({str(leaky_workspace)!r}))")
+    result, output = await run(
+        try_read(str(leaky_workspace / ".env"), ".env", "../.env")
+        + f"import os\nprint('listing:', os.path.isdir({str(leaky_workspace)!r}) "
+        f"and os.listdir({str(leaky_workspace)!r}))"
+    )
     assert result.ok, result.describe()
     assert KEY not in output
     assert f"{leaky_workspace / '.env'} blocked: FileNotFoundError" in output
@@ -111,9 +127,11 @@ async def test_workspace_dotenv_is_not_readable(mount_namespace, leaky_workspace
 
 
 async def test_other_runs_results_are_not_readable(mount_namespace, leaky_workspace: Path):
-    code = (f"import os\nfound = []\nfor top, _, files in os.walk({str(leaky_workspace)!r}):\n"
-            "    found += [os.path.join(top, f) for f in files]\nprint('found:', found)\n"
-            + try_read(*[str(p) for p in leaky_workspace.rglob("results.jsonl")]))
+    code = (
+        f"import os\nfound = []\nfor top, _, files in os.walk({str(leaky_workspace)!r}):\n"
+        "    found += [os.path.join(top, f) for f in files]\nprint('found:', found)\n"
+        + try_read(*[str(p) for p in leaky_workspace.rglob("results.jsonl")])
+    )
     result, output = await run(code)
     assert result.ok, result.describe()
     assert ROLLOUT not in output and KEY not in output
@@ -123,13 +141,15 @@ async def test_other_runs_results_are_not_readable(mount_namespace, leaky_worksp
 async def test_workspace_writes_are_blocked(leaky_workspace: Path):
     """Blocked before (the code runs as nobody), and now also by the empty tmpfs over the workspace:
     nothing the code does reaches the host's files."""
-    code = (f"import os\nws = {str(leaky_workspace)!r}\n"
-            "for action in ('overwrite', 'create', 'remove'):\n    try:\n"
-            "        if action == 'overwrite':\n            open(os.path.join(ws, '.env'), 'w').write('X=1')\n"
-            "        elif action == 'create':\n            open(os.path.join(ws, 'planted.py'), 'w').write('x')\n"
-            "        else:\n            os.remove(os.path.join(ws, '.env'))\n"
-            "        print(action, 'done inside')\n"
-            "    except OSError as exc:\n        print(action, 'blocked:', type(exc).__name__)\n")
+    code = (
+        f"import os\nws = {str(leaky_workspace)!r}\n"
+        "for action in ('overwrite', 'create', 'remove'):\n    try:\n"
+        "        if action == 'overwrite':\n            open(os.path.join(ws, '.env'), 'w').write('X=1')\n"
+        "        elif action == 'create':\n            open(os.path.join(ws, 'planted.py'), 'w').write('x')\n"
+        "        else:\n            os.remove(os.path.join(ws, '.env'))\n"
+        "        print(action, 'done inside')\n"
+        "    except OSError as exc:\n        print(action, 'blocked:', type(exc).__name__)\n"
+    )
     result, output = await run(code)
     assert result.ok, result.describe()
     assert output.count("blocked:") + output.count("done inside") == 3  # each tried (inside: an empty tmpfs)
@@ -141,14 +161,18 @@ async def test_workspace_writes_are_blocked(leaky_workspace: Path):
 async def test_files_in_tmp_and_shm_do_not_outlive_the_call(mount_namespace):
     name = f"wb-escape-{secrets.token_hex(6)}"
     dirs = [d for d in SCRATCH_DIRS if os.path.isdir(d)]
-    code = (f"import os\nfor d in {dirs!r}:\n    path = os.path.join(d, {name!r})\n"
-            "    with open(path, 'wb') as handle:\n        handle.write(b'x' * 1_000_000)\n"
-            "    print(d, 'kept for the call:', os.path.getsize(path))\n")
+    code = (
+        f"import os\nfor d in {dirs!r}:\n    path = os.path.join(d, {name!r})\n"
+        "    with open(path, 'wb') as handle:\n        handle.write(b'x' * 1_000_000)\n"
+        "    print(d, 'kept for the call:', os.path.getsize(path))\n"
+    )
     result, output = await run(code)
     assert result.ok, result.describe()
     assert output.count("kept for the call: 1000000") == len(dirs)  # the writes worked inside
     assert not [d for d in dirs if (Path(d) / name).exists()]  # ... and none reached the host
-    again, output = await run(f"import os\nprint([d for d in {dirs!r} if os.path.exists(os.path.join(d, {name!r}))])")
+    again, output = await run(
+        f"import os\nprint([d for d in {dirs!r} if os.path.exists(os.path.join(d, {name!r}))])"
+    )
     assert again.ok and output.strip() == "[]"  # nor the next call
 
 
@@ -156,21 +180,29 @@ async def test_sysv_shared_memory_does_not_outlive_the_call(isolation):
     if not isolation["ipc"].startswith("own"):
         pytest.skip("no IPC namespace on this machine (reported so)")
     key = int.from_bytes(secrets.token_bytes(3), "big") | 0x5B000000
-    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            f"shmid = libc.shmget({key}, 1 << 20, 0o1666)\nprint('created' if shmid >= 0 else 'refused', ctypes.get_errno())\n")
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"shmid = libc.shmget({key}, 1 << 20, 0o1666)\nprint('created' if shmid >= 0 else 'refused', ctypes.get_errno())\n"
+    )
     result, output = await run(code)
     assert result.ok and "created" in output, output
-    host_keys = [int(line.split()[0]) for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:] if line.strip()]
+    host_keys = [
+        int(line.split()[0])
+        for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+        if line.strip()
+    ]
     assert key not in host_keys
 
 
 async def test_tmp_is_size_capped(mount_namespace):
-    code = ("import errno, os\nwritten = 0\ntry:\n    with open('/tmp/fill', 'wb') as handle:\n"
-            "        for _ in range(64):\n            handle.write(b'x' * (1 << 20))\n            handle.flush()\n"
-            "            written += 1\nexcept OSError as exc:\n    print('full after', written, 'MB:', errno.errorcode[exc.errno])\n"
-            "for path in ('/dev/shm/more', 'more'):  # /dev/shm and the working dir share the cap\n"
-            "    try:\n        with open(path, 'wb') as handle:\n            handle.write(b'x' * (1 << 20))\n"
-            "        print(path, 'written')\n    except OSError as exc:\n        print(path, 'refused:', errno.errorcode[exc.errno])\n")
+    code = (
+        "import errno, os\nwritten = 0\ntry:\n    with open('/tmp/fill', 'wb') as handle:\n"
+        "        for _ in range(64):\n            handle.write(b'x' * (1 << 20))\n            handle.flush()\n"
+        "            written += 1\nexcept OSError as exc:\n    print('full after', written, 'MB:', errno.errorcode[exc.errno])\n"
+        "for path in ('/dev/shm/more', 'more'):  # /dev/shm and the working dir share the cap\n"
+        "    try:\n        with open(path, 'wb') as handle:\n            handle.write(b'x' * (1 << 20))\n"
+        "        print(path, 'written')\n    except OSError as exc:\n        print(path, 'refused:', errno.errorcode[exc.errno])\n"
+    )
     result, output = await run(code)
     assert result.ok, result.describe()
     assert "ENOSPC" in output and int(output.split("full after")[1].split()[0]) <= LIMITS.tmp_mb
@@ -188,15 +220,25 @@ async def test_host_tmp_and_shm_are_invisible(mount_namespace):
             os.chmod(path, 0o644)
             markers.append(path)
         # /proc/1/cwd/..: the sandbox's init started in the host's working dir, under the host's /tmp
-        escapes = [*markers, *(f"/proc/1/cwd/../{os.path.basename(m)}" for m in markers if m.startswith("/tmp/"))]
-        code = (try_read(*escapes) + "import os\nprint('tmp:', sorted(os.listdir('/tmp')), 'cwd:', os.path.basename(os.getcwd()))\n"
-                "print('shm:', os.listdir('/dev/shm'))\n")
+        escapes = [
+            *markers,
+            *(f"/proc/1/cwd/../{os.path.basename(m)}" for m in markers if m.startswith("/tmp/")),
+        ]
+        code = (
+            try_read(*escapes)
+            + "import os\nprint('tmp:', sorted(os.listdir('/tmp')), 'cwd:', os.path.basename(os.getcwd()))\n"
+            "print('shm:', os.listdir('/dev/shm'))\n"
+        )
         result, output = await run(code)
     finally:
         for path in markers:
             os.unlink(path)
     assert result.ok, result.describe()
-    assert KEY not in output and output.count("blocked: FileNotFoundError") == 2 and output.count("blocked:") == 3
+    assert (
+        KEY not in output
+        and output.count("blocked: FileNotFoundError") == 2
+        and output.count("blocked:") == 3
+    )
     cwd = output.split("cwd: ")[1].split()[0]
     assert f"tmp: [{cwd!r}]" in output  # its own /tmp holds nothing but its working dir
     assert "shm: []" in output
@@ -206,10 +248,12 @@ async def test_host_tmp_and_shm_are_invisible(mount_namespace):
 async def test_setuid_is_blocked(isolation):
     """Setting uid 0 fails, no capability is held (none to unmount the covers with) and no_new_privs
     stops a setuid binary from granting any."""
-    code = ("import os\ntry:\n    os.setuid(0)\n    print('uid now', os.getuid())\nexcept OSError as exc:\n"
-            "    print('setuid blocked:', type(exc).__name__)\n"
-            "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
-            "print({k: status[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'NoNewPrivs')})\n")
+    code = (
+        "import os\ntry:\n    os.setuid(0)\n    print('uid now', os.getuid())\nexcept OSError as exc:\n"
+        "    print('setuid blocked:', type(exc).__name__)\n"
+        "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+        "print({k: status[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'NoNewPrivs')})\n"
+    )
     result, output = await run(code)
     assert result.ok, result.describe()
     if "dropped from root" in isolation["user"]:
@@ -225,5 +269,9 @@ async def test_report_names_the_filesystem_protections(isolation):
     if isolation["filesystem"].startswith("shared"):
         assert isolation["tmp"].startswith("the host's") and isolation["workspace"].startswith("visible")
     else:
-        assert isolation["tmp"].startswith("private: ") and "/tmp" in isolation["tmp"] and "/dev/shm" in isolation["tmp"]
+        assert (
+            isolation["tmp"].startswith("private: ")
+            and "/tmp" in isolation["tmp"]
+            and "/dev/shm" in isolation["tmp"]
+        )
         assert "filesystem_errors" not in isolation

@@ -11,22 +11,41 @@ from pathlib import Path
 
 import pytest
 
-from workbench.bootstrap import BUNDLED_ENVS
 from tests import zygote
+from workbench.bootstrap import BUNDLED_ENVS
 
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
 ENV_IDS = [name.replace("_", "-") for name in BUNDLED_ENVS]
 # One short step: what is checked is that the config runs, not what it learns.
-ONE_STEP = ["--set", "max_steps=1", "--set", "batch_size=4", "--set", "rollouts_per_example=2",
-            "--set", "micro_batch_size=4", "--set", "eval.interval=0", "--set", "sampling.max_tokens=24",
-            "--set", "wandb.mode='disabled'"]
+ONE_STEP = [
+    "--set",
+    "max_steps=1",
+    "--set",
+    "batch_size=4",
+    "--set",
+    "rollouts_per_example=2",
+    "--set",
+    "micro_batch_size=4",
+    "--set",
+    "eval.interval=0",
+    "--set",
+    "sampling.max_tokens=24",
+    "--set",
+    "wandb.mode='disabled'",
+]
 
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "OPENAI_API_KEY")}
     env |= {"COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +70,21 @@ def test_lab_setup_is_listed_and_scaffolds_every_config(lab: Path):
 def test_gsm8k_configs_name_their_missing_data(lab: Path):
     for config in ("configs/rl/gsm8k.toml", "configs/rl/math-python.toml"):
         dry = workbench("train", config, "--dry-run", cwd=lab)
-        assert dry.returncode == 1 and "data file not found" in dry.stderr and "data/gsm8k/train.jsonl" in dry.stderr, dry.stderr
-        assert "dry run: config is valid, but a real run cannot start" in dry.stdout  # the plan is still printed
+        assert (
+            dry.returncode == 1
+            and "data file not found" in dry.stderr
+            and "data/gsm8k/train.jsonl" in dry.stderr
+        ), dry.stderr
+        assert (
+            "dry run: config is valid, but a real run cannot start" in dry.stdout
+        )  # the plan is still printed
 
 
 # reverse-text runs by default; the other five (about 40 s each) are `extended`
 @pytest.mark.skipif(not GSM8K.is_file(), reason="needs ../shared/data/gsm8k")
-@pytest.mark.parametrize("env_id", [e if e == "reverse-text" else pytest.param(e, marks=pytest.mark.extended) for e in ENV_IDS])
+@pytest.mark.parametrize(
+    "env_id", [e if e == "reverse-text" else pytest.param(e, marks=pytest.mark.extended) for e in ENV_IDS]
+)
 def test_scaffolded_rl_and_eval_configs_run(lab: Path, env_id: str):
     data = lab / "data" / "gsm8k" / "train.jsonl"
     if not data.is_file():  # where the scaffolded gsm8k and math-python configs look for it
@@ -69,11 +96,15 @@ def test_scaffolded_rl_and_eval_configs_run(lab: Path, env_id: str):
     run = workbench("train", config, *ONE_STEP, "--set", f"run_name='{env_id}-one-step'", cwd=lab)
     assert run.returncode == 0, run.stderr
     assert (lab / "outputs" / "runs" / f"{env_id}-one-step" / "checkpoints" / "step_000001").is_dir()
-    evaluated = workbench("eval", "run", f"configs/eval/{env_id}.toml", "-n", "2", "-r", "2", "-t", "24", cwd=lab)
+    evaluated = workbench(
+        "eval", "run", f"configs/eval/{env_id}.toml", "-n", "2", "-r", "2", "-t", "24", cwd=lab
+    )
     assert evaluated.returncode == 0 and "saved to" in evaluated.stdout, evaluated.stderr
 
 
 @pytest.mark.extended
 def test_scaffolded_gepa_config_runs(lab: Path):
-    run = workbench("gepa", "run", "configs/gepa/reverse-text.toml", "-B", "12", "-n", "3", "-N", "2", cwd=lab)
+    run = workbench(
+        "gepa", "run", "configs/gepa/reverse-text.toml", "-B", "12", "-n", "3", "-N", "2", cwd=lab
+    )
     assert run.returncode == 0, run.stderr

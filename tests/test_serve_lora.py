@@ -48,22 +48,35 @@ def _other_base_adapter(out: Path) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    other = LlamaForCausalLM(LlamaConfig(vocab_size=259, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                                         num_attention_heads=2, num_key_value_heads=2))
+    other = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=259,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        )
+    )
     get_peft_model(other, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(out)
     return out
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model: Path, adapters: dict[str, Path]) -> ServerProcess:
-    with workbench_servers(tiny_model, 1, "--enable-lora", "--lora-modules", f"static={adapters['b']}") as [process]:
+    with workbench_servers(tiny_model, 1, "--enable-lora", "--lora-modules", f"static={adapters['b']}") as [
+        process
+    ]:
         yield process
 
 
 @pytest.fixture(scope="module")
 def references(tiny_model: Path, adapters: dict[str, Path]) -> dict[str, object]:
-    return {"tiny": reference_model(tiny_model), "a": reference_model(tiny_model, adapters["a"]),
-            "b": reference_model(tiny_model, adapters["b"])}
+    return {
+        "tiny": reference_model(tiny_model),
+        "a": reference_model(tiny_model, adapters["a"]),
+        "b": reference_model(tiny_model, adapters["b"]),
+    }
 
 
 async def load(url: str, name: str, path: Path, **extra: object) -> tuple[int, object]:
@@ -78,11 +91,13 @@ def assert_generated_by(model: object, body: dict) -> None:
     assert logprobs == pytest.approx(local, abs=2e-4)
 
 
-async def test_lora_modules_load_at_startup(server: ServerProcess, adapters: dict[str, Path],
-                                            references: dict[str, object]) -> None:
+async def test_lora_modules_load_at_startup(
+    server: ServerProcess, adapters: dict[str, Path], references: dict[str, object]
+) -> None:
     _, models = await _get_json(server.base_url, "/v1/models")
     assert {"id": "static", "parent": "tiny", "root": str(adapters["b"])}.items() <= {
-        card["id"]: card for card in models["data"]}["static"].items()
+        card["id"]: card for card in models["data"]
+    }["static"].items()
     assert_generated_by(references["b"], (await chat(server.base_url, "static"))[1])
 
 
@@ -99,12 +114,16 @@ def test_serve_flag_mistakes_are_one_line_errors(tiny_model: Path, tmp_path: Pat
     assert_one_line_error(workbench("serve", model, "--enable-lora", "--lora-modules", "a"), "NAME=PATH")
     assert_one_line_error(workbench("serve", model, "--max-lora-rank", "12"), "one of 1, 8, 16")
     missing = tmp_path / "missing"
-    assert_one_line_error(workbench("serve", model, "--enable-lora", "--lora-modules", f"a={missing}", "--port", "0"),
-                          f"--lora-modules a={missing}", "No adapter found")
+    assert_one_line_error(
+        workbench("serve", model, "--enable-lora", "--lora-modules", f"a={missing}", "--port", "0"),
+        f"--lora-modules a={missing}",
+        "No adapter found",
+    )
 
 
-async def test_adapter_lifecycle_matches_vllm(server: ServerProcess, adapters: dict[str, Path],
-                                              references: dict[str, object]) -> None:
+async def test_adapter_lifecycle_matches_vllm(
+    server: ServerProcess, adapters: dict[str, Path], references: dict[str, object]
+) -> None:
     url = server.base_url
     # Its own adapter name: the module's server is shared, and xdist may run the other tests first.
     status, body = await chat(url, "life")
@@ -130,8 +149,9 @@ async def test_adapter_lifecycle_matches_vllm(server: ServerProcess, adapters: d
     assert_generated_by(references["b"], (await chat(url, "life"))[1])
 
 
-async def test_requests_for_base_and_adapters_interleave(server: ServerProcess, adapters: dict[str, Path],
-                                                         references: dict[str, object]) -> None:
+async def test_requests_for_base_and_adapters_interleave(
+    server: ServerProcess, adapters: dict[str, Path], references: dict[str, object]
+) -> None:
     url = server.base_url
     await load(url, "a", adapters["a"], load_inplace=True)  # each test loads what it uses: any order works
     await load(url, "b", adapters["b"], load_inplace=True)
@@ -142,8 +162,9 @@ async def test_requests_for_base_and_adapters_interleave(server: ServerProcess, 
         assert_generated_by(references[name], body)
 
 
-async def test_failed_loads_leave_served_adapters_working(server: ServerProcess, adapters: dict[str, Path],
-                                                          references: dict[str, object]) -> None:
+async def test_failed_loads_leave_served_adapters_working(
+    server: ServerProcess, adapters: dict[str, Path], references: dict[str, object]
+) -> None:
     url = server.base_url
     await load(url, "a", adapters["a"], load_inplace=True)
     cases = {
@@ -168,7 +189,10 @@ async def test_failed_loads_leave_served_adapters_working(server: ServerProcess,
 async def test_unload(server: ServerProcess, adapters: dict[str, Path]) -> None:
     url = server.base_url
     await load(url, "gone", adapters["a"])
-    assert await post(url, UNLOAD, {"lora_name": "gone"}) == (200, "Success: LoRA adapter 'gone' removed successfully.")
+    assert await post(url, UNLOAD, {"lora_name": "gone"}) == (
+        200,
+        "Success: LoRA adapter 'gone' removed successfully.",
+    )
     status, body = await post(url, UNLOAD, {"lora_name": "gone"})
     assert status == 404 and body["error"]["message"] == "The lora adapter 'gone' cannot be found."
     assert (await chat(url, "gone"))[0] == 404
@@ -176,27 +200,37 @@ async def test_unload(server: ServerProcess, adapters: dict[str, Path]) -> None:
     assert status == 400 and "Both 'lora_name' and 'lora_path'" in body["error"]["message"]
 
 
-async def test_reload_while_requests_are_in_flight(server: ServerProcess, adapters: dict[str, Path],
-                                                   references: dict[str, object]) -> None:
+async def test_reload_while_requests_are_in_flight(
+    server: ServerProcess, adapters: dict[str, Path], references: dict[str, object]
+) -> None:
     """In-place reloads while earlier requests are still running: every reply comes wholly
     from one adapter version, and requests sent after a reload returned use the new one."""
     url = server.base_url
     await load(url, "a", adapters["a"], load_inplace=True)
-    waves: list[tuple[str | None, list[asyncio.Task]]] = [(None, [asyncio.create_task(chat(url, "a")) for _ in range(4)])]
+    waves: list[tuple[str | None, list[asyncio.Task]]] = [
+        (None, [asyncio.create_task(chat(url, "a")) for _ in range(4)])
+    ]
     for version in ("b", "a", "b", "a"):
-        assert (await load(url, "a", adapters[version], load_inplace=True))[0] == 200  # earlier waves still running
+        assert (await load(url, "a", adapters[version], load_inplace=True))[
+            0
+        ] == 200  # earlier waves still running
         waves.append((version, [asyncio.create_task(chat(url, "a")) for _ in range(4)]))
     for version, tasks in waves:
         for status, body in await asyncio.gather(*tasks):
             assert status == 200
             prompt_ids, ids, _ = completion(body)
             fits = {n for n in ("a", "b") if teacher_forced(references[n], prompt_ids, ids)[0] == ids}
-            assert fits == {version} if version else fits, (version, fits)  # the first wave raced the first reload
+            assert fits == {version} if version else fits, (
+                version,
+                fits,
+            )  # the first wave raced the first reload
 
 
 async def test_lora_endpoints_need_enable_lora(url: str) -> None:
     status, body = await post(url, LOAD, {"lora_name": "a", "lora_path": "/nowhere"})
-    assert status == 400 and body["error"]["message"] == "LoRA is not enabled. Use --enable-lora to enable LoRA."
+    assert (
+        status == 400 and body["error"]["message"] == "LoRA is not enabled. Use --enable-lora to enable LoRA."
+    )
 
 
 async def _get_json(url: str, path: str) -> tuple[int, dict]:

@@ -11,12 +11,19 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.servers import REPO_ROOT, EchoBackend, ScriptedBackend, make_app, raising, serve_in_thread, start_process
+from tests.servers import (
+    REPO_ROOT,
+    EchoBackend,
+    ScriptedBackend,
+    make_app,
+    raising,
+    serve_in_thread,
+    start_process,
+)
 from workbench.errors import InferenceError
 from workbench.types import Completion
 
 HELLO = [{"role": "user", "content": "hello"}]
-
 
 
 async def post(url: str, body: Any, *, raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
@@ -223,7 +230,9 @@ def test_http_modules_do_not_import_torch() -> None:
         "import sys, workbench.inference.server, workbench.inference.openai_client, "
         "workbench.inference.endpoints, workbench.inference.echo; print('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -258,8 +267,10 @@ def test_a_client_that_leaves_mid_request_is_not_an_error(caplog: pytest.LogCapt
     with serve_in_thread(make_app(EchoBackend(), middlewares=(watch,))) as url:
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as sock:
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 1000\r\n\r\n{\"model\": ")
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"model": '
+            )
             assert entered.wait(30)  # the server is waiting for the rest of the body: now leave
         assert finished.wait(30), "the server never noticed the client left"
     # the server has shut down (its thread joined) after the handler ended by itself: all it

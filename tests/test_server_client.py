@@ -27,8 +27,9 @@ key = "POOL_KEY"
 
 
 def config(*refs: str) -> TrainConfig:
-    return TrainConfig.model_validate({"env": [{"id": "reverse-text"}],
-                                       "inference": {"mode": "server", "base_urls": list(refs)}})
+    return TrainConfig.model_validate(
+        {"env": [{"id": "reverse-text"}], "inference": {"mode": "server", "base_urls": list(refs)}}
+    )
 
 
 @pytest.fixture
@@ -42,8 +43,11 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_urls_and_endpoint_replicas_make_one_pool(registry: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("POOL_KEY", "sk-pool")
     client = server_client(config("http://127.0.0.1:9000/v1", "pool"))
-    assert [c.base_url for c in client.clients] == ["http://127.0.0.1:9000/v1", "http://127.0.0.1:8001/v1",
-                                                     "http://127.0.0.1:8002/v1"]
+    assert [c.base_url for c in client.clients] == [
+        "http://127.0.0.1:9000/v1",
+        "http://127.0.0.1:8001/v1",
+        "http://127.0.0.1:8002/v1",
+    ]
     assert all(c.return_tokens for c in client.clients)
     assert [c.api_key for c in client.clients] == [None, "sk-pool", "sk-pool"]
 

@@ -43,24 +43,40 @@ def test_server_failures_are_not_results_and_resume_redoes_them(tmp_path: Path):
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 1, out + err
         errors = [line for line in err.splitlines() if line.startswith("error: ")]
-        assert len(errors) == 1 and "4 rollout(s) failed on the model server" in errors[0] and " -R " in errors[0], err
+        assert (
+            len(errors) == 1
+            and "4 rollout(s) failed on the model server" in errors[0]
+            and " -R " in errors[0]
+        ), err
         assert "Traceback" not in err and outage.failed >= 4 * 5  # every attempt of every retry failed
-        run_dir = next((tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo").iterdir())
+        run_dir = next(
+            (
+                tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo"
+            ).iterdir()
+        )
         meta = json.loads((run_dir / "metadata.json").read_text())
         assert meta["status"] == "failed" and meta["summary"]["infrastructure_failures"] == 4
         assert meta["summary"]["num_groups"] == 4 and meta["summary"]["incomplete_groups"] == 2
         marked = [r for r in results_lines(run_dir) if r["error"] and r["error"]["infrastructure"]]
         assert len(marked) == 4
-        kept = {(r["example_id"], r["rollout_index"]): r["timing"] for r in results_lines(run_dir) if not r["error"]}
+        kept = {
+            (r["example_id"], r["rollout_index"]): r["timing"]
+            for r in results_lines(run_dir)
+            if not r["error"]
+        }
 
         outage.down = False  # the server is back
         resume = run_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
         _, err = resume.communicate(timeout=300)
         assert resume.returncode == 0, err
     lines = results_lines(run_dir)
-    assert sorted((r["example_id"], r["rollout_index"]) for r in lines) == [(e, i) for e in range(6) for i in range(2)]
+    assert sorted((r["example_id"], r["rollout_index"]) for r in lines) == [
+        (e, i) for e in range(6) for i in range(2)
+    ]
     assert not any(r["error"] for r in lines)  # no server failure left in the results
-    assert all(kept[key] == r["timing"] for r in lines if (key := (r["example_id"], r["rollout_index"])) in kept)
+    assert all(
+        kept[key] == r["timing"] for r in lines if (key := (r["example_id"], r["rollout_index"])) in kept
+    )
     meta = json.loads((run_dir / "metadata.json").read_text())
     assert meta["status"] == "finished" and "infrastructure_failures" not in meta["summary"]
 
@@ -71,9 +87,17 @@ def test_summary_leaves_server_failures_out_of_the_reward():
 
     outage = RolloutError("InferenceError", "503", where="inference", infrastructure=True)
     env_bug = RolloutError("ValueError", "bad tool", where="env")
-    groups = [Group(0, [rollout(0, 0, 1.0), rollout(0, 1, 0.0)]),
-              Group(1, [rollout(1, 0, 0.0, outage), rollout(1, 1, 1.0)]),
-              Group(2, [rollout(2, 0, 0.0, env_bug), rollout(2, 1, 0.0)])]
+    groups = [
+        Group(0, [rollout(0, 0, 1.0), rollout(0, 1, 0.0)]),
+        Group(1, [rollout(1, 0, 0.0, outage), rollout(1, 1, 1.0)]),
+        Group(2, [rollout(2, 0, 0.0, env_bug), rollout(2, 1, 0.0)]),
+    ]
     summary = summarize(groups)
-    assert summary["reward_mean"] == 0.25 and summary["num_groups"] == 2  # the env's error is data, the outage is not
-    assert summary["infrastructure_failures"] == 1 and summary["incomplete_groups"] == 1 and summary["errors"] == 1
+    assert (
+        summary["reward_mean"] == 0.25 and summary["num_groups"] == 2
+    )  # the env's error is data, the outage is not
+    assert (
+        summary["infrastructure_failures"] == 1
+        and summary["incomplete_groups"] == 1
+        and summary["errors"] == 1
+    )

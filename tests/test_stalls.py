@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.servers import EchoBackend, Gate, last_user_text, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
 from tests.test_eval_run import results_lines, run_cli
@@ -33,14 +34,30 @@ def eval_runs(workspace: Path) -> list[Path]:
 def test_a_stalled_server_is_reported_then_the_eval_gives_up_and_resumes(tmp_path: Path):
     gate = Gate(0)  # /v1/models answers; every chat request waits, unanswered, until the test opens it
     with gate, serve_in_thread(make_app(EchoBackend(), middlewares=(gate.middleware,))) as url:
-        args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "3", "-r", "2",
-                "--timeout", "1", "--tries", "2"]
+        args = [
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            f"{url}/v1",
+            "-n",
+            "3",
+            "-r",
+            "2",
+            "--timeout",
+            "1",
+            "--tries",
+            "2",
+        ]
         proc = run_cli(*args, cwd=tmp_path)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 1, out + err
         assert f"no response from {url}/v1/chat/completions for 1 s, retrying 2/2" in err, err
-        final_error(err, "gave up: no response from", "2 tries", "0 of 6 rollouts are saved",
-                    "workbench eval run -R ")
+        final_error(
+            err, "gave up: no response from", "2 tries", "0 of 6 rollouts are saved", "workbench eval run -R "
+        )
         assert gate.held >= 2 * 2  # every try of the first requests reached the server and waited
         (run_dir,) = eval_runs(tmp_path)
         meta = json.loads((run_dir / "metadata.json").read_text())
@@ -53,7 +70,9 @@ def test_a_stalled_server_is_reported_then_the_eval_gives_up_and_resumes(tmp_pat
         _, err = resume.communicate(timeout=300)
         assert resume.returncode == 0, err
     lines = results_lines(run_dir)
-    assert sorted((r["example_id"], r["rollout_index"]) for r in lines) == [(e, i) for e in range(3) for i in range(2)]
+    assert sorted((r["example_id"], r["rollout_index"]) for r in lines) == [
+        (e, i) for e in range(3) for i in range(2)
+    ]
     assert not any(r["error"] for r in lines)
     assert json.loads((run_dir / "metadata.json").read_text())["status"] == "finished"
 
@@ -84,7 +103,9 @@ def test_a_busy_server_never_times_a_request_out():
         client = OpenAIClient(f"{url}/v1", "echo", timeout_s=timeout)
         sampling = SamplingParams(max_tokens=16)
         try:
-            held = asyncio.ensure_future(client.chat([{"role": "user", "content": "held"}], sampling=sampling))
+            held = asyncio.ensure_future(
+                client.chat([{"role": "user", "content": "held"}], sampling=sampling)
+            )
             started = time.monotonic()
             while gate.held < 1:
                 await asyncio.sleep(0.01)
@@ -120,11 +141,13 @@ def test_a_silent_server_times_a_request_out_with_the_url_and_seconds():
 
 def test_timeout_and_tries_come_from_flags_then_the_registry_then_defaults(tmp_path: Path):
     registry = tmp_path / "endpoints.toml"
-    registry.write_text('[[endpoint]]\nendpoint_id = "slow"\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\n'
-                        'timeout = 600\ntries = 2\n'
-                        '[[endpoint]]\nendpoint_id = "plain"\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\n'
-                        '[[endpoint]]\nendpoint_id = "pair"\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\ntries = 7\n'
-                        '[[endpoint]]\nendpoint_id = "pair"\nmodel = "m"\nurl = "http://127.0.0.1:10/v1"\n')
+    registry.write_text(
+        '[[endpoint]]\nendpoint_id = "slow"\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\n'
+        "timeout = 600\ntries = 2\n"
+        '[[endpoint]]\nendpoint_id = "plain"\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\n'
+        '[[endpoint]]\nendpoint_id = "pair"\nmodel = "m"\nurl = "http://127.0.0.1:9/v1"\ntries = 7\n'
+        '[[endpoint]]\nendpoint_id = "pair"\nmodel = "m"\nurl = "http://127.0.0.1:10/v1"\n'
+    )
 
     def limits(name: str, **flags: Any) -> tuple[float, int]:
         client = make_client(name, endpoints_file=str(registry), **flags)
@@ -143,13 +166,39 @@ def test_timeout_and_tries_come_from_flags_then_the_registry_then_defaults(tmp_p
 
 
 def test_eval_flags_are_checked_and_saved_with_the_run(tmp_path: Path):
-    result = run_cli("eval", "run", "reverse-text", "-m", "echo", "-b", "http://127.0.0.1:9/v1", "--tries", "0",
-                     cwd=tmp_path)
+    result = run_cli(
+        "eval",
+        "run",
+        "reverse-text",
+        "-m",
+        "echo",
+        "-b",
+        "http://127.0.0.1:9/v1",
+        "--tries",
+        "0",
+        cwd=tmp_path,
+    )
     _, err = result.communicate(timeout=120)
     assert_one_line_error(proc_result(result, err), "request_tries", "greater than or equal to 1")
     with serve_in_thread(make_app(EchoBackend())) as url:
-        proc = run_cli("eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "2", "-r", "1",
-                       "--timeout", "30", "--tries", "3", cwd=tmp_path)
+        proc = run_cli(
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            f"{url}/v1",
+            "-n",
+            "2",
+            "-r",
+            "1",
+            "--timeout",
+            "30",
+            "--tries",
+            "3",
+            cwd=tmp_path,
+        )
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     (run_dir,) = eval_runs(tmp_path)
@@ -162,12 +211,34 @@ def test_gepa_gives_up_with_one_line_when_the_policy_server_stalls(tmp_path: Pat
 
     gate = Gate(0)
     with gate, serve_in_thread(make_app(EchoBackend(), middlewares=(gate.middleware,))) as url:
-        proc = workbench("gepa", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-B", "40", "-n", "4",
-                         "-N", "4", "--timeout", "0.5", "--tries", "2", cwd=tmp_path)
+        proc = workbench(
+            "gepa",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-b",
+            f"{url}/v1",
+            "-B",
+            "40",
+            "-n",
+            "4",
+            "-N",
+            "4",
+            "--timeout",
+            "0.5",
+            "--tries",
+            "2",
+            cwd=tmp_path,
+        )
         out, err = finish(proc)
     assert proc.returncode == 1, out + err
-    final_error(err, "gave up: no response from", "every finished iteration is saved", "workbench gepa run -R ")
-    (run_dir,) = (tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "reverse-text--echo").iterdir()
+    final_error(
+        err, "gave up: no response from", "every finished iteration is saved", "workbench gepa run -R "
+    )
+    (run_dir,) = (
+        tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "reverse-text--echo"
+    ).iterdir()
     meta = json.loads((run_dir / "metadata.json").read_text())
     assert meta["status"] == "failed" and meta["error"].startswith("gave up: no response from")
 
@@ -191,13 +262,26 @@ def test_a_gepa_evaluation_that_lost_rollouts_to_the_server_is_not_scored():
         calls.append(text)
         if len(set(calls)) > 1 and text == calls[1]:  # the second prompt seen: the server always fails it
             raise InferenceError("HTTP 503 from server: overloaded", transient=True, status=503)
-        return [Completion(message={"role": "assistant", "content": f"<reversed_text>{text[::-1]}</reversed_text>"},
-                           finish_reason="stop")]
+        return [
+            Completion(
+                message={"role": "assistant", "content": f"<reversed_text>{text[::-1]}</reversed_text>"},
+                finish_reason="stop",
+            )
+        ]
 
     budget = Budget(20)
     with AsyncBridge() as bridge:
-        adapter = WorkbenchAdapter(CandidateScorer(envs, ScriptedBackend(script), bridge, SamplingParams(), budget=budget,
-                                                   max_concurrent=1, retry=RetryPolicy(max_attempts=2, base_delay_s=0.001)))
+        adapter = WorkbenchAdapter(
+            CandidateScorer(
+                envs,
+                ScriptedBackend(script),
+                bridge,
+                SamplingParams(),
+                budget=budget,
+                max_concurrent=1,
+                retry=RetryPolicy(max_attempts=2, base_delay_s=0.001),
+            )
+        )
         batch = [DataItem("train", i) for i in range(3)]
         with pytest.raises(ServerFailures, match="1 of 3 rollouts failed on the model server"):
             adapter.evaluate(batch, {SYSTEM_PROMPT_COMPONENT: envs.seed_prompt})

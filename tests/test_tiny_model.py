@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.evaluate import EvalConfig, run_eval
 from tests import zygote
+from workbench.evaluate import EvalConfig, run_eval
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,15 @@ def test_tiny_loads_with_auto_classes(tiny_model: Path):
 
 
 def test_tiny_reward_band_on_reverse_text(tiny_workspace: Path):
-    config = EvalConfig(env_id="reverse-text", model="tiny", num_examples=20, rollouts_per_example=8,
-                        max_concurrent=64, temperature=1.0, max_tokens=96)
+    config = EvalConfig(
+        env_id="reverse-text",
+        model="tiny",
+        num_examples=20,
+        rollouts_per_example=8,
+        max_concurrent=64,
+        temperature=1.0,
+        max_tokens=96,
+    )
     result = run_eval(config)
     summary = result.summary
     assert result.status == "finished" and summary["errors"] == 0
@@ -45,8 +52,14 @@ def test_tiny_reward_band_on_reverse_text(tiny_workspace: Path):
 
 
 def test_alphabet_sort_multi_turn_runs(tiny_workspace: Path):
-    config = EvalConfig(env_id="alphabet-sort", model="tiny", num_examples=8, rollouts_per_example=4,
-                        env_args={"max_turns": 3}, max_tokens=96)
+    config = EvalConfig(
+        env_id="alphabet-sort",
+        model="tiny",
+        num_examples=8,
+        rollouts_per_example=4,
+        env_args={"max_turns": 3},
+        max_tokens=96,
+    )
     result = run_eval(config)
     assert result.status == "finished" and result.summary["errors"] == 0
     assert result.summary["num_turns_mean"] >= 1.0
@@ -56,8 +69,14 @@ def test_alphabet_sort_multi_turn_runs(tiny_workspace: Path):
 
 def test_eval_over_http_against_workbench_serve(tiny_workspace: Path):
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = zygote.Popen([sys.executable, "-m", "workbench", "serve", "tiny", "--port", "0"],
-                            cwd=tiny_workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = zygote.Popen(
+        [sys.executable, "-m", "workbench", "serve", "tiny", "--port", "0"],
+        cwd=tiny_workspace,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         url = None
         for line in proc.stdout:
@@ -66,11 +85,35 @@ def test_eval_over_http_against_workbench_serve(tiny_workspace: Path):
                 url = match.group(1)
                 break
         assert url, "server did not announce its URL"
-        result = zygote.run([sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", "tiny",
-                                 "-b", f"{url}/v1", "-n", "4", "-r", "4", "-t", "96"],
-                                cwd=tiny_workspace, env=env, capture_output=True, text=True, timeout=300)
+        result = zygote.run(
+            [
+                sys.executable,
+                "-m",
+                "workbench",
+                "eval",
+                "run",
+                "reverse-text",
+                "-m",
+                "tiny",
+                "-b",
+                f"{url}/v1",
+                "-n",
+                "4",
+                "-r",
+                "4",
+                "-t",
+                "96",
+            ],
+            cwd=tiny_workspace,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
-        runs = list((tiny_workspace / "environments" / "reverse_text" / "outputs" / "evals").glob("*/*/metadata.json"))
+        runs = list(
+            (tiny_workspace / "environments" / "reverse_text" / "outputs" / "evals").glob("*/*/metadata.json")
+        )
         summaries = [json.loads(p.read_text()) for p in runs]
         http_run = next(m for m in summaries if m["config"]["api_base_url"])
         assert http_run["status"] == "finished" and http_run["summary"]["errors"] == 0

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.servers import start_process
+from tests import zygote
 from tests.marks import by_default
+from tests.servers import start_process
 from workbench.engine.rollouts import run_rollouts
 from workbench.envs.multiturn import MultiTurnEnv
 from workbench.inference.local_client import LocalClient
@@ -24,15 +25,20 @@ from workbench.inference.openai_client import OpenAIClient
 from workbench.train.config import load_train_config
 from workbench.train.samples import rollout_sequences
 from workbench.types import Group, Messages, SamplingParams, State
-from tests import zygote
 
 pytestmark = pytest.mark.slow
 
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(cwd)}
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def results(workspace: Path, env_folder: str) -> list[dict[str, Any]]:
@@ -40,13 +46,36 @@ def results(workspace: Path, env_folder: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize(("env_id", "folder", "args"), by_default([
-    ("reverse-text", "reverse_text", []),
-    ("alphabet-sort", "alphabet_sort", ["-a", '{"min_turns": 2, "max_turns": 2}']),
-    ("math-python", "math_python", ["-a", '{"max_turns": 3}']),
-], ["math-python"], key=0))
-def test_eval_runs_single_multi_turn_and_tool_envs(tiny_qwen_workspace: Path, env_id: str, folder: str, args: list[str]) -> None:
-    run = workbench("eval", "run", env_id, "-m", "tiny-qwen", "-n", "2", "-r", "2", "-t", "96", *args, cwd=tiny_qwen_workspace)
+@pytest.mark.parametrize(
+    ("env_id", "folder", "args"),
+    by_default(
+        [
+            ("reverse-text", "reverse_text", []),
+            ("alphabet-sort", "alphabet_sort", ["-a", '{"min_turns": 2, "max_turns": 2}']),
+            ("math-python", "math_python", ["-a", '{"max_turns": 3}']),
+        ],
+        ["math-python"],
+        key=0,
+    ),
+)
+def test_eval_runs_single_multi_turn_and_tool_envs(
+    tiny_qwen_workspace: Path, env_id: str, folder: str, args: list[str]
+) -> None:
+    run = workbench(
+        "eval",
+        "run",
+        env_id,
+        "-m",
+        "tiny-qwen",
+        "-n",
+        "2",
+        "-r",
+        "2",
+        "-t",
+        "96",
+        *args,
+        cwd=tiny_qwen_workspace,
+    )
     assert run.returncode == 0, run.stderr + run.stdout
     assert "building" not in run.stderr  # built already (the fixture): no first-use build
     rollouts = results(tiny_qwen_workspace, folder)
@@ -61,9 +90,17 @@ class ToolTurns(MultiTurnEnv):
     in the conversation when the model made one)."""
 
     def __init__(self) -> None:
-        super().__init__(max_turns=3, dataset=[{"question": "Look up the capital of France.", "answer": "Paris"}],
-                         tool_defs=[{"name": "lookup", "description": "Look a fact up.",
-                                     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}])
+        super().__init__(
+            max_turns=3,
+            dataset=[{"question": "Look up the capital of France.", "answer": "Paris"}],
+            tool_defs=[
+                {
+                    "name": "lookup",
+                    "description": "Look a fact up.",
+                    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+                }
+            ],
+        )
 
     async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> Messages:
         calls = messages[-1].get("tool_calls") or []
@@ -85,8 +122,14 @@ async def test_a_three_turn_tool_rollout_trains_on_exactly_the_sampled_tokens(ti
     env = ToolTurns()
     groups: list[Group] = []
     try:
-        await run_rollouts(env, client, env.get_examples(1, split="train"), rollouts_per_example=4,
-                           on_group=groups.append, sampling=SamplingParams(temperature=0.7, max_tokens=256, seed=5))
+        await run_rollouts(
+            env,
+            client,
+            env.get_examples(1, split="train"),
+            rollouts_per_example=4,
+            on_group=groups.append,
+            sampling=SamplingParams(temperature=0.7, max_tokens=256, seed=5),
+        )
     finally:
         await client.close()
     tokenizer = client.tokenizer
@@ -102,7 +145,10 @@ async def test_a_three_turn_tool_rollout_trains_on_exactly_the_sampled_tokens(ti
         assert env_text.count("<|im_start|>assistant\n") == 2 and "<|im_start|>user" in env_text
         assert "<|im_start|>" not in tokenizer.decode(model_ids)  # the model's tokens hold no env header
         for before, after in zip(rollout.turn_tokens, rollout.turn_tokens[1:]):
-            assert after.prompt_ids[:len(before.prompt_ids) + len(before.completion_ids)] == before.prompt_ids + before.completion_ids
+            assert (
+                after.prompt_ids[: len(before.prompt_ids) + len(before.completion_ids)]
+                == before.prompt_ids + before.completion_ids
+            )
 
 
 TRAIN = """
@@ -147,7 +193,9 @@ def test_three_rl_steps_on_a_multi_turn_env(tiny_qwen_workspace: Path, lora: boo
 
 
 def test_branching_trains_one_sample_per_turn_of_a_thinking_model(tiny_qwen_workspace: Path) -> None:
-    extra = '[orchestrator]\ntrajectory_strategy = "branching"\n[inference.model]\nreasoning_parser = "qwen3"\n'
+    extra = (
+        '[orchestrator]\ntrajectory_strategy = "branching"\n[inference.model]\nreasoning_parser = "qwen3"\n'
+    )
     path = tiny_qwen_workspace / "think.toml"
     path.write_text(TRAIN.format(steps=2, extra="") + extra)
     dry = workbench("train", str(path), "--dry-run", cwd=tiny_qwen_workspace)
@@ -169,7 +217,9 @@ async def test_serve_over_http_gives_the_in_process_token_ids(tiny_qwen_model: P
         expected = (await local.chat(messages, sampling=sampling))[0]
     finally:
         await local.close()
-    server = start_process(["-m", "workbench", "serve", str(tiny_qwen_model), "--served-model-name", "tiny-qwen", "--port", "0"])
+    server = start_process(
+        ["-m", "workbench", "serve", str(tiny_qwen_model), "--served-model-name", "tiny-qwen", "--port", "0"]
+    )
     client = OpenAIClient(server.base_url, "tiny-qwen", return_tokens=True)
     try:
         served = (await client.chat(messages, sampling=sampling))[0]
@@ -186,14 +236,16 @@ async def test_serve_over_http_gives_the_in_process_token_ids(tiny_qwen_model: P
 @pytest.mark.extended
 def test_merged_export_loads_with_plain_transformers(tiny_qwen_workspace: Path) -> None:
     result = train(tiny_qwen_workspace, "export", 1)
-    export = workbench("train", "export", str(result.run_dir), "--step", "1", "--merge", cwd=tiny_qwen_workspace)
+    export = workbench(
+        "train", "export", str(result.run_dir), "--step", "1", "--merge", cwd=tiny_qwen_workspace
+    )
     assert export.returncode == 0, export.stderr
     merged = result.run_dir / "exports" / "step_000001-merged"
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     assert AutoModelForCausalLM.from_pretrained(merged).config.model_type == "qwen3"
     tokenizer = AutoTokenizer.from_pretrained(merged)
-    text = "Thinking <think>ok</think> and a tool call <tool_call>{\"name\": \"x\"}</tool_call> · 中文 ✓\n\n  end"
+    text = 'Thinking <think>ok</think> and a tool call <tool_call>{"name": "x"}</tool_call> · 中文 ✓\n\n  end'
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") == 151645
 
@@ -202,8 +254,10 @@ def test_thinking_is_split_from_the_answer_in_process(tiny_qwen_model: Path) -> 
     async def generate() -> list[Any]:
         client = LocalClient(tiny_qwen_model, model_name="tiny-qwen")
         try:
-            return await client.chat([{"role": "user", "content": "Reverse the text: winter"}],
-                                     sampling=SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=2))
+            return await client.chat(
+                [{"role": "user", "content": "Reverse the text: winter"}],
+                sampling=SamplingParams(temperature=1.0, max_tokens=64, n=8, seed=2),
+            )
         finally:
             await client.close()
 
@@ -211,4 +265,3 @@ def test_thinking_is_split_from_the_answer_in_process(tiny_qwen_model: Path) -> 
     split = [c for c in completions if c.message.get("reasoning_content")]
     assert split, [c.message for c in completions]
     assert all("<think>" not in (c.message.get("content") or "") for c in split)
-

@@ -78,21 +78,31 @@ def test_chat_template_renders_chatml(tok) -> None:
 
 
 def test_chat_template_with_tools(tok) -> None:
-    tools = [{"type": "function", "function": {"name": "add", "description": "Add.", "parameters": {"type": "object"}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "add", "description": "Add.", "parameters": {"type": "object"}},
+        }
+    ]
     messages = [
         {"role": "system", "content": "Use tools."},
         {"role": "user", "content": "1+2?"},
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}],
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+            ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "3"},
     ]
     text = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
     assert text.startswith("<|im_start|>system\nUse tools.\n\n# Tools")
     assert '<tools>\n{"type": "function", "function": {"name": "add"' in text
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>' in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call><|im_end|>'
+        in text
+    )
     assert "<|im_start|>user\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in text
 
 

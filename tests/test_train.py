@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.held_env import Drain, held_env_toml
 from tests.servers import wait_until
 from workbench.errors import UserError
 from workbench.train.config import load_train_config
-from tests import zygote
 
 pytestmark = pytest.mark.slow
 
@@ -93,13 +93,19 @@ def test_resume_from_a_chosen_step_redoes_the_later_steps_exactly(tiny_workspace
     run = train(write_config(tiny_workspace, "c", 4, COSINE), "output_dir='runs/cosine'")
     lines = [json.loads(l) for l in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
     rates = [m["train/learning_rate"] for m in lines]
-    assert rates[0] == pytest.approx(3e-3) and rates[1] > rates[2] > rates[3] > 1e-4  # warmup 1, then cosine decay
+    assert (
+        rates[0] == pytest.approx(3e-3) and rates[1] > rates[2] > rates[3] > 1e-4
+    )  # warmup 1, then cosine decay
     assert all(m["train/reward"] == m["reward/mean"] for m in lines)  # the docs' metric name, beside ours
     before = adapter_tensors(run.run_dir / "checkpoints" / "step_000004")
 
     # back to step 2 (--resume-step): steps 3-4 are redone exactly, the old ones set aside
-    again = train(write_config(tiny_workspace, "c", 4, COSINE), "output_dir='runs/cosine'",
-                  "checkpointing.resume_step=2", resume=run.run_dir)
+    again = train(
+        write_config(tiny_workspace, "c", 4, COSINE),
+        "output_dir='runs/cosine'",
+        "checkpointing.resume_step=2",
+        resume=run.run_dir,
+    )
     assert again.status == "finished" and again.metrics[0]["step"] == 3
     [aside] = (run.run_dir / "checkpoints").glob("set-aside-*")
     assert sorted(p.name for p in aside.iterdir()) == ["step_000003", "step_000004"]
@@ -113,8 +119,13 @@ def test_resume_from_a_chosen_step_redoes_the_later_steps_exactly(tiny_workspace
 def test_metrics_rollouts_checkpoints_and_wandb_offline(tiny_workspace: Path):
     secrets = tiny_workspace / "secrets.env"
     secrets.write_text("WB_TEST_SECRET_TOKEN=sk-do-not-leak-123\n")
-    config = write_config(tiny_workspace, "m", 2, extra='env_file = ["secrets.env"]',
-                          tail='[eval]\ninterval = 2\nnum_examples = 8\n')
+    config = write_config(
+        tiny_workspace,
+        "m",
+        2,
+        extra='env_file = ["secrets.env"]',
+        tail="[eval]\ninterval = 2\nnum_examples = 8\n",
+    )
     text = config.read_text().replace('mode = "disabled"', 'mode = "offline"\nproject = "wb-test"')
     config.write_text(text)
     from workbench.train.config import load_env_files
@@ -125,9 +136,22 @@ def test_metrics_rollouts_checkpoints_and_wandb_offline(tiny_workspace: Path):
     run = result.run_dir
     metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0] == {"step": 0, "eval/reward_mean": pytest.approx(metrics[0]["eval/reward_mean"])}
-    for name in ("reward/mean", "reward/std", "reward/lcs_reward", "policy/entropy", "policy/kl", "train/loss",
-                 "train/learning_rate", "train/grad_norm", "rollout/mean_length", "rollout/generation_time",
-                 "rollout/truncated_frac", "filter/dropped_groups", "perf/tokens_per_s", "time/step"):
+    for name in (
+        "reward/mean",
+        "reward/std",
+        "reward/lcs_reward",
+        "policy/entropy",
+        "policy/kl",
+        "train/loss",
+        "train/learning_rate",
+        "train/grad_norm",
+        "rollout/mean_length",
+        "rollout/generation_time",
+        "rollout/truncated_frac",
+        "filter/dropped_groups",
+        "perf/tokens_per_s",
+        "time/step",
+    ):
         assert name in metrics[1], name
     assert "eval/reward_mean" in metrics[2]
     assert len((run / "rollouts" / "step_1.jsonl").read_text().splitlines()) == 16
@@ -157,7 +181,9 @@ def test_nan_loss_stops_with_clear_message_and_keeps_last_checkpoint(tiny_worksp
         return (value * torch.tensor(float("nan")) if poison else value), stats
 
     monkeypatch.setattr(optimize, "policy_loss", poisoned)
-    with pytest.raises(TrainingFailed, match=r"at step (\d+): .*NaN.*last good checkpoint: .*step_0+(\d+)") as info:
+    with pytest.raises(
+        TrainingFailed, match=r"at step (\d+): .*NaN.*last good checkpoint: .*step_0+(\d+)"
+    ) as info:
         train(write_config(tiny_workspace, "nan", 4), "output_dir='runs/nan'", "batch_size=16")
     failed_at = int(info.value.args[0].split("at step ")[1].split(":")[0])
     kept = sorted(p.name for p in (run / "checkpoints").iterdir())
@@ -181,13 +207,19 @@ def test_disk_full_while_checkpointing_keeps_previous(tiny_workspace: Path, monk
         return real_save(obj, path, *a, **kw)
 
     monkeypatch.setattr(torch, "save", failing_save)
-    with pytest.raises(TrainingFailed, match=r"No space left on device.*previous checkpoint intact.*step_000001"):
+    with pytest.raises(
+        TrainingFailed, match=r"No space left on device.*previous checkpoint intact.*step_000001"
+    ):
         train(write_config(tiny_workspace, "full", 3), "output_dir='runs/full'")
     run = tiny_workspace / "runs" / "full"
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000001"]  # no half-written folder
     monkeypatch.setattr(torch, "save", real_save)
     resumed = train(write_config(tiny_workspace, "full", 2), "output_dir='runs/full'", resume=run)
-    assert resumed.status == "finished" and resumed.last_step == 2 and ckpt.list_checkpoints(run)[-1].name == "step_000002"
+    assert (
+        resumed.status == "finished"
+        and resumed.last_step == 2
+        and ckpt.list_checkpoints(run)[-1].name == "step_000002"
+    )
 
 
 def test_sigkill_while_writing_checkpoint_resumes_from_previous(tiny_workspace: Path):
@@ -209,8 +241,14 @@ def test_sigkill_while_writing_checkpoint_resumes_from_previous(tiny_workspace: 
         "run_train(config)\n"
     )
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tiny_workspace, env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=tiny_workspace,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if "WRITING" in line:
@@ -226,7 +264,10 @@ def test_sigkill_while_writing_checkpoint_resumes_from_previous(tiny_workspace: 
     assert resumed.status == "finished" and resumed.last_step == 3
     assert resumed.metrics[0]["step"] == 2  # continued from step 1's checkpoint
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith(".")) == [
-        "step_000001", "step_000002", "step_000003"]
+        "step_000001",
+        "step_000002",
+        "step_000003",
+    ]
 
 
 def test_ctrl_c_finishes_step_writes_checkpoint_and_exits(tiny_workspace: Path):
@@ -235,13 +276,30 @@ def test_ctrl_c_finishes_step_writes_checkpoint_and_exits(tiny_workspace: Path):
     # Step 2's generation waits (tests/held_env.py) until the test has pressed Ctrl-C and the run
     # has said it will stop after this step: the Ctrl-C provably lands mid-run, in step 2.
     config = write_config(tiny_workspace, "intr", 50, tail="")
-    table = held_env_toml(tiny_workspace, hold_after=run / "rollouts" / "step_1.jsonl", held=held, release=release)
+    table = held_env_toml(
+        tiny_workspace, hold_after=run / "rollouts" / "step_1.jsonl", held=held, release=release
+    )
     config.write_text(config.read_text().replace('[[env]]\nid = "reverse-text"\n', table))
     assert table in config.read_text()
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = zygote.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/intr'",
-                             "--set", "checkpointing.save_every_n_steps=100"],
-                            cwd=tiny_workspace, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = zygote.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "train",
+            str(config),
+            "--set",
+            "output_dir='runs/intr'",
+            "--set",
+            "checkpointing.save_every_n_steps=100",
+        ],
+        cwd=tiny_workspace,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     stderr = Drain(proc.stderr)
     try:
@@ -268,11 +326,36 @@ def test_checkpoint_is_a_model_for_eval_and_export_merges(tiny_workspace: Path):
     result = train(write_config(tiny_workspace, "ck", 1), "output_dir='runs/ck'")
     checkpoint = result.run_dir / "checkpoints" / "step_000001"
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    run = zygote.run([sys.executable, "-m", "workbench", "eval", "run", "reverse-text", "-m", str(checkpoint),
-                          "-n", "2", "-r", "2", "-t", "80"], cwd=tiny_workspace, env=env, capture_output=True, text=True)
+    run = zygote.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "eval",
+            "run",
+            "reverse-text",
+            "-m",
+            str(checkpoint),
+            "-n",
+            "2",
+            "-r",
+            "2",
+            "-t",
+            "80",
+        ],
+        cwd=tiny_workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
-    export = zygote.run([sys.executable, "-m", "workbench", "train", "export", str(result.run_dir), "--step", "1",
-                             "--merge"], cwd=tiny_workspace, env=env, capture_output=True, text=True)
+    export = zygote.run(
+        [sys.executable, "-m", "workbench", "train", "export", str(result.run_dir), "--step", "1", "--merge"],
+        cwd=tiny_workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert export.returncode == 0, export.stderr
     merged = result.run_dir / "exports" / "step_000001-merged"
     assert not (merged / "adapter_config.json").exists()
@@ -292,12 +375,19 @@ def test_reward_function_that_raises_is_recorded_not_fatal(tiny_workspace: Path)
         "    return float(len(completion[-1]['content']) % 3) / 2\n"
         "def load_environment():\n"
         "    rows = [{'question': f'say {i}', 'info': {'i': i}} for i in range(20)]\n"
-        "    return SingleTurnEnv(dataset=rows, rubric=Rubric([sometimes]))\n")
-    config = write_config(tiny_workspace, "flaky", 2).read_text().replace('id = "reverse-text"', 'id = "flaky-env"')
+        "    return SingleTurnEnv(dataset=rows, rubric=Rubric([sometimes]))\n"
+    )
+    config = (
+        write_config(tiny_workspace, "flaky", 2)
+        .read_text()
+        .replace('id = "reverse-text"', 'id = "flaky-env"')
+    )
     (tiny_workspace / "flaky.toml").write_text(config)
     result = train(tiny_workspace / "flaky.toml", "output_dir='runs/flaky'")
     assert result.status == "finished"
-    rollouts = [json.loads(l) for l in (result.run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    rollouts = [
+        json.loads(l) for l in (result.run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()
+    ]
     errors = [r for r in rollouts if r["error"]]
     assert errors and all("reward bug" in r["error"]["message"] and r["reward"] == 0.0 for r in errors)
 
@@ -307,7 +397,8 @@ def test_sft_mode_lowers_loss(tiny_workspace: Path):
     same data (reshuffled), so the loss must fall."""
     tail = "[sft]\nfrom_env = true\n"
     text = BASE.format(steps=6, extra='mode = "sft"').replace(
-        '[[env]]\nid = "reverse-text"\n', '[[env]]\nid = "reverse-text"\nargs = { num_train_examples = 8 }\n')
+        '[[env]]\nid = "reverse-text"\n', '[[env]]\nid = "reverse-text"\nargs = { num_train_examples = 8 }\n'
+    )
     config = tiny_workspace / "sft.toml"
     config.write_text(text + tail)
     result = train(config, "output_dir='runs/sft'", "learning_rate=5e-3")
@@ -316,12 +407,16 @@ def test_sft_mode_lowers_loss(tiny_workspace: Path):
 
 
 def test_difficulty_filter_drops_and_multi_env_mixes(tiny_workspace: Path):
-    tail = ('[[env]]\nid = "alphabet-sort"\nweight = 1.0\nargs = { max_turns = 2 }\n'
-            "[difficulty_filter]\nenabled = true\nmin_reward_variance = 0.5\noversampling_factor = 4.0\n")
+    tail = (
+        '[[env]]\nid = "alphabet-sort"\nweight = 1.0\nargs = { max_turns = 2 }\n'
+        "[difficulty_filter]\nenabled = true\nmin_reward_variance = 0.5\noversampling_factor = 4.0\n"
+    )
     result = train(write_config(tiny_workspace, "mix", 1, tail=tail), "output_dir='runs/mix'")
     metrics = result.metrics[0]
     assert metrics["filter/dropped_groups"] >= 1  # variance 0.5 is impossible for rewards in [0, 1]
-    rollouts = [json.loads(l) for l in (result.run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    rollouts = [
+        json.loads(l) for l in (result.run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()
+    ]
     assert {r["task"] for r in rollouts} == {"reverse-text", "alphabet-sort"}
 
 
@@ -339,7 +434,9 @@ def shipped_rl_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("WORKBENCH_WORKSPACE", str(workspace))
         patch.chdir(workspace)
-        return train(SHIPPED, "max_steps=12", "eval.interval=12", *QUIET, "output_dir='runs/held-out'").run_dir.resolve()
+        return train(
+            SHIPPED, "max_steps=12", "eval.interval=12", *QUIET, "output_dir='runs/held-out'"
+        ).run_dir.resolve()
 
 
 def held_out(run_dir: Path) -> list[dict]:
@@ -358,14 +455,23 @@ def test_shipped_rl_config_raises_held_out_reward(shipped_rl_run: Path):
     assert formatted[-1] > formatted[0]  # it learned the answer format first
 
 
-def test_online_distillation_from_an_rl_checkpoint_raises_the_students_reward(shipped_rl_run: Path, tiny_workspace: Path):
+def test_online_distillation_from_an_rl_checkpoint_raises_the_students_reward(
+    shipped_rl_run: Path, tiny_workspace: Path
+):
     """mode = "distill": the base model samples, the RL-trained checkpoint scores its tokens, and
     the per-token reverse KL alone (no reward) lifts the student's held-out reward.
 
     Measured (benchmarks/distill.py): teacher 0.18 held out; student 0.04 -> 0.08 (4 steps) ->
     0.11 (8) -> 0.15 (12), reverse KL 0.22 -> 0.01."""
-    result = train(SHIPPED, "mode='distill'", f"distill.teacher_model='{shipped_rl_run}'", "max_steps=8",
-                   "eval.interval=8", *QUIET, "output_dir='runs/distilled'")
+    result = train(
+        SHIPPED,
+        "mode='distill'",
+        f"distill.teacher_model='{shipped_rl_run}'",
+        "max_steps=8",
+        "eval.interval=8",
+        *QUIET,
+        "output_dir='runs/distilled'",
+    )
     metrics = held_out(result.run_dir)
     before, after = metrics[0]["eval/reward_mean"], metrics[-1]["eval/reward_mean"]
     assert after - before >= 0.04, (before, after)

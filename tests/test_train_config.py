@@ -10,14 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from workbench.errors import UserError
 from workbench.train.config import (
-    TrainConfig, apply_overrides, config_for_saving, load_env_files, load_train_config, parse_override_value,
-    run_blockers, save_resolved_config,
+    TrainConfig,
+    apply_overrides,
+    config_for_saving,
+    load_env_files,
+    load_train_config,
+    parse_override_value,
+    run_blockers,
+    save_resolved_config,
 )
 from workbench.train.plan import build_plan, machine_notes
 from workbench.train.translate import translate
-from tests import zygote
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seed-configs"
 
@@ -37,11 +43,23 @@ SEED_PLANS = {
 
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY", "OPENAI_API_KEY")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY", "OPENAI_API_KEY")
+    }
     env["COLUMNS"] = "200"  # rich wraps at 80 columns without a terminal
-    env["HF_HUB_OFFLINE"] = "1"  # the same answers with or without a network: hub ids unchecked, gsm8k not cached
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
+    env["HF_HUB_OFFLINE"] = (
+        "1"  # the same answers with or without a network: hub ids unchecked, gsm8k not cached
+    )
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
@@ -62,11 +80,14 @@ def write(path: Path, text: str) -> Path:
 # prints the whole plan, then one line naming what is missing, and exits 1 (seed-configs/README).
 # Environments are loaded as the run would: gsm8k without data_path needs the hub (offline here),
 # wiki-search with a judge_model on the OpenAI API needs its key.
-BLOCKED_SEEDS = {"hosted-basic.toml": "unknown environment 'my-environment'",
-                 "hosted-reference.toml": "secrets.env' does not exist",
-                 "prime-rl-nested-full.toml": "unknown environment 'my-env'",
-                 "multi-env.toml": "could not load openai/gsm8k",
-                 "prime-rl-flat.toml": "judge model 'gpt-4.1-mini' on the OpenAI API needs an API key"}
+BLOCKED_SEEDS = {
+    "hosted-basic.toml": "unknown environment 'my-environment'",
+    "hosted-reference.toml": "secrets.env' does not exist",
+    "prime-rl-nested-full.toml": "unknown environment 'my-env'",
+    "multi-env.toml": "could not load openai/gsm8k",
+    "prime-rl-flat.toml": "judge model 'gpt-4.1-mini' on the OpenAI API needs an API key",
+}
+
 
 def test_every_seed_config_is_covered():
     assert sorted(p.name for p in SEEDS.glob("*.toml")) == sorted([*SEED_PLANS, "gepa.toml"])
@@ -89,16 +110,25 @@ def test_seed_config_dry_run_prints_the_plan(name: str, tmp_path: Path):
 
 
 def test_gepa_config_is_pointed_at_gepa(tmp_path: Path):
-    one_line_error(workbench("train", str(SEEDS / "gepa.toml"), "--dry-run", cwd=tmp_path),
-                   "gepa.toml", "looks like a GEPA config", "workbench gepa run")
+    one_line_error(
+        workbench("train", str(SEEDS / "gepa.toml"), "--dry-run", cwd=tmp_path),
+        "gepa.toml",
+        "looks like a GEPA config",
+        "workbench gepa run",
+    )
 
 
 def test_missing_env_file_is_a_note_in_dry_run_and_an_error_in_a_real_run(tmp_path: Path):
     dry = workbench("train", str(SEEDS / "hosted-reference.toml"), "--dry-run", cwd=tmp_path)
     one_line_error(dry, "secrets.env")
     assert "secrets.env" in dry.stdout and "MISSING" in dry.stdout and "a real run stops here" in dry.stdout
-    one_line_error(workbench("train", str(SEEDS / "hosted-reference.toml"), cwd=tmp_path),
-                   "hosted-reference.toml", "env_file", "secrets.env", "does not exist")
+    one_line_error(
+        workbench("train", str(SEEDS / "hosted-reference.toml"), cwd=tmp_path),
+        "hosted-reference.toml",
+        "env_file",
+        "secrets.env",
+        "does not exist",
+    )
 
 
 def test_prime_rl_nested_translates():
@@ -127,7 +157,12 @@ def test_prime_rl_nested_full_translates():
     assert (config.sampling.max_tokens, config.sampling.temperature) == (1024, 0.5)
     assert config.env[0].args == {"dataset_name": "train", "difficulty": "hard"}
     i = config.inference
-    assert (i.gpu_memory_utilization, i.model, i.max_model_len, i.gpu_ids) == (0.6, "Qwen/Qwen2.5-7B-Instruct", 16384, [0, 1, 2])
+    assert (i.gpu_memory_utilization, i.model, i.max_model_len, i.gpu_ids) == (
+        0.6,
+        "Qwen/Qwen2.5-7B-Instruct",
+        16384,
+        [0, 1, 2],
+    )
 
 
 def test_prime_rl_flat_and_options_translate():
@@ -181,58 +216,100 @@ def test_prime_rl_seed004_translates_every_key():
     # LoRA on a CPU with native bfloat16 matmuls holds its frozen base weights in bfloat16; elsewhere it is float32
     from workbench.train.plan import cpu_has_bf16
 
-    expected = ("LoRA's frozen base weights are held in bfloat16" if cpu_has_bf16()
-                else "optimization_dtype = 'bfloat16' has no effect on this machine")
+    expected = (
+        "LoRA's frozen base weights are held in bfloat16"
+        if cpu_has_bf16()
+        else "optimization_dtype = 'bfloat16' has no effect on this machine"
+    )
     assert expected in cpu
 
 
 def test_dtype_notes_on_a_gpu_machine():
-    colocated = TrainConfig(env=[{"id": "reverse-text"}], optimization_dtype="bfloat16", reduce_dtype="bfloat16",
-                            inference={"dtype": "bfloat16"})
+    colocated = TrainConfig(
+        env=[{"id": "reverse-text"}],
+        optimization_dtype="bfloat16",
+        reduce_dtype="bfloat16",
+        inference={"dtype": "bfloat16"},
+    )
     notes = "\n".join(machine_notes(colocated, gpu_count=2))
     assert "optimization_dtype = 'bfloat16': trainer processes on a CUDA GPU" in notes
     assert "reduce_dtype = 'bfloat16' is not applied on its own" in notes
     assert "inference.dtype configure" in notes and "inference.mode = 'colocated'" in notes
-    remote = TrainConfig(env=[{"id": "reverse-text"}], inference={"dtype": "float16", "mode": "server", "base_urls": ["http://h:8000/v1"]})
-    assert any("inference.dtype = 'float16' configures a launched vLLM" in n for n in machine_notes(remote, gpu_count=1))
-    assert machine_notes(TrainConfig(env=[{"id": "reverse-text"}]), gpu_count=0) == []  # the defaults say nothing
+    remote = TrainConfig(
+        env=[{"id": "reverse-text"}],
+        inference={"dtype": "float16", "mode": "server", "base_urls": ["http://h:8000/v1"]},
+    )
+    assert any(
+        "inference.dtype = 'float16' configures a launched vLLM" in n
+        for n in machine_notes(remote, gpu_count=1)
+    )
+    assert (
+        machine_notes(TrainConfig(env=[{"id": "reverse-text"}]), gpu_count=0) == []
+    )  # the defaults say nothing
 
 
 @pytest.mark.parametrize("prefix", ["trainer.ckpt", "ckpt"])
 def test_checkpoint_and_eval_keys_translate(prefix: str):
-    raw = {"model": {"name": "tiny"}, "orchestrator": {"env": [{"id": "reverse-text"}],
-                                                       "eval": {"interval": 5, "num_examples": 8, "env": {"id": "alphabet-sort"}}}}
+    raw = {
+        "model": {"name": "tiny"},
+        "orchestrator": {
+            "env": [{"id": "reverse-text"}],
+            "eval": {"interval": 5, "num_examples": 8, "env": {"id": "alphabet-sort"}},
+        },
+    }
     *parents, leaf = prefix.split(".")
     node = raw
     for part in parents:
         node = node.setdefault(part, {})
     node[leaf] = {"interval": 4, "keep_last": 2, "keep_interval": 20}
     data = translate(raw).data
-    assert data["checkpointing"] == {"save_every_n_steps": 4, "keep_n_checkpoints": 2, "keep_every_n_steps": 20}
-    assert data["eval"] == {"interval": 5, "num_examples": 8, "env": [{"id": "alphabet-sort"}]}  # one table: a list of one
+    assert data["checkpointing"] == {
+        "save_every_n_steps": 4,
+        "keep_n_checkpoints": 2,
+        "keep_every_n_steps": 20,
+    }
+    assert data["eval"] == {
+        "interval": 5,
+        "num_examples": 8,
+        "env": [{"id": "alphabet-sort"}],
+    }  # one table: a list of one
     config = TrainConfig.model_validate(data)
     assert config.eval.env[0].id == "alphabet-sort" and config.checkpointing.keep_every_n_steps == 20
-    hosted = translate({"env": [{"id": "reverse-text"}], "eval": {"interval": 5, "env": {"id": "gsm8k"}}}).data  # [eval.env]
+    hosted = translate(
+        {"env": [{"id": "reverse-text"}], "eval": {"interval": 5, "env": {"id": "gsm8k"}}}
+    ).data  # [eval.env]
     assert hosted["eval"]["env"] == [{"id": "gsm8k"}]
 
 
 def test_new_keys_point_at_the_file_line_when_wrong(tmp_path: Path):
     base = '[model]\nname = "tiny"\n\n[[orchestrator.env]]\nid = "reverse-text"\n\n'
-    typo = write(tmp_path / "t.toml", base + '[trainer.ckpt]\ninterval = 5\nkeep_intervall = 50\n')
-    with pytest.raises(UserError, match=r"t.toml:9: unknown key 'trainer.ckpt.keep_intervall' \(did you mean 'trainer.ckpt.keep_interval'\?\)"):
+    typo = write(tmp_path / "t.toml", base + "[trainer.ckpt]\ninterval = 5\nkeep_intervall = 50\n")
+    with pytest.raises(
+        UserError,
+        match=r"t.toml:9: unknown key 'trainer.ckpt.keep_intervall' \(did you mean 'trainer.ckpt.keep_interval'\?\)",
+    ):
         load_train_config(typo)
     dtype = write(tmp_path / "d.toml", base + '[trainer.model]\noptimization_dtype = "float16"\n')
-    with pytest.raises(UserError, match=r"d.toml:8: key 'trainer.model.optimization_dtype': Input should be 'bfloat16' or 'float32'"):
+    with pytest.raises(
+        UserError,
+        match=r"d.toml:8: key 'trainer.model.optimization_dtype': Input should be 'bfloat16' or 'float32'",
+    ):
         load_train_config(dtype)
-    twice = write(tmp_path / "c.toml", base + '[ckpt]\ninterval = 5\n[trainer.ckpt]\ninterval = 10\n')
+    twice = write(tmp_path / "c.toml", base + "[ckpt]\ninterval = 5\n[trainer.ckpt]\ninterval = 10\n")
     with pytest.raises(UserError, match="already sets"):
         load_train_config(twice)
 
 
 def test_unknown_eval_env_blocks_a_real_run(tmp_path: Path):
-    config = TrainConfig(env=[{"id": "reverse-text"}], eval={"interval": 2, "env": [{"id": "reverse-text"}, {"id": "no-such-env"}]})
+    config = TrainConfig(
+        env=[{"id": "reverse-text"}],
+        eval={"interval": 2, "env": [{"id": "reverse-text"}, {"id": "no-such-env"}]},
+    )
     assert [p.split(" (")[0] for p in run_blockers(config)] == ["eval.env: unknown environment 'no-such-env'"]
-    toml = write(tmp_path / "e.toml", '[[env]]\nid = "reverse-text"\n[eval]\ninterval = 2\n[[eval.env]]\nid = "no-such-env"\n')
+    toml = write(
+        tmp_path / "e.toml",
+        '[[env]]\nid = "reverse-text"\n[eval]\ninterval = 2\n[[eval.env]]\nid = "no-such-env"\n',
+    )
     result = workbench("train", str(toml), "--dry-run", cwd=tmp_path)
     one_line_error(result, "a real run cannot start", "eval.env: unknown environment 'no-such-env'")
     assert "envs no-such-env (no args)" in result.stdout
@@ -277,18 +354,36 @@ def test_docs_style_and_hosted_reference():
 
 
 def test_unknown_key_names_file_line_and_closest_key(tmp_path: Path):
-    config = write(tmp_path / "rt.toml", 'model = "tiny"\n\n[sampling]\nmax_tokens = 64\ntemprature = 0.5\n\n[[env]]\nid = "reverse-text"\n')
+    config = write(
+        tmp_path / "rt.toml",
+        'model = "tiny"\n\n[sampling]\nmax_tokens = 64\ntemprature = 0.5\n\n[[env]]\nid = "reverse-text"\n',
+    )
     line = one_line_error(workbench("train", str(config), "--dry-run", cwd=tmp_path))
-    assert line == f"error: {config}:5: unknown key 'sampling.temprature' (did you mean 'sampling.temperature'?)"
+    assert (
+        line == f"error: {config}:5: unknown key 'sampling.temprature' (did you mean 'sampling.temperature'?)"
+    )
 
 
 def test_unknown_key_in_a_translated_table_is_named_as_written(tmp_path: Path):
-    nested = write(tmp_path / "n.toml", '[model]\nname = "tiny"\n\n[trainer.optim]\nlr = 1e-5\nweight_decy = 0.1\n\n'
-                                        '[[orchestrator.env]]\nid = "reverse-text"\n')
-    one_line_error(workbench("train", str(nested), "--dry-run", cwd=tmp_path),
-                   f"{nested}:6:", "unknown key 'trainer.optim.weight_decy'", "did you mean 'trainer.optim.weight_decay'")
-    sampling = write(tmp_path / "s.toml", '[orchestrator.sampling]\nmax_tokenz = 5\n\n[[orchestrator.env]]\nid = "reverse-text"\n')
-    with pytest.raises(UserError, match=r"s.toml:2: unknown key 'orchestrator.sampling.max_tokenz' \(did you mean 'orchestrator.sampling.max_tokens'\?\)"):
+    nested = write(
+        tmp_path / "n.toml",
+        '[model]\nname = "tiny"\n\n[trainer.optim]\nlr = 1e-5\nweight_decy = 0.1\n\n'
+        '[[orchestrator.env]]\nid = "reverse-text"\n',
+    )
+    one_line_error(
+        workbench("train", str(nested), "--dry-run", cwd=tmp_path),
+        f"{nested}:6:",
+        "unknown key 'trainer.optim.weight_decy'",
+        "did you mean 'trainer.optim.weight_decay'",
+    )
+    sampling = write(
+        tmp_path / "s.toml",
+        '[orchestrator.sampling]\nmax_tokenz = 5\n\n[[orchestrator.env]]\nid = "reverse-text"\n',
+    )
+    with pytest.raises(
+        UserError,
+        match=r"s.toml:2: unknown key 'orchestrator.sampling.max_tokenz' \(did you mean 'orchestrator.sampling.max_tokens'\?\)",
+    ):
         load_train_config(sampling)
     alias = write(tmp_path / "a.toml", 'lora_rnk = 4\n[[env]]\nid = "reverse-text"\n')
     with pytest.raises(UserError, match=r"a.toml:1: unknown key 'lora_rnk' \(did you mean 'lora_rank'\?\)"):
@@ -296,9 +391,15 @@ def test_unknown_key_in_a_translated_table_is_named_as_written(tmp_path: Path):
 
 
 def test_impossible_values_fail_with_one_clear_line(tmp_path: Path):
-    config = write(tmp_path / "c.toml", 'max_steps = 5\nbatch_size = 60\nrollouts_per_example = 16\n[[env]]\nid = "reverse-text"\n')
-    one_line_error(workbench("train", str(config), "--dry-run", cwd=tmp_path),
-                   f"{config}:2:", "batch_size (60) must be divisible by rollouts_per_example (16)")
+    config = write(
+        tmp_path / "c.toml",
+        'max_steps = 5\nbatch_size = 60\nrollouts_per_example = 16\n[[env]]\nid = "reverse-text"\n',
+    )
+    one_line_error(
+        workbench("train", str(config), "--dry-run", cwd=tmp_path),
+        f"{config}:2:",
+        "batch_size (60) must be divisible by rollouts_per_example (16)",
+    )
     cases = {
         "micro_batch_size=5": "batch_size (64) must be divisible by micro_batch_size (5)",
         "micro_batch_size=128": "micro_batch_size (128) is larger than batch_size (64)",
@@ -310,14 +411,21 @@ def test_impossible_values_fail_with_one_clear_line(tmp_path: Path):
         "inference.mode='server'": "needs inference.base_urls or inference.launch",
     }
     for override, message in cases.items():
-        with pytest.raises(UserError, match="^--set .*" + message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(
+            UserError, match="^--set .*" + message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")
+        ):
             load_train_config(config, ["batch_size=64", override])
-    with pytest.raises(UserError, match=r"gradient_accumulation_steps \(3\) disagrees with batch_size / micro_batch_size \(64 / 8 = 8\)"):
+    with pytest.raises(
+        UserError,
+        match=r"gradient_accumulation_steps \(3\) disagrees with batch_size / micro_batch_size \(64 / 8 = 8\)",
+    ):
         load_train_config(config, ["batch_size=64", "micro_batch_size=8", "gradient_accumulation_steps=3"])
 
 
 def test_micro_batches_are_derived_when_not_given(tmp_path: Path):
-    config = write(tmp_path / "c.toml", 'batch_size = 24\nrollouts_per_example = 4\n[[env]]\nid = "reverse-text"\n')
+    config = write(
+        tmp_path / "c.toml", 'batch_size = 24\nrollouts_per_example = 4\n[[env]]\nid = "reverse-text"\n'
+    )
     loaded, _ = load_train_config(config)
     assert (loaded.micro_batch_size, loaded.gradient_accumulation_steps) == (12, 2)
     loaded, _ = load_train_config(config, ["gradient_accumulation_steps=6"])
@@ -325,22 +433,51 @@ def test_micro_batches_are_derived_when_not_given(tmp_path: Path):
 
 
 def test_set_overrides(tmp_path: Path):
-    config = write(tmp_path / "c.toml", 'max_steps = 5\nbatch_size = 16\nrollouts_per_example = 4\n[[env]]\nid = "reverse-text"\n')
-    loaded, notes = load_train_config(config, ["max_steps=20", "sampling.temperature=0.8", "lora.enabled=false",
-                                               'sampling.stop=["</a>"]', "run_name=123", "env.0.args.max_turns=3",
-                                               "env.1.id=alphabet-sort", "model=Qwen/Qwen3-4B"])
+    config = write(
+        tmp_path / "c.toml",
+        'max_steps = 5\nbatch_size = 16\nrollouts_per_example = 4\n[[env]]\nid = "reverse-text"\n',
+    )
+    loaded, notes = load_train_config(
+        config,
+        [
+            "max_steps=20",
+            "sampling.temperature=0.8",
+            "lora.enabled=false",
+            'sampling.stop=["</a>"]',
+            "run_name=123",
+            "env.0.args.max_turns=3",
+            "env.1.id=alphabet-sort",
+            "model=Qwen/Qwen3-4B",
+        ],
+    )
     assert loaded.max_steps == 20 and loaded.sampling.temperature == 0.8 and loaded.lora.enabled is False
     assert loaded.sampling.stop == ["</a>"] and loaded.run_name == "123" and loaded.model == "Qwen/Qwen3-4B"
     assert loaded.env[0].args == {"max_turns": 3} and loaded.env[1].id == "alphabet-sort"
     assert any("max_steps=20" in n for n in notes)
-    result = workbench("train", str(config), "--dry-run", "--set", "max_steps=7", "--set", "sampling.max_tokens=33", cwd=tmp_path)
+    result = workbench(
+        "train",
+        str(config),
+        "--dry-run",
+        "--set",
+        "max_steps=7",
+        "--set",
+        "sampling.max_tokens=33",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0 and "max_tokens 33" in result.stdout, result.stderr
-    one_line_error(workbench("train", str(config), "--dry-run", "--set", "sampling.temprature=0.8", cwd=tmp_path),
-                   "--set sampling.temprature: unknown key 'sampling.temprature' (did you mean 'sampling.temperature'?)")
-    one_line_error(workbench("train", str(config), "--dry-run", "--set", "max_stepz=3", cwd=tmp_path),
-                   "unknown key 'max_stepz' (did you mean 'max_steps'?)")
-    for bad, message in {"max_steps": "expects KEY=VALUE", "max_steps.x=1": "'max_steps' is a value",
-                         "env.id=x": "'env' is a list"}.items():
+    one_line_error(
+        workbench("train", str(config), "--dry-run", "--set", "sampling.temprature=0.8", cwd=tmp_path),
+        "--set sampling.temprature: unknown key 'sampling.temprature' (did you mean 'sampling.temperature'?)",
+    )
+    one_line_error(
+        workbench("train", str(config), "--dry-run", "--set", "max_stepz=3", cwd=tmp_path),
+        "unknown key 'max_stepz' (did you mean 'max_steps'?)",
+    )
+    for bad, message in {
+        "max_steps": "expects KEY=VALUE",
+        "max_steps.x=1": "'max_steps' is a value",
+        "env.id=x": "'env' is a list",
+    }.items():
         with pytest.raises(UserError, match=message):
             apply_overrides({"max_steps": 5, "env": [{"id": "a"}]}, [bad])
 
@@ -358,9 +495,15 @@ def test_env_file_loads_into_environment_and_is_never_saved(tmp_path: Path, monk
     monkeypatch.delenv("WB_TEST_SECRET", raising=False)
     monkeypatch.setenv("WB_TEST_PRESET", "from-shell")
     (tmp_path / "conf").mkdir()
-    write(tmp_path / "conf" / "secrets.env", "WB_TEST_SECRET=hunter2-value\nWB_TEST_PRESET=from-file\n# comment\n")
-    config_file = write(tmp_path / "conf" / "train.toml", 'env_file = ["secrets.env"]\nmax_steps = 3\nbatch_size = 8\n'
-                                                          'rollouts_per_example = 4\n[[env]]\nid = "reverse-text"\n')
+    write(
+        tmp_path / "conf" / "secrets.env",
+        "WB_TEST_SECRET=hunter2-value\nWB_TEST_PRESET=from-file\n# comment\n",
+    )
+    config_file = write(
+        tmp_path / "conf" / "train.toml",
+        'env_file = ["secrets.env"]\nmax_steps = 3\nbatch_size = 8\n'
+        'rollouts_per_example = 4\n[[env]]\nid = "reverse-text"\n',
+    )
     monkeypatch.chdir(tmp_path)  # relative to the config file, not the current directory
     config, _ = load_train_config(config_file)
     assert run_blockers(config) == []
@@ -385,10 +528,17 @@ def test_saved_config_loads_back_identically_and_resumes(tmp_path: Path):
     save_resolved_config(original, tmp_path / "run")
     again, _ = load_train_config(tmp_path / "run" / "config.toml")
     assert again == original
-    result = workbench("train", "--resume", str(tmp_path / "run"), "--dry-run", "--set", "max_steps=600", cwd=tmp_path)
-    one_line_error(result, "unknown environment 'my-env'")  # the seed's placeholder env: the plan, then exit 1
+    result = workbench(
+        "train", "--resume", str(tmp_path / "run"), "--dry-run", "--set", "max_steps=600", cwd=tmp_path
+    )
+    one_line_error(
+        result, "unknown environment 'my-env'"
+    )  # the seed's placeholder env: the plan, then exit 1
     assert "600" in result.stdout
-    one_line_error(workbench("train", str(SEEDS / "vf-rl.toml"), "--resume", str(tmp_path / "run"), cwd=tmp_path), "drop CONFIG")
+    one_line_error(
+        workbench("train", str(SEEDS / "vf-rl.toml"), "--resume", str(tmp_path / "run"), cwd=tmp_path),
+        "drop CONFIG",
+    )
     one_line_error(workbench("train", "--resume", str(tmp_path), cwd=tmp_path), "not a training run folder")
     one_line_error(workbench("train", cwd=tmp_path), "give a training config")
 
@@ -414,6 +564,7 @@ def test_every_field_is_documented():
             for inner in (annotation, *getattr(annotation, "__args__", ())):
                 if isinstance(inner, type) and hasattr(inner, "model_fields"):
                     check(inner)
+
     check(TrainConfig)
 
 
@@ -427,8 +578,10 @@ def test_translation_is_pure_and_leaves_canonical_configs_alone():
 
 
 def test_config_modules_do_not_import_torch():
-    code = ("import sys, workbench.cli.main, workbench.train, workbench.train.config, workbench.train.plan;"
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, workbench.cli.main, workbench.train, workbench.train.config, workbench.train.plan;"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -448,9 +601,19 @@ gpu_ids = [0, 1]
 def test_launch_shows_the_vllm_command_and_needs_vllm_with_a_gpu(tmp_path: Path):
     config = write(tmp_path / "launch.toml", LAUNCH)
     dry = workbench("train", str(config), "--dry-run", cwd=tmp_path)
-    one_line_error(dry, "a real run cannot start", "inference.launch needs vLLM")  # the whole plan, then exit 1
-    assert "vllm" in dry.stdout and "serve Qwen/Qwen3-0.6B" in dry.stdout and "--tensor-parallel-size 2" in dry.stdout
+    one_line_error(
+        dry, "a real run cannot start", "inference.launch needs vLLM"
+    )  # the whole plan, then exit 1
+    assert (
+        "vllm" in dry.stdout
+        and "serve Qwen/Qwen3-0.6B" in dry.stdout
+        and "--tensor-parallel-size 2" in dry.stdout
+    )
     assert "CUDA_VISIBLE_DEVICES=0,1" in dry.stdout and "--enable-lora" in dry.stdout
-    one_line_error(workbench("train", str(config), cwd=tmp_path), "inference.launch needs vLLM on a machine with a GPU")
+    one_line_error(
+        workbench("train", str(config), cwd=tmp_path), "inference.launch needs vLLM on a machine with a GPU"
+    )
     colocated = write(tmp_path / "bad.toml", LAUNCH.replace('mode = "server"', 'mode = "colocated"'))
-    one_line_error(workbench("train", str(colocated), cwd=tmp_path), "launch", "needs inference.mode = 'server'")
+    one_line_error(
+        workbench("train", str(colocated), cwd=tmp_path), "launch", "needs inference.mode = 'server'"
+    )

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from tests.held_env import held_env_toml
 from tests.servers import wait_until
 from tests.test_train import adapter_tensors, train
-from tests import zygote
 
 # batch_size 5 over 2 ranks: slices of 3 and 2 samples, so rank 1 runs an empty micro-batch and
 # the ranks' token counts differ (a per-rank normalization would give a different update)
@@ -75,8 +75,15 @@ def child_env(folder: Path, **extra: str) -> dict[str, str]:
 
 def workbench(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = child_env(folder)
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def metrics(run: Path) -> list[dict]:
@@ -88,8 +95,17 @@ def test_two_processes_make_the_same_update_as_one(tiny_workspace: Path, strateg
     config = tiny_workspace / "sft.toml"
     config.write_text(SFT)
     one = train(config, "output_dir='runs/one'")
-    done = workbench(tiny_workspace, "train", str(config), "--set", "output_dir='runs/two'",
-                     "--set", f"data_parallel='{strategy}'", "--nproc", "2")
+    done = workbench(
+        tiny_workspace,
+        "train",
+        str(config),
+        "--set",
+        "output_dir='runs/two'",
+        "--set",
+        f"data_parallel='{strategy}'",
+        "--nproc",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     two = tiny_workspace / "runs" / "two"
     for a, b in zip(one.metrics, metrics(two), strict=True):  # loss and gradient norm of the global batch
@@ -105,14 +121,24 @@ def test_two_processes_make_the_same_update_as_one(tiny_workspace: Path, strateg
         assert largest < atol, f"step {step}: max weight difference 1 vs 2 processes {largest}"
     assert any(float(wa[name].abs().max()) > 1e-3 for name in wa if "lora_B" in name)  # it did train
 
+
 # both by default: FSDP's RL path differs from DDP's (no shared-prompt passes: optimize.py)
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_rl_two_processes_global_batch_and_rank0_writes(tiny_workspace: Path, strategy: str):
     """RL: each rank generates its groups (FSDP: with gathered weights); rank 0 writes them all."""
     config = tiny_workspace / "rl.toml"
     config.write_text(RL.format(steps=2))
-    done = workbench(tiny_workspace, "train", str(config), "--set", "output_dir='runs/rl'",
-                     "--set", f"data_parallel='{strategy}'", "--nproc", "2")
+    done = workbench(
+        tiny_workspace,
+        "train",
+        str(config),
+        "--set",
+        "output_dir='runs/rl'",
+        "--set",
+        f"data_parallel='{strategy}'",
+        "--nproc",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("finished at step 2") == 1  # only rank 0 talks
     run = tiny_workspace / "runs" / "rl"
@@ -126,8 +152,16 @@ def test_rl_two_processes_global_batch_and_rank0_writes(tiny_workspace: Path, st
     log = (run / "run.log").read_text()
     assert log.count(" start pid=") == 1 and log.count("checkpoint step_000002") == 1
     assert len(list((run / "wandb").glob("offline-run-*"))) == 1
-    assert sorted(p.name for p in run.iterdir()) == [".wandb_id", "checkpoints", "config.toml", "metadata.json",
-                                                    "metrics.jsonl", "rollouts", "run.log", "wandb"]
+    assert sorted(p.name for p in run.iterdir()) == [
+        ".wandb_id",
+        "checkpoints",
+        "config.toml",
+        "metadata.json",
+        "metrics.jsonl",
+        "rollouts",
+        "run.log",
+        "wandb",
+    ]
     meta = json.loads((run / "metadata.json").read_text())
     assert meta["status"] == "finished" and meta["step"] == 2
     from peft import PeftModel
@@ -145,20 +179,41 @@ def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspac
     # Rank 1 stops at its first rollout once step 1's checkpoint is complete (tests/held_env.py)
     # and waits there to be killed: it dies mid-run, in step 2 at the latest, wherever the
     # machine's load puts the test. (The resume finds `held` and is never held.)
-    table = held_env_toml(tiny_workspace, hold_after=run / "checkpoints" / "step_000001" / "trainer_state.json",
-                          held=held, rank=1)
+    table = held_env_toml(
+        tiny_workspace,
+        hold_after=run / "checkpoints" / "step_000001" / "trainer_state.json",
+        held=held,
+        rank=1,
+    )
     config = tiny_workspace / "rl.toml"
     config.write_text(RL.format(steps=50).replace('[[env]]\nid = "reverse-text"\n', table))
     assert table in config.read_text()
     env = child_env(tiny_workspace)
-    parent = zygote.Popen([sys.executable, "-m", "workbench", "train", str(config), "--set", "output_dir='runs/die'",
-                               "--nproc", "2"], cwd=tiny_workspace, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    parent = zygote.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "train",
+            str(config),
+            "--set",
+            "output_dir='runs/die'",
+            "--nproc",
+            "2",
+        ],
+        cwd=tiny_workspace,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: held.exists() or parent.poll() is not None, timeout=240, what="rank 1 held")
         assert held.exists() and parent.poll() is None, parent.communicate()
         rank1 = int(held.read_text())  # only rank 1 holds (held_env's rank = 1): the pid it wrote
-        assert str(rank1) in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()  # one of its ranks
+        assert (
+            str(rank1) in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+        )  # one of its ranks
         os.kill(rank1, signal.SIGKILL)
         _, err = parent.communicate(timeout=120)
     finally:
@@ -166,10 +221,16 @@ def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspac
             parent.kill()
             parent.communicate()
     assert parent.returncode == 1, err
-    assert "error: trainer rank 1 died (exit code -9); the run can be resumed with --resume runs/die --nproc 2" in err
+    assert (
+        "error: trainer rank 1 died (exit code -9); the run can be resumed with --resume runs/die --nproc 2"
+        in err
+    )
     assert "Traceback" not in err
     # what the killed rank had printed is kept in run.log, not shown on the terminal
-    assert f"rank 1's last output is in {run / 'run.log'}" in err or "rank 1's last output is in runs/die/run.log" in err
+    assert (
+        f"rank 1's last output is in {run / 'run.log'}" in err
+        or "rank 1's last output is in runs/die/run.log" in err
+    )
     assert f"[rank 1] held-reverse: holding in pid {rank1}" in (run / "run.log").read_text()
     done = workbench(tiny_workspace, "train", "--resume", "runs/die", "--set", "max_steps=3", "--nproc", "2")
     assert done.returncode == 0, done.stderr
@@ -182,7 +243,14 @@ def test_nproc_under_torchrun_is_one_line(tiny_workspace: Path):
     config = tiny_workspace / "rl.toml"
     config.write_text(RL.format(steps=1))
     env = child_env(tiny_workspace, WORLD_SIZE="2", RANK="0")
-    done = zygote.run([sys.executable, "-m", "workbench", "train", str(config), "--nproc", "2"], cwd=tiny_workspace,
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = zygote.run(
+        [sys.executable, "-m", "workbench", "train", str(config), "--nproc", "2"],
+        cwd=tiny_workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1
     assert done.stderr.strip() == "error: --nproc starts the processes itself: leave it out under torchrun"

@@ -94,18 +94,31 @@ def held_out_as_eval_run(run_config, model: str) -> float:
     from workbench.train.setup import training_sampling
 
     [env] = run_config.env
-    sampling = held_out_sampling(run_config, training_sampling(run_config, load_environment(env.id, **env.args)))
-    result = run_eval(EvalConfig(
-        env_id=env.id, env_args=env.args, model=model, num_examples=run_config.eval.num_examples,
-        rollouts_per_example=run_config.eval.rollouts_per_example, max_concurrent=run_config.eval_concurrency(),
-        max_tokens=sampling.max_tokens, temperature=sampling.temperature, seed=sampling.seed,
-        sampling_args={"top_p": sampling.top_p, "top_k": sampling.top_k, **sampling.extra}))
+    sampling = held_out_sampling(
+        run_config, training_sampling(run_config, load_environment(env.id, **env.args))
+    )
+    result = run_eval(
+        EvalConfig(
+            env_id=env.id,
+            env_args=env.args,
+            model=model,
+            num_examples=run_config.eval.num_examples,
+            rollouts_per_example=run_config.eval.rollouts_per_example,
+            max_concurrent=run_config.eval_concurrency(),
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            seed=sampling.seed,
+            sampling_args={"top_p": sampling.top_p, "top_k": sampling.top_k, **sampling.extra},
+        )
+    )
     assert result.status == "finished"
     return result.summary["reward_mean"]
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full-fine-tuning"])
-def test_rl_from_a_checkpoint_starts_at_the_checkpoints_held_out_reward(sft_run: Path, tiny_workspace: Path, lora: bool):
+def test_rl_from_a_checkpoint_starts_at_the_checkpoints_held_out_reward(
+    sft_run: Path, tiny_workspace: Path, lora: bool
+):
     """Step 0's held-out reward (before any update) is the checkpoint's own, exactly as `eval run
     -m CHECKPOINT` measures it on the same examples and draws (measured: 0.1193 both, the base
     model 0.1389), and the dry run says so. The LoRA run names the checkpoint; the full
@@ -122,8 +135,14 @@ def test_rl_from_a_checkpoint_starts_at_the_checkpoints_held_out_reward(sft_run:
     text = RL.format(model=model, steps=1)
     overrides = ["output_dir='runs/rl'"] + ([] if lora else ["lora.enabled=false"])
     config, _ = load_train_config(_write(tiny_workspace, text), overrides)
-    rows = {label: value for section in build_plan(config, [], [], gpu_count=0).sections for label, value in section.rows}
-    base = sft_run.parents[1] / "outputs" / "models" / "tiny"  # the SFT run's workspace's tiny (not this one's)
+    rows = {
+        label: value
+        for section in build_plan(config, [], [], gpu_count=0).sections
+        for label, value in section.rows
+    }
+    base = (
+        sft_run.parents[1] / "outputs" / "models" / "tiny"
+    )  # the SFT run's workspace's tiny (not this one's)
     assert rows["starts from"].startswith(f"{base} + adapter {checkpoint} (merged), ")
     assert rows["starts from"].endswith("new LoRA r 4 on top" if lora else "full fine-tuning")
 
@@ -136,8 +155,9 @@ def test_rl_from_a_checkpoint_starts_at_the_checkpoints_held_out_reward(sft_run:
     assert held_out_as_eval_run(config, "tiny") != evaluated
 
 
-def test_rl_checkpoint_on_an_sft_checkpoint_loads_as_the_trainers_weights(sft_run: Path, tiny_workspace: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch):
+def test_rl_checkpoint_on_an_sft_checkpoint_loads_as_the_trainers_weights(
+    sft_run: Path, tiny_workspace: Path, monkeypatch: pytest.MonkeyPatch
+):
     """RL from an SFT checkpoint writes adapters whose base is that checkpoint; eval -m and
     export --merge of them rebuild base + SFT + RL, the weights the trainer ended with, and a
     resumed run starts from base + SFT + its step's adapter.
@@ -175,7 +195,9 @@ def test_rl_checkpoint_on_an_sft_checkpoint_loads_as_the_trainers_weights(sft_ru
     assert json.loads((rl / "adapter_config.json").read_text())["base_model_name_or_path"] == str(sft)
     assert json.loads((rl / "trainer_state.json").read_text())["base_model"] == str(sft)
 
-    served = local_client("rl", resolve_model_path(str(result.run_dir)))._hf_model  # what eval run -m RUN decodes
+    served = local_client(
+        "rl", resolve_model_path(str(result.run_dir))
+    )._hf_model  # what eval run -m RUN decodes
     exported = AutoModelForCausalLM.from_pretrained(export_checkpoint(result.run_dir, None, True, None))
     with torch.no_grad():
         trained = policies[0].model.eval()(ids).logits
@@ -185,15 +207,27 @@ def test_rl_checkpoint_on_an_sft_checkpoint_loads_as_the_trainers_weights(sft_ru
 
     # One weight by hand, from the files alone: W_base + s * B_sft @ A_sft + s * B_rl @ A_rl.
     name = "model.layers.0.self_attn.q_proj"
-    base = load_file(str(Path(json.loads((sft / "adapter_config.json").read_text())["base_model_name_or_path"])
-                         / "model.safetensors"))[f"{name}.weight"]
+    base = load_file(
+        str(
+            Path(json.loads((sft / "adapter_config.json").read_text())["base_model_name_or_path"])
+            / "model.safetensors"
+        )
+    )[f"{name}.weight"]
     deltas = [lora_delta(folder, name, scale=8 / 4) for folder in (sft, rl)]  # alpha / r
     assert all(delta.abs().max() > 1e-4 for delta in deltas)
-    assert torch.allclose(exported.state_dict()[f"{name}.weight"], base + deltas[0] + deltas[1], rtol=0, atol=1e-6)
+    assert torch.allclose(
+        exported.state_dict()[f"{name}.weight"], base + deltas[0] + deltas[1], rtol=0, atol=1e-6
+    )
 
     before = load_file(str(rl / "adapter_model.safetensors"))
-    train(tiny_workspace, RL.format(model=sft, steps=2), "output_dir='runs/rl'", "eval.interval=0",
-          "checkpointing.resume_step=1", resume=result.run_dir)
+    train(
+        tiny_workspace,
+        RL.format(model=sft, steps=2),
+        "output_dir='runs/rl'",
+        "eval.interval=0",
+        "checkpointing.resume_step=1",
+        resume=result.run_dir,
+    )
     with torch.no_grad():
         step1 = load_plain_model(checkpoint_of(result.run_dir, 1))[0](ids).logits
     assert torch.allclose(at_start[1], step1, rtol=0, atol=5e-5)  # resumed on base + SFT, not on the base
@@ -201,7 +235,9 @@ def test_rl_checkpoint_on_an_sft_checkpoint_loads_as_the_trainers_weights(sft_ru
     assert all(torch.allclose(before[k], redone[k], rtol=0, atol=1e-5) for k in before)
 
 
-def test_resumed_full_fine_tuning_keeps_the_starting_weights_as_kl_reference(sft_run: Path, tiny_workspace: Path):
+def test_resumed_full_fine_tuning_keeps_the_starting_weights_as_kl_reference(
+    sft_run: Path, tiny_workspace: Path
+):
     """Full fine-tuning's KL reference is a frozen copy of the starting weights (here the SFT
     checkpoint's); a resumed run rebuilds it from `model`, not from the resumed weights (with which
     the KL of a redone step would start over at 0)."""
@@ -232,16 +268,29 @@ def test_broken_checkpoints_are_one_line_errors(sft_run: Path, tmp_path: Path):
 
     def rebase(folder: Path, base: Path | str) -> None:
         config = json.loads((folder / "adapter_config.json").read_text())
-        (folder / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(base)}))
+        (folder / "adapter_config.json").write_text(
+            json.dumps({**config, "base_model_name_or_path": str(base)})
+        )
 
     # name: (what breaks it, the error, whether the dry run sees it: it reads files, not weights)
     cases = {
         "no weights": (lambda f: (f / "adapter_model.safetensors").unlink(), "has no adapter weights", True),
-        "garbage weights": (lambda f: (f / "adapter_model.safetensors").write_bytes(b"\0" * 64),
-                            "could not load the LoRA adapter in .*SafetensorError", False),
-        "base gone": (lambda f: rebase(f, tmp_path / "gone"), "needs its base model '.*gone', which is not here", True),
+        "garbage weights": (
+            lambda f: (f / "adapter_model.safetensors").write_bytes(b"\0" * 64),
+            "could not load the LoRA adapter in .*SafetensorError",
+            False,
+        ),
+        "base gone": (
+            lambda f: rebase(f, tmp_path / "gone"),
+            "needs its base model '.*gone', which is not here",
+            True,
+        ),
         "loop": (lambda f: rebase(f, f), "chain of base models loops back", True),
-        "garbage config": (lambda f: (f / "adapter_config.json").write_text("{"), "is not a readable adapter config", True),
+        "garbage config": (
+            lambda f: (f / "adapter_config.json").write_text("{"),
+            "is not a readable adapter config",
+            True,
+        ),
     }
     for name, (change, message, dry_run_sees) in cases.items():
         folder = broken(name.replace(" ", "-"), change)
@@ -249,7 +298,10 @@ def test_broken_checkpoints_are_one_line_errors(sft_run: Path, tmp_path: Path):
             load_plain_model(folder)
         assert "\n" not in str(info.value), name
         problem = model_problem(str(folder))
-        assert (problem is not None and re.search(message, problem) is not None) == dry_run_sees, (name, problem)
+        assert (problem is not None and re.search(message, problem) is not None) == dry_run_sees, (
+            name,
+            problem,
+        )
     # a loop two checkpoints long
     a, b = broken("a", lambda f: None), broken("b", lambda f: None)
     rebase(a, b)
@@ -264,8 +316,11 @@ def test_a_launched_vllm_is_not_handed_a_checkpoint(sft_run: Path):
     from workbench.train.schema import TrainConfig
     from workbench.train.vllm import plan_for_training
 
-    config = TrainConfig(model=str(checkpoint_of(sft_run, 2)), env=[{"id": "reverse-text"}],
-                         inference={"mode": "server", "launch": True})
+    config = TrainConfig(
+        model=str(checkpoint_of(sft_run, 2)),
+        env=[{"id": "reverse-text"}],
+        inference={"mode": "server", "launch": True},
+    )
     with pytest.raises(UserError, match=r"vLLM cannot serve the LoRA checkpoint .* export it merged"):
         plan_for_training(config, port=8000)
 
@@ -275,7 +330,11 @@ def lora_delta(adapter: Path, module: str, *, scale: float):
     from safetensors.torch import load_file
 
     weights = load_file(str(adapter / "adapter_model.safetensors"))
-    return weights[f"base_model.model.{module}.lora_B.weight"] @ weights[f"base_model.model.{module}.lora_A.weight"] * scale
+    return (
+        weights[f"base_model.model.{module}.lora_B.weight"]
+        @ weights[f"base_model.model.{module}.lora_A.weight"]
+        * scale
+    )
 
 
 def _write(folder: Path, text: str) -> Path:

@@ -14,16 +14,29 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
 from workbench.train.placement import launch_blockers, replica_count
 from workbench.train.schema import InferenceConfig, TrainConfig
-from tests import zygote
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER_CONFIG = REPO / "configs" / "rl" / "reverse-text-server.toml"
 # Small enough for a loaded 2-core machine; the file's two base_urls make two replicas.
-SMALL = ["--set", "inference.launch=true", "--set", "batch_size=8", "--set", "rollouts_per_example=4",
-         "--set", "micro_batch_size=8", "--set", "eval.interval=0", "--set", "sampling.max_tokens=32",
-         "--set", "wandb.mode=disabled"]
+SMALL = [
+    "--set",
+    "inference.launch=true",
+    "--set",
+    "batch_size=8",
+    "--set",
+    "rollouts_per_example=4",
+    "--set",
+    "micro_batch_size=8",
+    "--set",
+    "eval.interval=0",
+    "--set",
+    "sampling.max_tokens=32",
+    "--set",
+    "wandb.mode=disabled",
+]
 PROCESS_DEATH_S = 30.0  # the watchdog polls every 0.5 s; a loaded machine is slow to schedule
 RUN_START_S = 300.0  # trainer + two replicas each import torch and load the model
 
@@ -67,25 +80,58 @@ def replica_record(run_dir: Path) -> dict:
 def test_replica_count_follows_prime_rl_vocabulary() -> None:
     urls = ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"]
     assert replica_count(InferenceConfig(mode="server", launch=True)) == 1
-    assert replica_count(InferenceConfig(mode="server", launch=True, base_urls=urls)) == 2  # the servers it stands in for
-    assert replica_count(InferenceConfig(mode="server", launch=True, gpu_ids=[0, 1, 2])) == 3  # inference_gpu_ids
-    assert replica_count(InferenceConfig(mode="server", launch=True, gpu_ids=[0, 1, 2, 3], tensor_parallel_size=2)) == 2
-    assert replica_count(InferenceConfig(mode="server", launch=True, base_urls=urls, data_parallel_size=1)) == 1  # set: wins
+    assert (
+        replica_count(InferenceConfig(mode="server", launch=True, base_urls=urls)) == 2
+    )  # the servers it stands in for
+    assert (
+        replica_count(InferenceConfig(mode="server", launch=True, gpu_ids=[0, 1, 2])) == 3
+    )  # inference_gpu_ids
+    assert (
+        replica_count(
+            InferenceConfig(mode="server", launch=True, gpu_ids=[0, 1, 2, 3], tensor_parallel_size=2)
+        )
+        == 2
+    )
+    assert (
+        replica_count(InferenceConfig(mode="server", launch=True, base_urls=urls, data_parallel_size=1)) == 1
+    )  # set: wins
     assert replica_count(InferenceConfig(mode="server", launch=True, data_parallel_size=3)) == 3
 
 
 def test_a_model_split_across_gpus_needs_vllm_the_rest_runs_as_processes() -> None:
-    split = TrainConfig(env=[{"id": "reverse-text"}], inference={"mode": "server", "launch": True, "tensor_parallel_size": 2})
+    split = TrainConfig(
+        env=[{"id": "reverse-text"}], inference={"mode": "server", "launch": True, "tensor_parallel_size": 2}
+    )
     [problem] = launch_blockers(split, "vLLM is not installed")
-    assert problem.startswith("inference.launch needs vLLM on a machine with a GPU") and "tensor_parallel_size = 2" in problem
+    assert (
+        problem.startswith("inference.launch needs vLLM on a machine with a GPU")
+        and "tensor_parallel_size = 2" in problem
+    )
     assert launch_blockers(split, None) == []  # vLLM runs here
-    plain = TrainConfig(env=[{"id": "reverse-text"}], inference={"mode": "server", "launch": True, "gpu_ids": [0, 1]})
+    plain = TrainConfig(
+        env=[{"id": "reverse-text"}], inference={"mode": "server", "launch": True, "gpu_ids": [0, 1]}
+    )
     assert launch_blockers(plain, "vLLM is not installed") == []
 
 
 def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
-    result = zygote.run([sys.executable, "-m", "workbench", "train", str(SERVER_CONFIG), "--set", "inference.launch=true",
-                             "--dry-run"], cwd=workspace, env=workbench_env(), capture_output=True, text=True, timeout=120)
+    result = zygote.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "train",
+            str(SERVER_CONFIG),
+            "--set",
+            "inference.launch=true",
+            "--dry-run",
+        ],
+        cwd=workspace,
+        env=workbench_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "Placement (which process runs where)" in out
@@ -96,9 +142,20 @@ def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
 
 
 def test_fsdp_ranks_in_server_mode_are_refused_before_any_replica_starts(tiny_workspace: Path) -> None:
-    result = zygote.run([*train_command("--set", "max_steps=1", "--set", "output_dir='runs/ranks'",
-                                            "--set", "data_parallel='fsdp'"), "--nproc", "2"],
-                            cwd=tiny_workspace, env=workbench_env(), capture_output=True, text=True, timeout=RUN_START_S)
+    result = zygote.run(
+        [
+            *train_command(
+                "--set", "max_steps=1", "--set", "output_dir='runs/ranks'", "--set", "data_parallel='fsdp'"
+            ),
+            "--nproc",
+            "2",
+        ],
+        cwd=tiny_workspace,
+        env=workbench_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_START_S,
+    )
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert "server mode with several trainer processes needs data_parallel = 'ddp'" in lines[0]
@@ -108,8 +165,11 @@ def test_fsdp_ranks_in_server_mode_are_refused_before_any_replica_starts(tiny_wo
 def test_plan_places_ranks_and_replicas_on_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     from workbench.train import plan as plan_module
 
-    config = TrainConfig(env=[{"id": "reverse-text"}], trainer_gpu_ids=[2],
-                         inference={"mode": "server", "launch": True, "gpu_ids": [0, 1]})
+    config = TrainConfig(
+        env=[{"id": "reverse-text"}],
+        trainer_gpu_ids=[2],
+        inference={"mode": "server", "launch": True, "gpu_ids": [0, 1]},
+    )
 
     def rows(vllm: bool) -> dict[str, str]:
         monkeypatch.setattr(plan_module, "vllm_installed", lambda: vllm)
@@ -117,14 +177,20 @@ def test_plan_places_ranks_and_replicas_on_gpus(monkeypatch: pytest.MonkeyPatch)
         return dict(next(s for s in built.sections if s.title.startswith("Placement")).rows)
 
     with_vllm = rows(True)
-    assert with_vllm["trainer"].startswith("trainer_gpu_ids [2]: rank r on the r-th of them (CUDA_VISIBLE_DEVICES=2")
-    assert with_vllm["inference"].startswith("1 `vllm serve` process group on GPUs [0, 1]: 2 replica(s) x tp 1")
+    assert with_vllm["trainer"].startswith(
+        "trainer_gpu_ids [2]: rank r on the r-th of them (CUDA_VISIBLE_DEVICES=2"
+    )
+    assert with_vllm["inference"].startswith(
+        "1 `vllm serve` process group on GPUs [0, 1]: 2 replica(s) x tp 1"
+    )
     without = rows(False)  # a GPU box without vLLM: the same two replicas, as processes
     assert without["inference"].startswith("2 `workbench serve` replica(s)")
     assert "stands in for GPU 1" in without["replica 1"]
 
 
-def test_a_replica_that_dies_at_start_stops_the_launch_and_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_replica_that_dies_at_start_stops_the_launch_and_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import asyncio
     import contextlib
 
@@ -134,19 +200,29 @@ def test_a_replica_that_dies_at_start_stops_the_launch_and_the_others(tmp_path: 
 
     # One replica fails as a bad model would (the first to create the marker file); the other
     # would load for ever without announcing a URL. The launch must fail at once and stop both.
-    script = ("import os, sys, time; print('loading', flush=True)\n"
-              "try: open(sys.argv[1], 'x')\nexcept FileExistsError: time.sleep(600)\nsys.exit(3)")
-    monkeypatch.setattr(launch_servers, "replica_command",
-                        lambda *a, **k: [sys.executable, "-c", script, str(tmp_path / "first")])
-    config = TrainConfig(model=str(tmp_path), env=[{"id": "reverse-text"}],
-                         inference={"mode": "server", "launch": True, "data_parallel_size": 2})
+    script = (
+        "import os, sys, time; print('loading', flush=True)\n"
+        "try: open(sys.argv[1], 'x')\nexcept FileExistsError: time.sleep(600)\nsys.exit(3)"
+    )
+    monkeypatch.setattr(
+        launch_servers,
+        "replica_command",
+        lambda *a, **k: [sys.executable, "-c", script, str(tmp_path / "first")],
+    )
+    config = TrainConfig(
+        model=str(tmp_path),
+        env=[{"id": "reverse-text"}],
+        inference={"mode": "server", "launch": True, "data_parallel_size": 2},
+    )
     monkeypatch.setattr("workbench.inference.resolve.resolve_model_path", lambda name: name)
 
     async def launch() -> None:
         async with contextlib.AsyncExitStack() as stack:
             await launch_servers.launch_inference(config, tmp_path / "run", stack, NullReporter())
 
-    with pytest.raises(ServerStartError, match=r"^inference replica [01] exited with code 3 before it was ready"):
+    with pytest.raises(
+        ServerStartError, match=r"^inference replica [01] exited with code 3 before it was ready"
+    ):
         asyncio.run(launch())
     record = replica_record(tmp_path / "run")
     assert [r["base_url"] for r in record["replicas"]] == [None, None]
@@ -174,7 +250,9 @@ sys.stdin.read()  # until killed
 
 
 def test_a_watched_child_exits_when_its_parent_is_killed() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, WATCHED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, WATCHED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         child_pid = int(parent.stdout.readline())  # the child is watching: the event we wait for
         assert Path(f"/proc/{child_pid}").exists()
@@ -200,8 +278,14 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspace: Path) -> None:
-    result = zygote.run(train_command("--set", "max_steps=2", "--set", "output_dir='runs/launched'"),
-                            cwd=tiny_workspace, env=workbench_env(), capture_output=True, text=True, timeout=600)
+    result = zygote.run(
+        train_command("--set", "max_steps=2", "--set", "output_dir='runs/launched'"),
+        cwd=tiny_workspace,
+        env=workbench_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = tiny_workspace / "runs" / "launched"
     record = replica_record(run_dir)
@@ -216,27 +300,38 @@ def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspa
         assert replica["forked"]  # from the trainer, which has computed nothing yet (workbench.fork_launch)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in steps if "time/step" in m]
-    assert len(steps) == 2 and all(m["rollout/trained_samples"] == 8 and m["rollout/errors"] == 0 for m in steps)
+    assert len(steps) == 2 and all(
+        m["rollout/trained_samples"] == 8 and m["rollout/errors"] == 0 for m in steps
+    )
     assert all(m["time/weight_sync"] > 0 for m in steps)  # the new adapter went to the replicas
     saved = (run_dir / "config.toml").read_text()  # --resume launches the same: two replicas, no stale URLs
     assert "base_urls = []" in saved and "data_parallel_size = 2" in saved
     assert [p for p in (r["pid"] for r in record["replicas"]) if alive(p)] == []  # stopped with the run
 
 
-def start_and_wait_for_first_step(workspace: Path, name: str) -> tuple[subprocess.Popen[bytes], Path, list[int]]:
+def start_and_wait_for_first_step(
+    workspace: Path, name: str
+) -> tuple[subprocess.Popen[bytes], Path, list[int]]:
     """A long run started in the background; returns once its first step's metrics line is
     written (so its replicas are up and serving), with the replicas' pids."""
     run_dir = workspace / "runs" / name
     output = (workspace / f"{name}.out").open("wb")  # a file, not a pipe: a full pipe would stall the trainer
-    trainer = zygote.Popen(train_command("--set", "max_steps=1000", "--set", f"output_dir='runs/{name}'"),
-                               cwd=workspace, env=workbench_env(), stdout=output, stderr=subprocess.STDOUT)
+    trainer = zygote.Popen(
+        train_command("--set", "max_steps=1000", "--set", f"output_dir='runs/{name}'"),
+        cwd=workspace,
+        env=workbench_env(),
+        stdout=output,
+        stderr=subprocess.STDOUT,
+    )
     output.close()
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + RUN_START_S
     while not (metrics.is_file() and metrics.read_text().strip()):
         if trainer.poll() is not None or time.monotonic() > deadline:
             trainer.kill()
-            raise AssertionError(f"no training step (exit {trainer.wait()}):\n{(workspace / f'{name}.out').read_text()}")
+            raise AssertionError(
+                f"no training step (exit {trainer.wait()}):\n{(workspace / f'{name}.out').read_text()}"
+            )
         time.sleep(0.2)
     pids = [r["pid"] for r in replica_record(run_dir)["replicas"]]
     if not (len(pids) == 2 and all(alive(p) for p in pids)):
@@ -250,7 +345,9 @@ def start_and_wait_for_first_step(workspace: Path, name: str) -> tuple[subproces
 def test_kill_9_of_the_trainer_takes_its_replicas_along(tiny_workspace: Path) -> None:
     trainer, _, pids = start_and_wait_for_first_step(tiny_workspace, "killed")
     try:
-        trainer.send_signal(signal.SIGKILL)  # nothing runs in the trainer any more: the replicas' watchdog acts
+        trainer.send_signal(
+            signal.SIGKILL
+        )  # nothing runs in the trainer any more: the replicas' watchdog acts
         assert trainer.wait(30) == -signal.SIGKILL
         assert wait_until_gone(pids) == []
     finally:

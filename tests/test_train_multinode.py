@@ -72,18 +72,36 @@ def run_slurm_job(folder: Path, config: Path, run: str, *script_args: str) -> li
     """The runbook's SLURM script on 2 "nodes" of 1 process each; returns each node's output."""
     script = folder / "workbench-rl.sbatch"
     script.write_text(slurm_template())
-    env = {name: value for name, value in child_env(folder).items() if name != "WORKBENCH_WORKSPACE"}  # the script's cd
-    env |= {"PATH": f"{fake_slurm(folder)}{os.pathsep}{os.environ['PATH']}",
-           "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "loopback[0-1]", "WORKSPACE": str(folder),
-           "CONFIG": str(config), "RUN": run, "GPUS_PER_NODE": "1", "MASTER_PORT": str(free_port()),
-           "OMP_NUM_THREADS": "1"}  # two nodes share this machine's cores
-    job = subprocess.Popen(["bash", str(script), *script_args], cwd=folder, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = {
+        name: value for name, value in child_env(folder).items() if name != "WORKBENCH_WORKSPACE"
+    }  # the script's cd
+    env |= {
+        "PATH": f"{fake_slurm(folder)}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "loopback[0-1]",
+        "WORKSPACE": str(folder),
+        "CONFIG": str(config),
+        "RUN": run,
+        "GPUS_PER_NODE": "1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }  # two nodes share this machine's cores
+    job = subprocess.Popen(
+        ["bash", str(script), *script_args],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     code = wait_and_stop([job])[0]
     logs = [folder / f"node{i}.log" for i in range(2)]
     outputs = [log.read_text() if log.is_file() else "(no output: srun never started it)" for log in logs]
-    assert code == 0, f"the SLURM job exited {code}:\n{job.stdout.read() if job.stdout else ''}\n" + \
-        "\n".join(f"--- node {i}\n{out[-4000:]}" for i, out in enumerate(outputs))
+    assert code == 0, (
+        f"the SLURM job exited {code}:\n{job.stdout.read() if job.stdout else ''}\n"
+        + "\n".join(f"--- node {i}\n{out[-4000:]}" for i, out in enumerate(outputs))
+    )
     return outputs
 
 
@@ -91,14 +109,39 @@ def run_c10d_nodes(folder: Path, *train_args: str) -> list[str]:
     """`torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT
     -m workbench train TRAIN_ARGS` twice, each in its own session (as on separate machines)."""
     env = {**child_env(folder), "OMP_NUM_THREADS": "1"}
-    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "test"]
+    rendezvous = [
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--rdzv-id",
+        "test",
+    ]
     logs = [folder / f"c10d-node{i}.log" for i in range(2)]
     nodes = []
     for log in logs:
         with log.open("w") as out:
-            nodes.append(subprocess.Popen([*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", *rendezvous,
-                                           "-m", "workbench", "train", *train_args],
-                                          cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            nodes.append(
+                subprocess.Popen(
+                    [
+                        *TORCHRUN,
+                        "--nnodes",
+                        "2",
+                        "--nproc-per-node",
+                        "1",
+                        *rendezvous,
+                        "-m",
+                        "workbench",
+                        "train",
+                        *train_args,
+                    ],
+                    cwd=folder,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
     codes = wait_and_stop(nodes)
     outputs = [log.read_text() for log in logs]
     for index, (code, output) in enumerate(zip(codes, outputs, strict=True)):
@@ -110,8 +153,11 @@ def wait_and_stop(procs: list[subprocess.Popen]) -> list[int | None]:
     """Wait (bounded) until every process has exited, or one has failed; whatever still runs then
     is stopped. Returns the exit codes."""
     try:
-        wait_until(lambda: all(p.poll() is not None for p in procs) or any(p.poll() for p in procs),
-                   timeout=RUN_TIMEOUT_S, what="every node exits")
+        wait_until(
+            lambda: all(p.poll() is not None for p in procs) or any(p.poll() for p in procs),
+            timeout=RUN_TIMEOUT_S,
+            what="every node exits",
+        )
     finally:
         for proc in procs:
             stop_tree(proc)
@@ -189,7 +235,9 @@ def test_c10d_rendezvous_two_nodes_train_and_checkpoint(tiny_workspace: Path):
     """The same options on both nodes (node ranks given on arrival), as `--rdzv-endpoint` users run it."""
     config = tiny_workspace / "sft.toml"
     config.write_text(SFT)
-    outputs = run_c10d_nodes(tiny_workspace, str(config), "--set", "output_dir='runs/c10d'", "--set", "max_steps=1")
+    outputs = run_c10d_nodes(
+        tiny_workspace, str(config), "--set", "output_dir='runs/c10d'", "--set", "max_steps=1"
+    )
     assert "\n".join(outputs).count("finished at step 1") == 1  # either node may hold rank 0: one speaks
     run = tiny_workspace / "runs" / "c10d"
     assert [m["step"] for m in metrics(run)] == [1]
@@ -204,6 +252,9 @@ def test_stopped_run_names_the_command_that_continues_it(monkeypatch: pytest.Mon
     run = Path("outputs/runs/r")
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     assert resume_hint(run, 1) == "`workbench train --resume outputs/runs/r`"
-    assert resume_hint(run, 4) == "the same torchrun command on every node, with `-m workbench train --resume outputs/runs/r`"
+    assert (
+        resume_hint(run, 4)
+        == "the same torchrun command on every node, with `-m workbench train --resume outputs/runs/r`"
+    )
     monkeypatch.setenv(RUN_DIR_ENV, str(run))
     assert resume_hint(run, 2) == "`workbench train --resume outputs/runs/r --nproc 2`"

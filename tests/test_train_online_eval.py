@@ -28,12 +28,22 @@ class _Model:
 
 def context(eval_envs: list, env=None, sampling: SamplingParams | None = None) -> SimpleNamespace:
     """What `_held_out_eval` reads from a TrainContext; the EchoClient answers with the reversed prompt."""
-    return SimpleNamespace(policy=SimpleNamespace(model=_Model(), wrapped=None), client=EchoClient(), dist=SINGLE, server_mode=False,
-                           eval_envs=eval_envs, env=env, sampling=sampling or SamplingParams(max_tokens=64))
+    return SimpleNamespace(
+        policy=SimpleNamespace(model=_Model(), wrapped=None),
+        client=EchoClient(),
+        dist=SINGLE,
+        server_mode=False,
+        eval_envs=eval_envs,
+        env=env,
+        sampling=sampling or SamplingParams(max_tokens=64),
+    )
 
 
 def config(**eval_table: object) -> TrainConfig:
-    return TrainConfig(env=[{"id": "reverse-text"}], eval={"interval": 2, "num_examples": 4, "rollouts_per_example": 2, **eval_table})
+    return TrainConfig(
+        env=[{"id": "reverse-text"}],
+        eval={"interval": 2, "num_examples": 4, "rollouts_per_example": 2, **eval_table},
+    )
 
 
 async def test_each_eval_env_is_logged_under_its_own_name():
@@ -43,7 +53,11 @@ async def test_each_eval_env_is_logged_under_its_own_name():
     assert len(targets[0].env.get_examples(-1, split="eval")) == 6  # the args reached load_environment
     targets[0].env.rubric.parser = Parser()  # the echo's bare reversal scores 1.0 on reverse-text
     metrics = await _held_out_eval(context(targets), cfg)
-    assert set(metrics) == {"eval/reward_mean", "eval/reverse-text/reward_mean", "eval/alphabet-sort/reward_mean"}
+    assert set(metrics) == {
+        "eval/reward_mean",
+        "eval/reverse-text/reward_mean",
+        "eval/alphabet-sort/reward_mean",
+    }
     assert metrics["eval/reverse-text/reward_mean"] == 1.0
     assert metrics["eval/alphabet-sort/reward_mean"] < 1.0  # echoing is no sorting
     # the same number of rollouts from each: the pooled mean is the mean of the two

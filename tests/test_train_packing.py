@@ -43,11 +43,20 @@ def make_samples(count: int, seed: int = 0, *, token_advantages: bool = True) ->
         size = prompt + completion
         mask = [0] * prompt + [1] * completion
         if completion > 10:  # an environment turn inside the completion: not a loss token
-            mask[prompt + 4:prompt + 7] = [0, 0, 0]
+            mask[prompt + 4 : prompt + 7] = [0, 0, 0]
         logprobs = [-rng.uniform(0.5, 6.0) if m else 0.0 for m in mask]
-        per_token = [rng.uniform(-0.5, 0.5) * m for m in mask] if token_advantages and index % 3 == 0 else None
-        samples.append(Sample([rng.randrange(256) for _ in range(size)], mask, logprobs, rng.uniform(-1.5, 1.5),
-                              token_advantages=per_token))
+        per_token = (
+            [rng.uniform(-0.5, 0.5) * m for m in mask] if token_advantages and index % 3 == 0 else None
+        )
+        samples.append(
+            Sample(
+                [rng.randrange(256) for _ in range(size)],
+                mask,
+                logprobs,
+                rng.uniform(-1.5, 1.5),
+                token_advantages=per_token,
+            )
+        )
     return samples
 
 
@@ -78,8 +87,15 @@ def make_groups(groups: int, size: int, seed: int = 0, system: int = 0) -> list[
             full_mask = [0] * len(prompt) + mask
             logprobs = [-rng.uniform(0.5, 6.0) if m else 0.0 for m in full_mask]
             per_token = [rng.uniform(-0.5, 0.5) * m for m in full_mask] if index % 3 == 0 else None
-            samples.append(Sample(prompt + completion, full_mask, logprobs, rng.uniform(-1.5, 1.5),
-                                  token_advantages=per_token))
+            samples.append(
+                Sample(
+                    prompt + completion,
+                    full_mask,
+                    logprobs,
+                    rng.uniform(-1.5, 1.5),
+                    token_advantages=per_token,
+                )
+            )
     rng.shuffle(samples)
     return samples + make_samples(3, seed=seed + 100)
 
@@ -142,11 +158,15 @@ def test_groups_with_one_prompt_share_it_and_no_shared_token_carries_loss():
     assert len(shared) == 4 and all(len(item.samples) == 5 for item in shared)
     assert sorted(id(s) for item in items for s in item_samples(item)) == sorted(id(s) for s in samples)
     for item in shared:
-        head = item.samples[0].input_ids[:item.prefix]
-        assert all(s.input_ids[:item.prefix] == head for s in item.samples)
-        assert all(not any(s.loss_mask[:item.prefix]) for s in item.samples), "a shared token never carries loss"
+        head = item.samples[0].input_ids[: item.prefix]
+        assert all(s.input_ids[: item.prefix] == head for s in item.samples)
+        assert all(not any(s.loss_mask[: item.prefix]) for s in item.samples), (
+            "a shared token never carries loss"
+        )
         assert all(len(s.input_ids) > item.prefix for s in item.samples)
-        prompt = min(next(i for i, m in enumerate(s.loss_mask) if m) for s in item.samples if any(s.loss_mask))
+        prompt = min(
+            next(i for i, m in enumerate(s.loss_mask) if m) for s in item.samples if any(s.loss_mask)
+        )
         assert item.prefix == prompt  # the whole prompt, and no sampled token
     assert sum(1 for item in items if isinstance(item, Sample)) == 3  # the lone samples stay alone
 
@@ -163,7 +183,13 @@ def test_collate_shared_prefix_layout():
     """The prompt runs once in the prefix pass (all but its last token); each rest starts at that
     last token, continues the prompt's positions and reads the prompt's keys; a plain sample in
     the same row reads none of them."""
-    a = Sample([1, 2, 3, 10, 11], [0, 0, 0, 1, 1], [0.0, 0.0, 0.0, -1.0, -2.0], 0.5, token_advantages=[9.0, 9, 9, .1, .2])
+    a = Sample(
+        [1, 2, 3, 10, 11],
+        [0, 0, 0, 1, 1],
+        [0.0, 0.0, 0.0, -1.0, -2.0],
+        0.5,
+        token_advantages=[9.0, 9, 9, 0.1, 0.2],
+    )
     b = Sample([1, 2, 3, 20], [0, 0, 0, 1], [0.0, 0.0, 0.0, -3.0], -1.0)
     c = Sample([7, 8], [0, 1], [0.0, -1.0], 2.0)
     batch = collate_prefixed([Shared(3, [a, b]), c], PAD)
@@ -204,9 +230,14 @@ def test_prompts_that_begin_alike_share_that_beginning_in_an_earlier_pass():
     assert second["position_ids"].tolist() == [[4, 5], [4, 0]]
     assert second["context"].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
     assert second["attention_mask"][:, 0].int().tolist() == [
-        [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]], [[1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 1]]]
+        [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]],
+        [[1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 1]],
+    ]
     # the rests read the whole prompt: the common part (flat 0..3), then their own (flat 4.. in pass 2)
-    rows = {tuple(ids): context for ids, context in zip(batch["input_ids"].tolist(), batch["context"].tolist(), strict=True)}
+    rows = {
+        tuple(ids): context
+        for ids, context in zip(batch["input_ids"].tolist(), batch["context"].tolist(), strict=True)
+    }
     assert rows[(2, 10, 11)] == [0, 1, 2, 3, 6, 0] and rows[(5, 40, 41)] == [0, 1, 2, 3, 4, 5]
 
 
@@ -234,13 +265,18 @@ def test_shared_micro_batches_hold_every_sample_once_and_fewer_tokens():
     samples = make_groups(6, 8, seed=7)
     longest = max(len(s.input_ids) for s in samples)
     batches = prefixed_micro_batches(samples, 4)
-    assert sorted(id(s) for items in batches for item in items for s in item_samples(item)) == \
-        sorted(id(s) for s in samples)
+    assert sorted(id(s) for items in batches for item in items for s in item_samples(item)) == sorted(
+        id(s) for s in samples
+    )
     assert len(batches) <= len(micro_batches(samples, 4))
-    assert sum(item_length(item) for items in batches for item in items) < sum(len(s.input_ids) for s in samples)
+    assert sum(item_length(item) for items in batches for item in items) < sum(
+        len(s.input_ids) for s in samples
+    )
     for items in batches:
         batch = collate_prefixed(items, PAD)
-        laid_out = batch["input_ids"].numel() + sum(p["input_ids"].numel() for p in batch.get("prompt_passes", ()))
+        laid_out = batch["input_ids"].numel() + sum(
+            p["input_ids"].numel() for p in batch.get("prompt_passes", ())
+        )
         assert laid_out == laid_out_tokens(items) <= 4 * longest, "no larger than a padded micro-batch"
 
 
@@ -277,9 +313,17 @@ def load(tiny_model: Path, *, lora: bool, kl: bool = False, loss: str = "grpo"):
 
     from workbench.train.policy import load_policy
 
-    config = TrainConfig(mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=24,
-                         micro_batch_size=4, max_grad_norm=1e9, loss=loss, lora={"enabled": lora, "r": 4},
-                         kl_penalty={"enabled": kl})
+    config = TrainConfig(
+        mode="sft",
+        sft={"from_env": True},
+        env=[{"id": "reverse-text"}],
+        batch_size=24,
+        micro_batch_size=4,
+        max_grad_norm=1e9,
+        loss=loss,
+        lora={"enabled": lora, "r": 4},
+        kl_penalty={"enabled": kl},
+    )
     policy = load_policy(tiny_model, config, need_reference=kl)
     torch.manual_seed(0)
     with torch.no_grad():
@@ -291,12 +335,15 @@ def load(tiny_model: Path, *, lora: bool, kl: bool = False, loss: str = "grpo"):
     return policy, config
 
 
-def step(policy: Any, config: TrainConfig, samples: list[Sample], *, pack: bool, **kwargs: Any) -> tuple[Any, list[Any]]:
+def step(
+    policy: Any, config: TrainConfig, samples: list[Sample], *, pack: bool, **kwargs: Any
+) -> tuple[Any, list[Any]]:
     from workbench.train.optimize import train_on_samples
 
     optimizer = CapturingOptimizer(policy.trainable_parameters())
-    stats = train_on_samples(policy, optimizer, NoSchedule(), samples, config.model_copy(update={"pack_samples": pack}),
-                             **kwargs)
+    stats = train_on_samples(
+        policy, optimizer, NoSchedule(), samples, config.model_copy(update={"pack_samples": pack}), **kwargs
+    )
     assert optimizer.grads is not None
     return stats, optimizer.grads
 
@@ -370,14 +417,17 @@ def test_shared_prompts_give_the_padded_gradients_sft(tiny_model: Path):
 def test_the_step_runs_each_shared_prompt_once_only_with_a_mask():
     from workbench.train.optimize import _equal_micro_batches
 
-    config = TrainConfig(mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=32,
-                         micro_batch_size=8)
+    config = TrainConfig(
+        mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=32, micro_batch_size=8
+    )
     samples = make_groups(4, 8, seed=15)
     total = sum(len(s.input_ids) for s in samples)
     chunks, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=True)
     assert tokens < total and any("prompt_passes" in c for c in chunks)
     assert sum(float(c["loss_mask"].sum()) for c in chunks) == sum(sum(s.loss_mask) for s in samples)
-    chunks, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=False)  # varlen: no sharing
+    chunks, tokens = _equal_micro_batches(
+        samples, config, PAD, DistInfo(), masked=False
+    )  # varlen: no sharing
     assert tokens == total and not any("prompt_passes" in c for c in chunks)
 
 
@@ -400,8 +450,10 @@ def test_each_member_of_a_shared_prompt_sees_what_it_sees_alone(tiny_model: Path
                 size = len(sample.input_ids) - start
                 # the rest's first token (the prompt's last) has no logprob in its row: never a loss token
                 assert packed[r, offset] == 0.0
-                assert torch.allclose(packed[r, offset + 1:offset + size], alone[0, start + 1:], atol=1e-5)
-                assert torch.allclose(packed_entropy[r, offset + 1:offset + size], alone_entropy[0, start + 1:], atol=1e-5)
+                assert torch.allclose(packed[r, offset + 1 : offset + size], alone[0, start + 1 :], atol=1e-5)
+                assert torch.allclose(
+                    packed_entropy[r, offset + 1 : offset + size], alone_entropy[0, start + 1 :], atol=1e-5
+                )
                 offset += size
 
 
@@ -438,7 +490,7 @@ def test_the_model_sees_each_packed_sample_alone(tiny_model: Path):
         for sample in samples:
             alone, _ = token_logprobs(policy.model, collate([sample], PAD), 1.0)
             size = len(sample.input_ids)
-            assert torch.allclose(packed[0, offset:offset + size], alone[0], atol=1e-5)
+            assert torch.allclose(packed[0, offset : offset + size], alone[0], atol=1e-5)
             offset += size
 
 
@@ -460,14 +512,20 @@ class FakeRanks(DistInfo):
 def test_ranks_with_fewer_micro_batches_run_empty_ones(pack: bool):
     from workbench.train.optimize import _equal_micro_batches
 
-    config = TrainConfig(mode="sft", sft={"from_env": True}, env=[{"id": "reverse-text"}], batch_size=8,
-                         micro_batch_size=4, pack_samples=pack)
+    config = TrainConfig(
+        mode="sft",
+        sft={"from_env": True},
+        env=[{"id": "reverse-text"}],
+        batch_size=8,
+        micro_batch_size=4,
+        pack_samples=pack,
+    )
     samples = make_samples(8)
     own, tokens = _equal_micro_batches(samples, config, PAD, DistInfo(), masked=True)
     chunks, _ = _equal_micro_batches(samples, config, PAD, FakeRanks(len(own) + 2), masked=True)
     assert tokens == sum(len(s.input_ids) for s in samples)  # no common prompts here: nothing shared
     assert len(chunks) == len(own) + 2
-    assert all(float(c["loss_mask"].sum()) == 0 for c in chunks[len(own):])
+    assert all(float(c["loss_mask"].sum()) == 0 for c in chunks[len(own) :])
 
 
 def test_varlen_attention_gets_position_ids_and_no_mask():

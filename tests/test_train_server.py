@@ -46,8 +46,10 @@ base_urls = {urls}
 
 def model_servers(model: Path, count: int, *extra: str) -> list[ServerProcess]:
     """`count` LocalClient servers (LoRA enabled) for `model`, started concurrently."""
-    return start_processes(["-m", "tests.servers", "--backend", "model", "--model-path", str(model), "--model", "tiny",
-                            *extra], count)
+    return start_processes(
+        ["-m", "tests.servers", "--backend", "model", "--model-path", str(model), "--model", "tiny", *extra],
+        count,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +62,15 @@ def slow_servers(tiny_model: Path):
         server.kill()
 
 
-def write_config(folder: Path, name: str, servers: list[ServerProcess], *, steps: int = 4,
-                 async_level: int = 1, off_policy: int = 8) -> Path:
+def write_config(
+    folder: Path,
+    name: str,
+    servers: list[ServerProcess],
+    *,
+    steps: int = 4,
+    async_level: int = 1,
+    off_policy: int = 8,
+) -> Path:
     urls = json.dumps([f"{s.base_url}/v1" for s in servers])
     path = folder / f"{name}.toml"
     path.write_text(CONFIG.format(steps=steps, async_level=async_level, off_policy=off_policy, urls=urls))
@@ -100,7 +109,9 @@ def test_async_server_mode_overlaps_generation_and_bounds_lag(tiny_workspace: Pa
     # the overlap: after the first step, wall time per step is below generation + training
     later = steps[1:]
     wall = sum(m["time/step"] for m in later)
-    serial = sum(m["rollout/generation_time"] + m["time/forward_backward"] + m["time/optimizer"] for m in later)
+    serial = sum(
+        m["rollout/generation_time"] + m["time/forward_backward"] + m["time/optimizer"] for m in later
+    )
     assert wall < serial, (wall, serial)
     # every server serves the newest adapter; only the newest two are kept on disk
     newest = f"{result.run_dir.name}-step-4"
@@ -110,11 +121,15 @@ def test_async_server_mode_overlaps_generation_and_bounds_lag(tiny_workspace: Pa
 
 
 def test_stale_rollouts_are_replaced_and_sync_mode_is_on_policy(tiny_workspace: Path, slow_servers):
-    stale = train(write_config(tiny_workspace, "stale", slow_servers, steps=3, off_policy=0), "output_dir='runs/stale'")
+    stale = train(
+        write_config(tiny_workspace, "stale", slow_servers, steps=3, off_policy=0), "output_dir='runs/stale'"
+    )
     steps = [m for m in metrics_of(stale.run_dir) if "time/step" in m]
     assert sum(m["policy/off_policy_dropped"] for m in steps) > 0
     assert all(m["policy/lag"] == 0 for m in steps)  # what trained was regenerated on-policy
-    sync = train(write_config(tiny_workspace, "sync", slow_servers, steps=2, async_level=0), "output_dir='runs/sync'")
+    sync = train(
+        write_config(tiny_workspace, "sync", slow_servers, steps=2, async_level=0), "output_dir='runs/sync'"
+    )
     steps = [m for m in metrics_of(sync.run_dir) if "time/step" in m]
     assert all(m["policy/lag"] == 0 and m["policy/off_policy_dropped"] == 0 for m in steps)
 
@@ -144,7 +159,9 @@ def test_a_server_that_dies_mid_run_is_dropped_and_training_goes_on(tiny_workspa
 
 
 @pytest.mark.extended  # ~2 min
-def test_weight_load_failures_are_retried_then_stop_cleanly_and_resume(tiny_workspace: Path, tiny_model: Path):
+def test_weight_load_failures_are_retried_then_stop_cleanly_and_resume(
+    tiny_workspace: Path, tiny_model: Path
+):
     from workbench.train.loop import TrainingFailed
 
     flaky = model_servers(tiny_model, 1, "--fail-first", "2", "--fault-path", "/v1/load_lora_adapter")
@@ -153,8 +170,9 @@ def test_weight_load_failures_are_retried_then_stop_cleanly_and_resume(tiny_work
         assert result.status == "finished"
     finally:
         flaky[0].kill()
-    broken = model_servers(tiny_model, 1, "--fail-rate", "1.0", "--fail-status", "500",
-                           "--fault-path", "/v1/load_lora_adapter")
+    broken = model_servers(
+        tiny_model, 1, "--fail-rate", "1.0", "--fail-status", "500", "--fault-path", "/v1/load_lora_adapter"
+    )
     try:  # every load fails: the step stops with one line, checkpoints intact
         with pytest.raises(TrainingFailed, match="no inference server took the new weights"):
             train(write_config(tiny_workspace, "broken", broken, steps=4), "output_dir='runs/broken'")
@@ -177,8 +195,11 @@ def test_full_fine_tuning_reloads_the_servers_weights(tiny_workspace: Path, tiny
     servers = model_servers(tiny_model, 1)
     try:
         path = write_config(tiny_workspace, "full", servers, steps=3, async_level=0)
-        path.write_text(path.read_text().replace("[lora]\nr = 4", "[lora]\nenabled = false\nr = 4")
-                        .replace("learning_rate = 3e-3", "learning_rate = 1e-4"))
+        path.write_text(
+            path.read_text()
+            .replace("[lora]\nr = 4", "[lora]\nenabled = false\nr = 4")
+            .replace("learning_rate = 3e-3", "learning_rate = 1e-4")
+        )
         result = train(path, "output_dir='runs/full'")
         models = asyncio.run(served_models(servers[0]))
     finally:

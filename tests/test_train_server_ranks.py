@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests import zygote
-
 from tests.test_train_launch_replicas import alive, replica_record, train_command, workbench_env
 from workbench.train.batches import StepBatch
 from workbench.train.distributed import DistInfo
@@ -21,22 +20,48 @@ from workbench.types import Group
 def test_each_rank_keeps_its_slice_and_rank_0_keeps_the_counts() -> None:
     groups = [Group(example_id=i, rollouts=[]) for i in range(5)]
     batch = StepBatch(groups=groups[:4], dropped=1, all_groups=groups, policy_version=3, server_failed=2)
-    main, other = rank_share(batch, DistInfo(rank=0, world_size=2)), rank_share(batch, DistInfo(rank=1, world_size=2))
+    main, other = (
+        rank_share(batch, DistInfo(rank=0, world_size=2)),
+        rank_share(batch, DistInfo(rank=1, world_size=2)),
+    )
     assert [g.example_id for g in main.groups] == [0, 2] and [g.example_id for g in other.groups] == [1, 3]
     # all_groups is split the same way: gathering the ranks' shares rebuilds the batch for the metrics
     assert sorted(g.example_id for g in main.all_groups + other.all_groups) == [0, 1, 2, 3, 4]
-    assert (main.dropped, main.server_failed) == (1, 2) and (other.dropped, other.server_failed) == (0, 0)  # summed once
+    assert (main.dropped, main.server_failed) == (1, 2) and (other.dropped, other.server_failed) == (
+        0,
+        0,
+    )  # summed once
     assert main.policy_version == other.policy_version == 3
     assert batch.groups == groups[:4]  # the whole batch is left as it was
 
 
 @pytest.mark.slow
 def test_two_trainer_ranks_train_on_launched_replicas_and_leave_nothing_behind(tiny_workspace: Path) -> None:
-    result = zygote.run([*train_command("--set", "max_steps=2", "--set", "output_dir='runs/ranks'",
-                                            "--set", "inference.data_parallel_size=1", "--set", "eval.interval=2",
-                                            "--set", "eval.num_examples=4", "--set", "eval.rollouts_per_example=1"),
-                             "--nproc", "2"],
-                            cwd=tiny_workspace, env=workbench_env(), capture_output=True, text=True, timeout=600)
+    result = zygote.run(
+        [
+            *train_command(
+                "--set",
+                "max_steps=2",
+                "--set",
+                "output_dir='runs/ranks'",
+                "--set",
+                "inference.data_parallel_size=1",
+                "--set",
+                "eval.interval=2",
+                "--set",
+                "eval.num_examples=4",
+                "--set",
+                "eval.rollouts_per_example=1",
+            ),
+            "--nproc",
+            "2",
+        ],
+        cwd=tiny_workspace,
+        env=workbench_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = tiny_workspace / "runs" / "ranks"
     record = replica_record(run_dir)
@@ -44,7 +69,9 @@ def test_two_trainer_ranks_train_on_launched_replicas_and_leave_nothing_behind(t
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in lines if "time/step" in m]
     assert len(steps) == 2
-    assert all(m["rollout/trained_samples"] == 8 and m["rollout/errors"] == 0 for m in steps)  # both ranks' shares
+    assert all(
+        m["rollout/trained_samples"] == 8 and m["rollout/errors"] == 0 for m in steps
+    )  # both ranks' shares
     assert all(m["time/weight_sync"] > 0 for m in steps)  # rank 0 published every step's adapter
     assert all(m["policy/lag"] <= 1 for m in steps)  # max_async_level = 1
     assert "eval/reward_mean" in steps[-1]  # evaluated on rank 0, known to every rank
@@ -58,6 +85,8 @@ def test_trainer_gpu_ids_become_the_ranks_visible_devices(tmp_path: Path) -> Non
     from workbench.train.schema import TrainConfig
 
     placed = TrainConfig(env=[{"id": "reverse-text"}], trainer_gpu_ids=[2, 3], inference={"gpu_ids": [0, 1]})
-    assert trainer_visible_devices(placed) == "2,3"  # rank r (LOCAL_RANK r) runs on the r-th: never an inference GPU
+    assert (
+        trainer_visible_devices(placed) == "2,3"
+    )  # rank r (LOCAL_RANK r) runs on the r-th: never an inference GPU
     assert child_env(1, 2, 29500, tmp_path, trainer_visible_devices(placed))["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert trainer_visible_devices(TrainConfig(env=[{"id": "reverse-text"}])) is None

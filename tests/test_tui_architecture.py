@@ -42,7 +42,11 @@ def imported_modules(path: Path) -> set[str]:
             found.update(f"{module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+            if (
+                name in ("import_module", "__import__")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 found.add(str(node.args[0].value))
     return found
 
@@ -61,10 +65,19 @@ WIDGET_FILES = sorted((TUI / "widgets").glob("*.py"))
 
 
 def test_the_checks_see_the_screens():
-    assert {p.stem for p in SCREEN_FILES} >= {"base", "runs", "rollouts", "monitor", "variance", "checkpoints"}
+    assert {p.stem for p in SCREEN_FILES} >= {
+        "base",
+        "runs",
+        "rollouts",
+        "monitor",
+        "variance",
+        "checkpoints",
+    }
     assert "workbench.tui.app" in imported_modules(Path(__file__))  # the import finder works
     assert forbidden_for_screen("workbench.tui.screens.runs", "workbench.tui.screens.rollouts.RolloutsScreen")
-    assert not forbidden_for_screen("workbench.tui.screens.runs", "workbench.tui.screens.base.WorkbenchScreen")
+    assert not forbidden_for_screen(
+        "workbench.tui.screens.runs", "workbench.tui.screens.base.WorkbenchScreen"
+    )
 
 
 @pytest.mark.parametrize("path", SCREEN_FILES, ids=lambda p: p.name)
@@ -76,8 +89,11 @@ def test_no_screen_imports_another_screen_or_the_app(path: Path):
 
 @pytest.mark.parametrize("path", WIDGET_FILES, ids=lambda p: p.name)
 def test_widgets_import_no_screen_and_not_the_app(path: Path):
-    bad = sorted(m for m in imported_modules(path)
-                 if m == SCREENS_PACKAGE or m.startswith(f"{SCREENS_PACKAGE}.") or m.startswith("workbench.tui.app"))
+    bad = sorted(
+        m
+        for m in imported_modules(path)
+        if m == SCREENS_PACKAGE or m.startswith(f"{SCREENS_PACKAGE}.") or m.startswith("workbench.tui.app")
+    )
     assert not bad, f"{path.name} imports {bad}: widgets post messages up and get attributes down"
 
 
@@ -100,10 +116,21 @@ def test_screens_open_only_registered_names():
     opened: set[str] = set()
     for path in SCREEN_FILES:
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
-                    and (node.func.attr == "open_screen"
-                         or (node.func.attr == "open" and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"))
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.args
+                and (
+                    node.func.attr == "open_screen"
+                    or (
+                        node.func.attr == "open"
+                        and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "self"
+                    )
+                )
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 opened.add(node.args[0].value)
     assert opened, "no screen opens another by name"
     assert opened <= names, f"unknown screen names: {opened - names}"

@@ -18,7 +18,13 @@ from textual.widgets import Static
 from tests.tui_data import shared_workspace, text_of, wait_for
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.rollouts import RolloutsScreen
-from workbench.tui.widgets.conversation import ConversationView, MessageBlock, RewardBreakdown, content_text, update_static
+from workbench.tui.widgets.conversation import (
+    ConversationView,
+    MessageBlock,
+    RewardBreakdown,
+    content_text,
+    update_static,
+)
 from workbench.tui.widgets.groups_table import GroupsTable
 from workbench.tui.widgets.runs_table import RunsTable
 
@@ -111,7 +117,12 @@ async def test_stepping_through_rollouts_draws_what_composing_them_anew_draws(ws
         for row in range(table.row_count):
             if row:
                 await pilot.press("j")
-            await wait_for(pilot, lambda: view.rollout is screen.rollout and screen.rollout.example_id == table.current.example_id)
+            await wait_for(
+                pilot,
+                lambda: (
+                    view.rollout is screen.rollout and screen.rollout.example_id == table.current.example_id
+                ),
+            )
             await pilot.pause()
             rollout = screen.rollout
             blocks = list(view.query(MessageBlock))

@@ -56,7 +56,13 @@ async def open_rollouts(pilot, app: WorkbenchApp, run_dir: Path) -> RolloutsScre
 
 # ----- sorting and keys ------------------------------------------------------------------------
 def test_sort_values_put_numbers_in_order_and_blanks_last():
-    assert [sort_value(c) for c in ("0.250", Text("3/10"), "-", "Eval", "")] == [0.25, 3.0, None, "eval", None]
+    assert [sort_value(c) for c in ("0.250", Text("3/10"), "-", "Eval", "")] == [
+        0.25,
+        3.0,
+        None,
+        "eval",
+        None,
+    ]
     table = VirtualTable((("x", 5),))
     table._data = [("2",), ("-",), ("10",), ("b",), ("1",)]
     for reverse, expected in ((False, ["1", "2", "10", "b", "-"]), (True, ["10", "2", "1", "b", "-"])):
@@ -108,7 +114,9 @@ async def test_group_view_lists_an_examples_rollouts_and_opens_one(ws):
         table = group_screen.query_one(VirtualTable)
         await wait_for(pilot, lambda: group_screen.rollout is not None)
         header = text_of(table).splitlines()[0]
-        assert table.row_count == 4 and all(name in header for name in ("#", "reward", "lcs_rew", "length", "stop"))
+        assert table.row_count == 4 and all(
+            name in header for name in ("#", "reward", "lcs_rew", "length", "stop")
+        )
         assert [row[0] for row in table.rows] == ["1", "2", "3", "4"]  # counted from 1
         rewards = [r.reward for r in group_screen.group.rollouts]
         assert [float(row[1].plain) for row in table.rows] == pytest.approx(rewards, abs=1e-3)
@@ -166,20 +174,27 @@ async def test_compare_shows_a_and_b_side_by_side_and_filters_each_change(ws):
         await mark_and_compare(pilot, app, ws["varied"], ws["base"], "c")
         screen = app.screen
         assert isinstance(screen, CompareScreen)
-        await wait_for(pilot, lambda: screen.loaded and screen.query_one("#compare-conv-b", ConversationView).rollout)
+        await wait_for(
+            pilot, lambda: screen.loaded and screen.query_one("#compare-conv-b", ConversationView).rollout
+        )
         comparison = screen.comparison
         table = screen.query_one("#compare-table", VirtualTable)
         for change in ("fixed", "broke", "better", "worse"):
             await pilot.press("f")
             assert screen.change == change and table.row_count == len(comparison.only(change))
             assert f"showing {change}" in text_of(screen.query_one("#compare-title"))
-        assert comparison.count("better") + comparison.count("worse") + comparison.count("same") == comparison.shared
+        assert (
+            comparison.count("better") + comparison.count("worse") + comparison.count("same")
+            == comparison.shared
+        )
         await pilot.press("f")  # all again
         assert table.row_count == len(comparison.rows)
         await pilot.press("number_sign", *"3", "enter")
         a = screen.query_one("#compare-conv-a", ConversationView)
         b = screen.query_one("#compare-conv-b", ConversationView)
-        await wait_for(pilot, lambda: a.rollout is not None and a.rollout.example_id == 3 and b.rollout.example_id == 3)
+        await wait_for(
+            pilot, lambda: a.rollout is not None and a.rollout.example_id == 3 and b.rollout.example_id == 3
+        )
         assert (a.rollout.rollout_index, b.rollout.rollout_index) == (0, 0)
         head = text_of(screen.query_one("#compare-head-b"))
         assert "rollout 1/4" in head and f"B - A {b.rollout.reward - a.rollout.reward:+.3f}" in head
@@ -203,11 +218,26 @@ def test_checkpoint_labels_from_paths_names_and_sweeps(workspace: Path):
     for step in (-1, 2, 6):
         folder = evals / f"2026010{step + 2}-000000-abcd"
         folder.mkdir(parents=True)
-        (folder / "metadata.json").write_bytes(orjson.dumps({
-            "kind": "eval", "status": "finished", "run_id": folder.name, "env_id": "reverse-words",
-            "model": "base", "created_at": "2026-01-02T03:04:05+00:00"}))
-        key = SweepKey(env_id="reverse-words", num_examples=2, rollouts_per_example=1, seed=0, server="http://x/v1")
-        lines.append(SweepPoint(key=key, step=step, model="base", eval_run=str(folder), reward_mean=0.5).model_dump_json())
+        (folder / "metadata.json").write_bytes(
+            orjson.dumps(
+                {
+                    "kind": "eval",
+                    "status": "finished",
+                    "run_id": folder.name,
+                    "env_id": "reverse-words",
+                    "model": "base",
+                    "created_at": "2026-01-02T03:04:05+00:00",
+                }
+            )
+        )
+        key = SweepKey(
+            env_id="reverse-words", num_examples=2, rollouts_per_example=1, seed=0, server="http://x/v1"
+        )
+        lines.append(
+            SweepPoint(
+                key=key, step=step, model="base", eval_run=str(folder), reward_mean=0.5
+            ).model_dump_json()
+        )
     (run / SWEEP_FILE).write_text("\n".join(lines) + "\n")
     labels = {r.run_id: r.model_label for r in RunCatalog(workspace).scan() if r.kind == "eval"}
     assert sorted(labels.values()) == ["swept base", "swept step 2", "swept step 6"]
@@ -257,8 +287,12 @@ async def test_keys_and_palette_name_the_table_keys(ws):
         await runs_table(pilot, app)
         await pilot.press("question_mark")
         rows = {(key, action, where) for key, action, where in app.screen.rows}
-        assert {("o", "Sort by next column", "table"), ("O", "Reverse sort", "table"), ("g", "First row", "table"),
-                ("G", "Last row", "table")} <= rows
+        assert {
+            ("o", "Sort by next column", "table"),
+            ("O", "Reverse sort", "table"),
+            ("g", "First row", "table"),
+            ("G", "Last row", "table"),
+        } <= rows
         await pilot.press("escape")
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Sort by next column" in titles and len(titles) == len(set(titles))
@@ -283,7 +317,7 @@ async def test_long_log_lines_scroll_sideways_at_80x24(workspace: Path):
         while log.scroll_x < log.max_scroll_x:
             before = log.scroll_x
             await pilot.press("ctrl+pagedown")
-            await wait_for(pilot, lambda: log.scroll_x > before)
+            await wait_for(pilot, lambda before=before: log.scroll_x > before)
         assert tail in text_of(log)
 
 

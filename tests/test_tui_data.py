@@ -9,16 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.tui_data import (REWARD_FAILED, SERVER_FAILED, VariedClient, make_eval, make_gepa_run, make_train_run,
-                             write_results)
+from tests.tui_data import (
+    REWARD_FAILED,
+    SERVER_FAILED,
+    VariedClient,
+    make_eval,
+    make_gepa_run,
+    make_train_run,
+    write_results,
+)
 from workbench.inference.echo import EchoClient
+from workbench.store.checkpoints import list_checkpoint_infos
 from workbench.store.results import read_groups
 from workbench.tui.data.compare import compare_groups
 from workbench.tui.data.gepa import load_gepa_run
 from workbench.tui.data.rollout_index import RolloutFilter, RolloutIndex, parse_reward_range
 from workbench.tui.data.runs import RunCatalog, filter_runs
 from workbench.tui.data.tail import JsonlTail, TextTail
-from workbench.store.checkpoints import list_checkpoint_infos
 from workbench.tui.data.training import eta_seconds, series, step_rollout_files
 from workbench.tui.data.variance import bucket_labels, difficulty, index_variance_report, variance_report
 from workbench.tui.launcher import config_spec
@@ -91,9 +98,18 @@ def test_filters_and_search(varied_run: Path):
     assert index.filtered(RolloutFilter(search="no such text anywhere")) == []
 
 
-@pytest.mark.parametrize("text,expected", [("0.2..0.8", (0.2, 0.8)), ("0.5..", (0.5, None)), ("..0.1", (None, 0.1)),
-                                           ("0.3-0.6", (0.3, 0.6)), ("1", (1.0, 1.0)), ("", (None, None)),
-                                           ("-0.5..0.5", (-0.5, 0.5))])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0.2..0.8", (0.2, 0.8)),
+        ("0.5..", (0.5, None)),
+        ("..0.1", (None, 0.1)),
+        ("0.3-0.6", (0.3, 0.6)),
+        ("1", (1.0, 1.0)),
+        ("", (None, None)),
+        ("-0.5..0.5", (-0.5, 0.5)),
+    ],
+)
 def test_reward_range_parsing(text: str, expected: tuple):
     assert parse_reward_range(text) == expected
 
@@ -119,24 +135,26 @@ def test_variance_report_uses_eval_summary_buckets(varied_run: Path):
     assert dict(report.histogram)["0"] == saved["group_std_histogram"].get("0", 0)
 
 
-
-
 def test_index_variance_report_equals_the_loaded_groups_report(tmp_path: Path):
     """Built from the index's rows (no record parsed), the report shows exactly what the report of
     the loaded groups shows: histogram, difficulty counts and shares, the table's order and
     numbers, and summarize's mean reward / zero-variance share / verdict, which leave out the
     group a server failure spoiled."""
-    path = write_results(tmp_path, {
-        7: [1.0, 1.0, 1.0, 1.0],  # zero variance, too easy
-        3: [0.0, 0.0, 0.0, 0.0],  # zero variance, too hard
-        5: [0.1, 0.2, 0.3, 0.7],  # in range (floats whose sum rounds: the mean must be summarize's)
-        2: [0.9, 0.2, 0.6, 1],  # in range, an int reward and a truncated rollout
-        4: [0.5, 0.52, 0.5, 0.52],  # std under 0.05: no signal
-        9: [0.9, 0.0, 0.4, 0.3],  # a reward function raised (reward 0): still a result
-        6: [0.95, 0.05, 1.0, 0.0],  # a server failure: not a result, left out of summarize
-        8: [0.25, 0.25, 0.75, 0.75],  # the same std as example 1: the table puts 1 first
-        1: [0.75, 0.25, 0.75, 0.25],
-    }, {(9, 1): REWARD_FAILED, (6, 2): SERVER_FAILED})
+    path = write_results(
+        tmp_path,
+        {
+            7: [1.0, 1.0, 1.0, 1.0],  # zero variance, too easy
+            3: [0.0, 0.0, 0.0, 0.0],  # zero variance, too hard
+            5: [0.1, 0.2, 0.3, 0.7],  # in range (floats whose sum rounds: the mean must be summarize's)
+            2: [0.9, 0.2, 0.6, 1],  # in range, an int reward and a truncated rollout
+            4: [0.5, 0.52, 0.5, 0.52],  # std under 0.05: no signal
+            9: [0.9, 0.0, 0.4, 0.3],  # a reward function raised (reward 0): still a result
+            6: [0.95, 0.05, 1.0, 0.0],  # a server failure: not a result, left out of summarize
+            8: [0.25, 0.25, 0.75, 0.75],  # the same std as example 1: the table puts 1 first
+            1: [0.75, 0.25, 0.75, 0.25],
+        },
+        {(9, 1): REWARD_FAILED, (6, 2): SERVER_FAILED},
+    )
     index = RolloutIndex(path)
     index.refresh()
     old = variance_report(index.load_groups())
@@ -159,13 +177,19 @@ def test_index_variance_report_equals_the_loaded_groups_report(tmp_path: Path):
 
 
 def test_index_variance_report_when_every_group_failed(tmp_path: Path):
-    path = write_results(tmp_path, {0: [0.0, 1.0], 1: [0.5, 0.5]}, {(0, 0): SERVER_FAILED, (1, 1): SERVER_FAILED,
-                                                                    (1, 0): SERVER_FAILED})
+    path = write_results(
+        tmp_path,
+        {0: [0.0, 1.0], 1: [0.5, 0.5]},
+        {(0, 0): SERVER_FAILED, (1, 1): SERVER_FAILED, (1, 0): SERVER_FAILED},
+    )
     index = RolloutIndex(path)
     index.refresh()
     old, new = variance_report(index.load_groups()), index_variance_report(index)
-    assert new.summary == old.summary == {"num_groups": 0, "num_rollouts": 0, "infrastructure_failures": 3,
-                                          "incomplete_groups": 2}
+    assert (
+        new.summary
+        == old.summary
+        == {"num_groups": 0, "num_rollouts": 0, "infrastructure_failures": 3, "incomplete_groups": 2}
+    )
     assert new.histogram == old.histogram and new.counts == old.counts
     assert [g.example_id for g in new.by_variance] == [g.example_id for g in old.by_variance] == [0, 1]
 
@@ -189,7 +213,8 @@ def test_catalog_finds_all_kinds_and_marks_dead_runs(workspace: Path, varied_run
     assert by_id["alive"].status == "running" and by_id["alive"].progress == "6/10"
     assert by_id["dead"].status == "died"
     assert by_id["run-a"].progress == "48/48" and by_id["run-a"].reward == pytest.approx(
-        json.loads((varied_run / "metadata.json").read_text())["reward_mean"])
+        json.loads((varied_run / "metadata.json").read_text())["reward_mean"]
+    )
     assert {r.run_id for r in filter_runs(runs, "train", None, "")} == {"alive", "dead"}
     assert {r.run_id for r in filter_runs(runs, None, "died", "")} == {"dead"}
     assert [r.kind for r in filter_runs(runs, None, None, "gepa echo")] == ["gepa"]
@@ -250,10 +275,17 @@ def test_config_spec_reads_the_first_line(tmp_path: Path):
     folder = tmp_path / "configs" / "rl"
     folder.mkdir(parents=True)
     config = folder / "reverse-text.toml"
-    config.write_text('# workbench train configs/rl/reverse-text.toml --set max_steps=5\nmodel = "tiny"\n'
-                      '[[env]]\nid = "reverse-text"\n')
+    config.write_text(
+        '# workbench train configs/rl/reverse-text.toml --set max_steps=5\nmodel = "tiny"\n'
+        '[[env]]\nid = "reverse-text"\n'
+    )
     spec = config_spec(config, tmp_path)
-    assert spec.kind == "train" and spec.args == ["train", "configs/rl/reverse-text.toml", "--set", "max_steps=5"]
+    assert spec.kind == "train" and spec.args == [
+        "train",
+        "configs/rl/reverse-text.toml",
+        "--set",
+        "max_steps=5",
+    ]
     assert (spec.env, spec.model) == ("reverse-text", "tiny")
     plain = tmp_path / "configs" / "eval" / "x.toml"
     plain.parent.mkdir(parents=True)
@@ -265,9 +297,11 @@ def test_tui_never_imports_torch():
     import subprocess
     import sys
 
-    code = ("import sys, workbench.tui.app, workbench.tui.screens.monitor, workbench.tui.screens.checkpoints, "
-            "workbench.tui.screens.rollouts, workbench.tui.screens.gepa, workbench.tui.screens.launch;"
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'")
+    code = (
+        "import sys, workbench.tui.app, workbench.tui.screens.monitor, workbench.tui.screens.checkpoints, "
+        "workbench.tui.screens.rollouts, workbench.tui.screens.gepa, workbench.tui.screens.launch;"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
     assert result.returncode == 0, result.stderr
 

@@ -32,8 +32,10 @@ from workbench.tui.screens.keys import KeysScreen
 from workbench.tui.widgets.runs_table import RunsTable
 
 SIZE = (80, 24)
-LAUNCH_ERROR = ("error: configs/rl/broken.toml: max_steps: 'many' is not a whole number; "
-                "set it to the number of optimizer steps to run, e.g. max_steps = 200")
+LAUNCH_ERROR = (
+    "error: configs/rl/broken.toml: max_steps: 'many' is not a whole number; "
+    "set it to the number of optimizer steps to run, e.g. max_steps = 200"
+)
 RUN_ERROR = "InferenceError: upstream said no\n  while scoring example 3\n"
 
 
@@ -51,18 +53,41 @@ def failed_launch(root: Path, launch_id: str = "20260103-010203-beef") -> Launch
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{launch_id}.log"
     log.write_text(f"$ workbench train configs/rl/broken.toml\n{LAUNCH_ERROR}\n")
-    launch = Launch(launch_id, "train", ["train", "configs/rl/broken.toml"], "reverse-text", "tiny", gone_pid(),
-                    str(log), "2026-01-03T01:02:03+00:00", returncode=1, error=LAUNCH_ERROR)
+    launch = Launch(
+        launch_id,
+        "train",
+        ["train", "configs/rl/broken.toml"],
+        "reverse-text",
+        "tiny",
+        gone_pid(),
+        str(log),
+        "2026-01-03T01:02:03+00:00",
+        returncode=1,
+        error=LAUNCH_ERROR,
+    )
     write_json_atomic(folder / f"{launch_id}.json", asdict(launch))
     return launch
 
 
 def eval_run(root: Path, run_id: str, created_at: str, status: str, error: str | None = None) -> Path:
     run_dir = root / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo" / run_id
-    write_run_metadata(run_dir, EvalRun(run_id=run_id, env_id="reverse-text", model="echo", status=status,
-                                        error=error, created_at=created_at, updated_at=created_at, pid=None,
-                                        num_examples=4, rollouts_per_example=2, total_rollouts=8,
-                                        completed_rollouts=3 if status == "failed" else 8))
+    write_run_metadata(
+        run_dir,
+        EvalRun(
+            run_id=run_id,
+            env_id="reverse-text",
+            model="echo",
+            status=status,
+            error=error,
+            created_at=created_at,
+            updated_at=created_at,
+            pid=None,
+            num_examples=4,
+            rollouts_per_example=2,
+            total_rollouts=8,
+            completed_rollouts=3 if status == "failed" else 8,
+        ),
+    )
     return run_dir
 
 
@@ -70,9 +95,14 @@ def eval_run(root: Path, run_id: str, created_at: str, status: str, error: str |
 def failures(workspace: Path) -> dict[str, Path]:
     """A failed launch (newest), a failed eval run and a finished one (oldest)."""
     launch = failed_launch(workspace)
-    return {"record": workspace / LAUNCHES / f"{launch.id}.json", "log": launch.log,
-            "failed": eval_run(workspace, "20260102-000000-fail", "2026-01-02T00:00:00+00:00", "failed", RUN_ERROR),
-            "finished": eval_run(workspace, "20260101-000000-done", "2026-01-01T00:00:00+00:00", "finished")}
+    return {
+        "record": workspace / LAUNCHES / f"{launch.id}.json",
+        "log": launch.log,
+        "failed": eval_run(
+            workspace, "20260102-000000-fail", "2026-01-02T00:00:00+00:00", "failed", RUN_ERROR
+        ),
+        "finished": eval_run(workspace, "20260101-000000-done", "2026-01-01T00:00:00+00:00", "finished"),
+    }
 
 
 def table_of(app: WorkbenchApp) -> RunsTable:
@@ -94,7 +124,9 @@ def messages(app: WorkbenchApp) -> list[str]:
     return [str(n.message) for n in app._notifications]
 
 
-async def test_d_dismisses_a_failed_launch_once_confirmed_and_it_stays_gone_after_a_restart(workspace, failures):
+async def test_d_dismisses_a_failed_launch_once_confirmed_and_it_stays_gone_after_a_restart(
+    workspace, failures
+):
     app = WorkbenchApp(workspace, poll_s=0.2)
     async with app.run_test(size=SIZE) as pilot:
         table = table_of(app)
@@ -106,7 +138,9 @@ async def test_d_dismisses_a_failed_launch_once_confirmed_and_it_stays_gone_afte
         # on the failed launch: `d` is offered, and the hint line says why it failed
         await wait_for(pilot, lambda: offers_dismiss(app) is True)
         shown = text_of(hint).strip()
-        assert shown.startswith("failed: error: configs/rl/broken.toml: max_steps") and shown.endswith("…")  # one line
+        assert shown.startswith("failed: error: configs/rl/broken.toml: max_steps") and shown.endswith(
+            "…"
+        )  # one line
         await pilot.press("question_mark")
         assert isinstance(app.screen, KeysScreen) and ("d", "Dismiss", "screen") in app.screen.rows
         await pilot.press("escape")
@@ -129,18 +163,24 @@ async def test_d_dismisses_a_failed_launch_once_confirmed_and_it_stays_gone_afte
         confirm = app.screen
         assert isinstance(confirm, ConfirmScreen)
         relative_log = failures["log"].relative_to(workspace)
-        assert confirm.question == (f"Dismiss the failed train launch (reverse-text, tiny)? Its record and its "
-                                    f"output log ({relative_log}) are deleted.")
+        assert confirm.question == (
+            f"Dismiss the failed train launch (reverse-text, tiny)? Its record and its "
+            f"output log ({relative_log}) are deleted."
+        )
         await pilot.press("n")
         assert not isinstance(app.screen, ConfirmScreen)
-        assert failures["record"].is_file() and failures["log"].is_file() and table.current.key == launch_row.key
+        assert (
+            failures["record"].is_file() and failures["log"].is_file() and table.current.key == launch_row.key
+        )
         # y dismisses: the row, record and log go; the cursor moves to the next row; runs stay
         await pilot.press("d", "y")
         await wait_for(pilot, lambda: len(table.runs) == 2)
         assert not failures["record"].exists() and not failures["log"].exists()
         assert [r.path for r in table.runs] == [failures["failed"], failures["finished"]]
         assert table.current.path == failures["failed"]
-        assert (failures["failed"] / "metadata.json").is_file() and (failures["finished"] / "metadata.json").is_file()
+        assert (failures["failed"] / "metadata.json").is_file() and (
+            failures["finished"] / "metadata.json"
+        ).is_file()
         assert any(m.startswith("dismissed the failed train launch") for m in messages(app))
         await wait_for(pilot, lambda: offers_dismiss(app) is False)
         # later scans do not bring it back
@@ -163,14 +203,18 @@ async def test_d_never_dismisses_a_live_launch_and_dismisses_it_once_it_ended(wo
     child.chmod(0o755)
     launcher = Launcher(workspace, python=str(child))
     app = WorkbenchApp(workspace, poll_s=0.2, launcher=launcher)
-    launch = launcher.start(LaunchSpec("eval", ["eval", "run", "reverse-text", "-m", "tiny"], "reverse-text", "tiny"))
+    launch = launcher.start(
+        LaunchSpec("eval", ["eval", "run", "reverse-text", "-m", "tiny"], "reverse-text", "tiny")
+    )
     try:
         async with app.run_test(size=SIZE) as pilot:
             table = table_of(app)
             await wait_for(pilot, lambda: table.runs and table.runs[0].status == "starting")
             await wait_for(pilot, lambda: offers_dismiss(app) is False)
             await pilot.press("d")
-            await wait_for(pilot, lambda: any("not this row: it is still starting" in m for m in messages(app)))
+            await wait_for(
+                pilot, lambda: any("not this row: it is still starting" in m for m in messages(app))
+            )
             assert not isinstance(app.screen, ConfirmScreen)
             with pytest.raises(ValueError, match=f"still running \\(pid {launch.pid}\\)"):
                 launcher.dismiss(launch.id)
@@ -181,7 +225,8 @@ async def test_d_never_dismisses_a_live_launch_and_dismisses_it_once_it_ended(wo
             await wait_for(pilot, lambda: offers_dismiss(app) is True)
             await pilot.press("d")
             assert isinstance(app.screen, ConfirmScreen) and app.screen.question.startswith(
-                "Dismiss the stopped eval launch (reverse-text, tiny)?")
+                "Dismiss the stopped eval launch (reverse-text, tiny)?"
+            )
             await pilot.press("y")
             await wait_for(pilot, lambda: not table.runs)
             assert not launcher.launches() and not list((workspace / LAUNCHES).iterdir())
@@ -205,7 +250,9 @@ def test_dismiss_deletes_only_a_named_launch_record(workspace: Path):
     assert launcher.pending_rows([]) == []
 
 
-async def test_failed_rows_show_their_error_in_a_column_where_the_terminal_is_wide_enough(workspace, failures):
+async def test_failed_rows_show_their_error_in_a_column_where_the_terminal_is_wide_enough(
+    workspace, failures
+):
     app = WorkbenchApp(workspace, poll_s=0.2)
     async with app.run_test(size=SIZE) as pilot:
         table = table_of(app)

@@ -48,7 +48,9 @@ async def launch_eval_from_ui(pilot, app: WorkbenchApp, url: str) -> None:
     await pilot.pause()
     await pilot.press("ctrl+s")  # shows the command
     assert isinstance(app.screen, LaunchScreen) and not app.launcher.launches()
-    assert "$ workbench eval run reverse-text -m echo -n 50 -r 2" in text_of(screen.query_one("#confirm-command"))
+    assert "$ workbench eval run reverse-text -m echo -n 50 -r 2" in text_of(
+        screen.query_one("#confirm-command")
+    )
     await pilot.press("ctrl+s")  # starts it
 
 
@@ -81,8 +83,21 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             await launch_eval_from_ui(pilot, app, url)
             await pilot.pause()
             launch = app.launcher.launches()[0]
-            assert launch.args == ["eval", "run", "reverse-text", "-m", "echo", "-n", "50", "-r", "2",
-                                   "-b", f"{url}/v1", "-c", "1"]
+            assert launch.args == [
+                "eval",
+                "run",
+                "reverse-text",
+                "-m",
+                "echo",
+                "-n",
+                "50",
+                "-r",
+                "2",
+                "-b",
+                f"{url}/v1",
+                "-c",
+                "1",
+            ]
             # it appears in Runs at once, before the child has written anything (the child's
             # preflight gives up after 10 s: the row must come well before)
             await wait_for(pilot, lambda: any(r.pid == launch.pid for r in runs_of(app)))
@@ -90,20 +105,35 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             assert first.status in ("starting", "running") and first.env == "reverse-text"
             assert first.is_launch and not list(workspace.glob("environments/*/outputs/evals/*/*"))
             # Enter on the starting row: its log, never empty — at least the command
-            await wait_for(pilot, lambda: app.screen.query_one(RunsTable).current is not None
-                           and app.screen.query_one(RunsTable).current.pid == launch.pid)
+            await wait_for(
+                pilot,
+                lambda: (
+                    app.screen.query_one(RunsTable).current is not None
+                    and app.screen.query_one(RunsTable).current.pid == launch.pid
+                ),
+            )
             await pilot.press("enter")
             starting = app.screen
             assert isinstance(starting, LogScreen) and [label for label, _ in starting.logs] == ["output"]
-            await wait_for(pilot, lambda: "$ workbench eval run reverse-text -m echo" in text_of(starting.query_one("LogTail")))
+            await wait_for(
+                pilot,
+                lambda: "$ workbench eval run reverse-text -m echo" in text_of(starting.query_one("LogTail")),
+            )
             await pilot.press("escape")
             preflight.open()
             # then its own run folder takes over the row, with progress, and the cursor follows it
-            await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch and (r.done or 0) > 0
-                                              for r in runs_of(app)), timeout=180)
+            await wait_for(
+                pilot,
+                lambda: any(
+                    r.pid == launch.pid and not r.is_launch and (r.done or 0) > 0 for r in runs_of(app)
+                ),
+                timeout=180,
+            )
             table = app.screen.query_one(RunsTable)
             run = table.current
-            assert run is not None and run.pid == launch.pid and run.status == "running" and run.kind == "eval"
+            assert (
+                run is not None and run.pid == launch.pid and run.status == "running" and run.kind == "eval"
+            )
             # the log: the child's output and the run's run.log
             await pilot.press(key_for(app.screen, "log"))
             logs = app.screen
@@ -127,8 +157,11 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             meta = metadata(run.path)
             assert 0 < meta["completed_rollouts"] < 100
             assert meta["completed_rollouts"] == 4 == gate.passed  # the answered groups, kept
-            await wait_for(pilot, lambda: any(r.path == run.path and r.status == "stopped" for r in runs_of(app)),
-                           timeout=180)
+            await wait_for(
+                pilot,
+                lambda: any(r.path == run.path and r.status == "stopped" for r in runs_of(app)),
+                timeout=180,
+            )
             log_text = Path(launch.log_path).read_text()
             assert "Traceback" not in log_text and "-R latest" in log_text  # the CLI's own stop message
 
@@ -140,7 +173,9 @@ async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
         async with app.run_test(size=SIZE) as pilot:
             await launch_eval_from_ui(pilot, app, url)
             launch = app.launcher.launches()[0]
-            await wait_for(pilot, lambda: any(r.pid == launch.pid and not r.is_launch for r in runs_of(app)), timeout=180)
+            await wait_for(
+                pilot, lambda: any(r.pid == launch.pid and not r.is_launch for r in runs_of(app)), timeout=180
+            )
             run_dir = next(r.path for r in runs_of(app) if r.pid == launch.pid)
             await wait_for(pilot, lambda: gate.held >= 1, timeout=180)  # mid-run: it cannot finish on its own
             await pilot.press("q")  # a run is going: the TUI says it goes on, and how to get back to it
@@ -167,4 +202,3 @@ async def test_quitting_the_tui_never_kills_a_run(workspace: Path):
         assert app.launcher.wait(launch, 30) == 130
         assert metadata(run_dir)["status"] == "stopped"
         assert metadata(run_dir)["completed_rollouts"] == 4
-

@@ -60,8 +60,16 @@ class RecordingLauncher(Launcher):
 
     def start(self, spec: LaunchSpec) -> Launch:
         self.started.append(spec)
-        return Launch("fake", spec.kind, spec.args, spec.env, spec.model, 0, str(self.folder / "fake.log"),
-                      "2026-01-02T03:04:05+00:00")
+        return Launch(
+            "fake",
+            spec.kind,
+            spec.args,
+            spec.env,
+            spec.model,
+            0,
+            str(self.folder / "fake.log"),
+            "2026-01-02T03:04:05+00:00",
+        )
 
 
 def rows(app: WorkbenchApp) -> list[RunInfo]:
@@ -82,7 +90,9 @@ async def test_training_launched_from_the_tui_prints_its_step_lines_into_its_log
         await pilot.press("l", "ctrl+t")
         screen = app.screen
         assert isinstance(screen, LaunchScreen)
-        screen.query_one("#train-set").value = "max_steps=500 seed=2"  # far more steps than the test waits for
+        screen.query_one(
+            "#train-set"
+        ).value = "max_steps=500 seed=2"  # far more steps than the test waits for
         await pilot.pause()
         command = "$ workbench train configs/rl/tiny-rl.toml --set max_steps=500 --set seed=2"
         assert command in text_of(screen.query_one("#launch-preview"))
@@ -91,7 +101,14 @@ async def test_training_launched_from_the_tui_prints_its_step_lines_into_its_log
         await pilot.press("enter")  # the focused Start button
         await wait_for(pilot, lambda: app.launcher.launches())
         launch = app.launcher.launches()[0]
-        assert launch.args == ["train", "configs/rl/tiny-rl.toml", "--set", "max_steps=500", "--set", "seed=2"]
+        assert launch.args == [
+            "train",
+            "configs/rl/tiny-rl.toml",
+            "--set",
+            "max_steps=500",
+            "--set",
+            "seed=2",
+        ]
         table = app.screen.query_one(RunsTable)
         await wait_for(pilot, lambda: table.current is not None and table.current.pid == launch.pid)
         await pilot.press(key_for(app.screen, "log"))
@@ -99,8 +116,11 @@ async def test_training_launched_from_the_tui_prints_its_step_lines_into_its_log
         assert isinstance(logs, LogScreen) and logs.logs[0][0] == "output"
         output = logs.query_one("#log-0 LogTail")
         # the CLI's own lines, as they happen: the bar's first state, then a line per step
-        await wait_for(pilot, lambda: any(line.startswith("step 1 ") and "reward" in line for line in output.lines),
-                       timeout=600)
+        await wait_for(
+            pilot,
+            lambda: any(line.startswith("step 1 ") and "reward" in line for line in output.lines),
+            timeout=600,
+        )
         assert app.launcher.is_running(launch)  # printed while it runs, not at the end: 499 steps to go
         text = "\n".join(output.lines)
         assert output.lines[0] == command
@@ -109,26 +129,36 @@ async def test_training_launched_from_the_tui_prints_its_step_lines_into_its_log
         # x asks first, then Ctrl-Cs it; the run keeps its checkpoint and says how to resume
         await pilot.press("x")
         assert isinstance(app.screen, ConfirmScreen)
-        assert app.screen.question.startswith(f"Stop train reverse-text (pid {launch.pid})? It saves what it finished")
+        assert app.screen.question.startswith(
+            f"Stop train reverse-text (pid {launch.pid})? It saves what it finished"
+        )
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.launcher.is_running(launch), timeout=300)
-        await wait_for(pilot, lambda: any("continue with `workbench train --resume" in line for line in output.lines))
+        await wait_for(
+            pilot, lambda: any("continue with `workbench train --resume" in line for line in output.lines)
+        )
         assert app.launcher.wait(launch) == 130
 
 
 async def test_a_failed_launch_stays_listed_with_its_error_after_a_restart(workspace: Path):
-    write_config(workspace, "broken.toml", 'model = "tiny"\nmax_steps = "many"\n[[env]]\nid = "reverse-text"\n')
+    write_config(
+        workspace, "broken.toml", 'model = "tiny"\nmax_steps = "many"\n[[env]]\nid = "reverse-text"\n'
+    )
     app = WorkbenchApp(workspace, poll_s=0.3)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("l", "enter", "enter")  # Configs tab: the highlighted config, then confirm
         await wait_for(pilot, lambda: app.launcher.launches())
         launch = app.launcher.launches()[0]
         assert launch.args == ["train", "configs/rl/broken.toml"]
-        await wait_for(pilot, lambda: any(r.pid == launch.pid and r.status == "failed" for r in rows(app)), timeout=120)
+        await wait_for(
+            pilot, lambda: any(r.pid == launch.pid and r.status == "failed" for r in rows(app)), timeout=120
+        )
         await pilot.press("q")  # nothing is running: quits at once
     assert not app.is_running
     record = json.loads((workspace / "outputs" / "tui" / "launches" / f"{launch.id}.json").read_text())
-    assert record["returncode"] == 1 and record["error"].startswith("error: ") and "max_steps" in record["error"]
+    assert (
+        record["returncode"] == 1 and record["error"].startswith("error: ") and "max_steps" in record["error"]
+    )
 
     again = WorkbenchApp(workspace, poll_s=0.3)  # a new TUI session: a new Launcher reads the records
     async with again.run_test(size=SIZE) as pilot:
@@ -151,18 +181,30 @@ def test_a_launch_that_ended_after_its_tui_closed_is_read_from_its_log(workspace
     folder.mkdir(parents=True)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a real pid, reaped: nothing runs under it now
-    logs = {"crashed": "$ workbench eval run x\nTraceback (most recent call last):\n  File \"x\", line 1\nValueError: boom\n",
-            "said": "$ workbench train configs/rl/x.toml\nerror: configs/rl/x.toml: max_steps: not a number\n",
-            "quiet": "$ workbench eval run x\nreverse-text · tiny  2/4 rollouts  reward 0.500  0:00:01\n"}
+    logs = {
+        "crashed": '$ workbench eval run x\nTraceback (most recent call last):\n  File "x", line 1\nValueError: boom\n',
+        "said": "$ workbench train configs/rl/x.toml\nerror: configs/rl/x.toml: max_steps: not a number\n",
+        "quiet": "$ workbench eval run x\nreverse-text · tiny  2/4 rollouts  reward 0.500  0:00:01\n",
+    }
     for index, (name, text) in enumerate(logs.items()):
         (folder / f"{name}.log").write_text(text)
-        record = Launch(name, "eval", ["eval", "run", "x"], "x", "tiny", gone.pid, str(folder / f"{name}.log"),
-                        f"2026-01-02T03:04:0{index}+00:00")
+        record = Launch(
+            name,
+            "eval",
+            ["eval", "run", "x"],
+            "x",
+            "tiny",
+            gone.pid,
+            str(folder / f"{name}.log"),
+            f"2026-01-02T03:04:0{index}+00:00",
+        )
         (folder / f"{name}.json").write_text(json.dumps({**record.__dict__, "a_newer_field": 1}))
     launcher = Launcher(workspace)
     pending = {row.run_id: row for row in launcher.pending_rows([])}
     assert set(pending) == {"crashed", "said"}
-    assert pending["crashed"].metadata["error"] == "ValueError: boom" and pending["crashed"].status == "failed"
+    assert (
+        pending["crashed"].metadata["error"] == "ValueError: boom" and pending["crashed"].status == "failed"
+    )
     assert pending["said"].metadata["error"] == "error: configs/rl/x.toml: max_steps: not a number"
     assert last_error(folder / "quiet.log", failed=False) is None
     assert last_error(folder / "quiet.log") == "reverse-text · tiny  2/4 rollouts  reward 0.500  0:00:01"
@@ -178,8 +220,16 @@ def test_a_launched_run_takes_the_place_of_its_pending_row(workspace: Path):
     assert started is not None
 
     def run(name: str, seconds: float, pid: int | None) -> RunInfo:
-        return RunInfo("eval", workspace / name, name, "reverse-text", "tiny", "running",
-                       created_at=started + timedelta(seconds=seconds), pid=pid)
+        return RunInfo(
+            "eval",
+            workspace / name,
+            name,
+            "reverse-text",
+            "tiny",
+            "running",
+            created_at=started + timedelta(seconds=seconds),
+            pid=pid,
+        )
 
     older, meanwhile = run("older", -60, None), run("meanwhile", 2, None)  # `meanwhile` started in a terminal
     before = launcher.rows([meanwhile, older])
@@ -197,7 +247,9 @@ async def test_launch_forms_build_train_and_gepa_commands_and_confirm_first(work
         await pilot.press("l", "ctrl+t")
         screen = app.screen
         assert isinstance(screen, LaunchScreen)
-        screen.query_one("#train-set").value = "max_steps"  # not KEY=VALUE: a one-line message, nothing starts
+        screen.query_one(
+            "#train-set"
+        ).value = "max_steps"  # not KEY=VALUE: a one-line message, nothing starts
         await pilot.pause()
         assert "overrides are KEY=VALUE" in text_of(screen.query_one("#launch-preview"))
         await pilot.press("ctrl+s")
@@ -209,8 +261,16 @@ async def test_launch_forms_build_train_and_gepa_commands_and_confirm_first(work
         assert isinstance(app.screen, LaunchScreen) and screen.confirming is None and not launcher.started
         await pilot.press("ctrl+s", "ctrl+s")
         await wait_for(pilot, lambda: launcher.started)
-        assert launcher.started[0].args == ["train", "configs/rl/tiny-rl.toml", "--nproc", "1", "--set", "max_steps=3",
-                                            "--set", 'sampling.stop=["</a>"]']
+        assert launcher.started[0].args == [
+            "train",
+            "configs/rl/tiny-rl.toml",
+            "--nproc",
+            "1",
+            "--set",
+            "max_steps=3",
+            "--set",
+            'sampling.stop=["</a>"]',
+        ]
         await pilot.press("l", "ctrl+g")
         screen = app.screen
         screen.query_one("#gepa-model").value = "echo"
@@ -225,8 +285,23 @@ async def test_launch_forms_build_train_and_gepa_commands_and_confirm_first(work
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(launcher.started) == 2)
         spec = launcher.started[1]
-        assert spec.kind == "gepa" and spec.args == ["gepa", "run", "reverse-text", "-m", "echo", "-M", "tiny", "-B", "40",
-                                                     "-n", "4", "-N", "3", "--set", "minibatch_size=2"]
+        assert spec.kind == "gepa" and spec.args == [
+            "gepa",
+            "run",
+            "reverse-text",
+            "-m",
+            "echo",
+            "-M",
+            "tiny",
+            "-B",
+            "40",
+            "-n",
+            "4",
+            "-N",
+            "3",
+            "--set",
+            "minibatch_size=2",
+        ]
 
 
 async def test_the_palette_names_every_launch_route_once(workspace: Path):
@@ -235,7 +310,15 @@ async def test_the_palette_names_every_launch_route_once(workspace: Path):
         await pilot.pause()
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert len(titles) == len(set(titles)), titles
-        assert {"Keys", "Quit", "Launch", "Launch eval", "Launch training", "Launch GEPA run", "Launch a config"} <= set(titles)
+        assert {
+            "Keys",
+            "Quit",
+            "Launch",
+            "Launch eval",
+            "Launch training",
+            "Launch GEPA run",
+            "Launch a config",
+        } <= set(titles)
         await pilot.press("colon")  # `:` opens the palette too
         await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette")
         await pilot.press(*"gepa")

@@ -29,6 +29,7 @@ from workbench.inference.echo import EchoClient
 from workbench.store.results import read_groups
 from workbench.train.metrics import MetricsLogger
 from workbench.tui.app import WorkbenchApp
+from workbench.tui.data.rollout_index import RolloutIndex
 from workbench.tui.launcher import Launch, Launcher, LaunchSpec
 from workbench.tui.screens.checkpoints import CheckpointsScreen
 from workbench.tui.screens.compare import CompareScreen
@@ -39,7 +40,6 @@ from workbench.tui.screens.log import LogScreen
 from workbench.tui.screens.monitor import TrainMonitorScreen
 from workbench.tui.screens.rollouts import RolloutsScreen
 from workbench.tui.screens.runs import RunsScreen
-from workbench.tui.data.rollout_index import RolloutIndex
 from workbench.tui.screens.variance import VarianceScreen
 from workbench.tui.widgets.conversation import ConversationView, MessageBlock
 from workbench.tui.widgets.groups_table import GroupsTable
@@ -65,7 +65,9 @@ class RecordingLauncher(Launcher):
 
     def start(self, spec: LaunchSpec) -> Launch:
         self.started.append(spec)
-        return Launch("fake", spec.kind, spec.args, spec.env, spec.model, 0, str(self.folder / "fake.log"), CREATED)
+        return Launch(
+            "fake", spec.kind, spec.args, spec.env, spec.model, 0, str(self.folder / "fake.log"), CREATED
+        )
 
 
 def app_for(root: Path, **kw) -> WorkbenchApp:
@@ -90,8 +92,11 @@ async def test_runs_lists_every_run_and_filters(ws):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: len(rows(app)) == 5)
         assert {(r.kind, r.env, r.status) for r in rows(app)} == {
-            ("train", "reverse-words", "running"), ("eval", "reverse-words", "finished"),
-            ("gepa", "reverse-words", "finished"), ("eval", "lookup-facts", "finished")}
+            ("train", "reverse-words", "running"),
+            ("eval", "reverse-words", "finished"),
+            ("gepa", "reverse-words", "finished"),
+            ("eval", "lookup-facts", "finished"),
+        }
         assert rows(app)[0].kind == "train"  # newest first (then by id)
         await pilot.press("f")  # kind: eval
         assert {r.kind for r in rows(app)} == {"eval"} and len(rows(app)) == 3
@@ -157,13 +162,16 @@ async def test_rollouts_navigation_filters_search_and_copy(ws):
         await pilot.press("y")
         copied = json.loads(app.clipboard)
         assert (copied["example_id"], copied["rollout_index"]) == (0, 0) and copied["completion"]
+
         # filters
         def rollouts(g):
             return screen.index.load_group(g.example_id).rollouts
 
-        for key, check in (("e", lambda g: any(r.error for r in rollouts(g))),
-                           ("t", lambda g: any(r.is_truncated for r in rollouts(g))),
-                           ("z", lambda g: g.std == 0)):
+        for key, check in (
+            ("e", lambda g: any(r.error for r in rollouts(g))),
+            ("t", lambda g: any(r.is_truncated for r in rollouts(g))),
+            ("z", lambda g: g.std == 0),
+        ):
             await pilot.press(key)
             await wait_for(pilot, lambda: 0 < table.row_count < 12)
             assert all(check(g) for g in table.groups)
@@ -216,8 +224,15 @@ async def test_rollouts_open_10k_lazily(workspace: Path):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: len(rows(app)) == 1)
         app.push_screen(RolloutsScreen(run_dir / "results.jsonl", run=rows(app)[0]))
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen) and app.screen.loaded
-                       and app.screen.rollout is not None, step=0.01)
+        await wait_for(
+            pilot,
+            lambda: (
+                isinstance(app.screen, RolloutsScreen)
+                and app.screen.loaded
+                and app.screen.rollout is not None
+            ),
+            step=0.01,
+        )
         screen = app.screen
         assert screen.query_one(GroupsTable).row_count == 1250
         assert len(screen.index) == 10_000 and not hasattr(screen.index, "rollouts")  # numbers only
@@ -237,7 +252,10 @@ async def test_variance_histogram_shares_and_jump_to_example(ws):
         histogram = dict(screen.query_one("#std-histogram").items)
         assert sum(histogram.values()) == 12
         no_signal = histogram["0"] + histogram["0-0.05"]  # std under 0.05: too easy or too hard
-        assert no_signal == report.counts["too easy"] + report.counts["too hard"] and report.counts["too hard"] == 1
+        assert (
+            no_signal == report.counts["too easy"] + report.counts["too hard"]
+            and report.counts["too hard"] == 1
+        )
         shares = text_of(screen.query_one("#variance-shares"))
         assert "too easy" in shares and "in range" in shares and "too hard" in shares
         table = screen.query_one("#variance-table")
@@ -251,14 +269,21 @@ async def test_variance_histogram_shares_and_jump_to_example(ws):
         assert rollouts.rollout.example_id == example
 
 
-
 async def test_variance_reads_no_record_and_shows_summarize_numbers(workspace: Path, monkeypatch):
     """The screen is built from the index's numbers: no record is read back, and the mean reward,
     zero-variance share and verdict are summarize's, which leave out a group a server failure
     spoiled (here it would pull the mean down to 0.5)."""
-    path = write_results(workspace / "run", {
-        0: [1.0, 1.0, 1.0, 1.0], 1: [0.0, 1.0, 1.0, 1.0], 2: [0.5, 1.0, 0.75, 1.0], 3: [1.0, 1.0, 1.0, 0.0],
-        4: [0.0, 0.0, 0.0, 0.0]}, {(1, 0): REWARD_FAILED, (4, 0): SERVER_FAILED})
+    path = write_results(
+        workspace / "run",
+        {
+            0: [1.0, 1.0, 1.0, 1.0],
+            1: [0.0, 1.0, 1.0, 1.0],
+            2: [0.5, 1.0, 0.75, 1.0],
+            3: [1.0, 1.0, 1.0, 0.0],
+            4: [0.0, 0.0, 0.0, 0.0],
+        },
+        {(1, 0): REWARD_FAILED, (4, 0): SERVER_FAILED},
+    )
     expected = summarize(read_groups(path.parent))
     assert expected["incomplete_groups"] == 1 and expected["zero_variance_frac"] == 0.25
 
@@ -273,7 +298,9 @@ async def test_variance_reads_no_record_and_shows_summarize_numbers(workspace: P
         chosen: list[int] = []
         screen = VarianceScreen(path)
         app.push_screen(screen, chosen.append)
-        await wait_for(pilot, lambda: screen.report is not None and len(screen.query_one("#variance-table").rows) == 5)
+        await wait_for(
+            pilot, lambda: screen.report is not None and len(screen.query_one("#variance-table").rows) == 5
+        )
         table, shares_widget = screen.query_one("#variance-table"), screen.query_one("#variance-shares")
 
         def shares() -> str:  # the text shown, its lines joined (a long verdict wraps)
@@ -301,7 +328,9 @@ async def test_monitor_curves_update_live(workspace: Path, monkeypatch):
         reward = screen.query_one("#plot-0", MetricPlot)
         await wait_for(pilot, lambda: reward.lines and reward.lines[0][1][-1] == 6)
         assert [label for label, *_ in reward.lines] == ["mean", "std"]
-        assert screen.query_one("#plot-1", MetricPlot).lines[0][2][-1] == pytest.approx(train_metrics(6)["train/loss"])
+        assert screen.query_one("#plot-1", MetricPlot).lines[0][2][-1] == pytest.approx(
+            train_metrics(6)["train/loss"]
+        )
         eta = text_of(screen.query_one("#monitor-eta"))
         assert "step 6/10" in eta and "2.0 s/step" in eta and "ETA 8s" in eta
         from types import SimpleNamespace
@@ -331,7 +360,9 @@ async def test_train_rollouts_step_through_steps(ws):
         assert isinstance(screen, RolloutsScreen) and screen.label == "step 6"
         await wait_for(pilot, lambda: screen.loaded)
         await pilot.press("comma")
-        await wait_for(pilot, lambda: screen.label == "step 5" and screen.loaded and screen.rollout is not None)
+        await wait_for(
+            pilot, lambda: screen.label == "step 5" and screen.loaded and screen.rollout is not None
+        )
         await pilot.press("full_stop", "full_stop")
         assert screen.label == "step 6"
 
@@ -350,8 +381,16 @@ async def test_checkpoints_evaluate_and_compare(workspace: Path):
     for step in (3, 6):  # evals of both checkpoints, as `workbench eval run ENV -m <checkpoint>` saves them
         checkpoint = run / "checkpoints" / f"step_{step:06d}"
         client = EchoClient(mode="reverse" if step == 6 else "echo")
-        await asyncio.to_thread(make_eval, "reverse-words", client, 6, 2, f"ck{step}", model=str(checkpoint),
-                                created_at=f"2026-01-0{step // 3 + 2}T00:00:00+00:00")
+        await asyncio.to_thread(
+            make_eval,
+            "reverse-words",
+            client,
+            6,
+            2,
+            f"ck{step}",
+            model=str(checkpoint),
+            created_at=f"2026-01-0{step // 3 + 2}T00:00:00+00:00",
+        )
     launcher = RecordingLauncher(workspace)
     app = app_for(workspace, launcher=launcher)
     async with app.run_test(size=SIZE) as pilot:
@@ -366,8 +405,17 @@ async def test_checkpoints_evaluate_and_compare(workspace: Path):
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: launcher.started)
         spec = launcher.started[0]
-        assert spec.args == ["eval", "run", "reverse-words", "-m", str((run / "checkpoints" / "step_000006").resolve()),
-                             "-n", "20", "-r", "4"]
+        assert spec.args == [
+            "eval",
+            "run",
+            "reverse-words",
+            "-m",
+            str((run / "checkpoints" / "step_000006").resolve()),
+            "-n",
+            "20",
+            "-r",
+            "4",
+        ]
         await pilot.press("space")  # focuses the evals table and marks its first row
         await pilot.press("down", "space", "c")
         compare = app.screen
@@ -382,8 +430,14 @@ async def test_checkpoints_screen_draws_the_sweep_and_launches_one(workspace: Pa
 
     run = make_train_run(workspace, status="finished")
     key = SweepKey(env_id="reverse-words", num_examples=8, rollouts_per_example=2, seed=0)
-    for step, reward in ((BASE, 0.1), (3, 0.2), (6, 0.35)):  # as `eval run -m RUN --checkpoints all` records them
-        append_point(run, SweepPoint(key=key, step=step, model=f"m{step}", eval_run=str(workspace), reward_mean=reward))
+    for step, reward in (
+        (BASE, 0.1),
+        (3, 0.2),
+        (6, 0.35),
+    ):  # as `eval run -m RUN --checkpoints all` records them
+        append_point(
+            run, SweepPoint(key=key, step=step, model=f"m{step}", eval_run=str(workspace), reward_mean=reward)
+        )
     launcher = RecordingLauncher(workspace)
     app = app_for(workspace, launcher=launcher)
     async with app.run_test(size=SIZE) as pilot:
@@ -394,8 +448,19 @@ async def test_checkpoints_screen_draws_the_sweep_and_launches_one(workspace: Pa
         await wait_for(pilot, lambda: app.screen.__class__.__name__ == "EvalCheckpointScreen")
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: launcher.started)
-        assert launcher.started[0].args == ["eval", "run", "reverse-words", "-m", str(run.resolve()), "-n", "20", "-r", "4",
-                                            "--checkpoints", "all"]
+        assert launcher.started[0].args == [
+            "eval",
+            "run",
+            "reverse-words",
+            "-m",
+            str(run.resolve()),
+            "-n",
+            "20",
+            "-r",
+            "4",
+            "--checkpoints",
+            "all",
+        ]
 
 
 async def test_compare_two_evals_from_runs(ws):
@@ -441,8 +506,9 @@ async def test_gepa_candidates_pareto_best_and_diff(ws):
 
 async def test_gepa_with_missing_keys_shows_dashes(workspace: Path):
     run = make_gepa_run(workspace)
-    (run / "metadata.json").write_text(json.dumps({"kind": "gepa", "status": "running", "env_id": "reverse-text",
-                                                   "created_at": CREATED}))
+    (run / "metadata.json").write_text(
+        json.dumps({"kind": "gepa", "status": "running", "env_id": "reverse-text", "created_at": CREATED})
+    )
     (run / "best_prompt.txt").unlink()
     (run / "pareto_frontier.jsonl").unlink()
     app = app_for(workspace)
@@ -461,7 +527,9 @@ async def test_launch_screen_builds_the_commands(ws):
     root = ws["root"]
     config = root / "configs" / "eval" / "reverse-text.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text('# workbench eval run configs/eval/reverse-text.toml\nenv_id = "reverse-text"\nmodel = "tiny"\n')
+    config.write_text(
+        '# workbench eval run configs/eval/reverse-text.toml\nenv_id = "reverse-text"\nmodel = "tiny"\n'
+    )
     launcher = RecordingLauncher(root)
     app = app_for(root, launcher=launcher)
     try:
@@ -469,11 +537,14 @@ async def test_launch_screen_builds_the_commands(ws):
             await pilot.press("l")
             screen = app.screen
             assert isinstance(screen, LaunchScreen)
-            assert "workbench eval run configs/eval/reverse-text.toml" in text_of(screen.query_one("#launch-preview"))
+            assert "workbench eval run configs/eval/reverse-text.toml" in text_of(
+                screen.query_one("#launch-preview")
+            )
             await pilot.press("enter")  # shows the command; a second Enter starts it
             await pilot.pause()
             assert not launcher.started and "$ workbench eval run configs/eval/reverse-text.toml" in text_of(
-                screen.query_one("#confirm-command"))
+                screen.query_one("#confirm-command")
+            )
             await pilot.press("enter")
             await wait_for(pilot, lambda: launcher.started)
             assert launcher.started[0].args == ["eval", "run", "configs/eval/reverse-text.toml"]
@@ -485,15 +556,32 @@ async def test_launch_screen_builds_the_commands(ws):
             screen.query_one("#eval-n").value = "7"
             screen.query_one("#eval-extra").value = "-b http://127.0.0.1:9/v1 -c 1"
             await pilot.pause()
-            assert "workbench eval run reverse-text -m echo -n 7 -r 4 -b" in text_of(screen.query_one("#launch-preview"))
+            assert "workbench eval run reverse-text -m echo -n 7 -r 4 -b" in text_of(
+                screen.query_one("#launch-preview")
+            )
             screen.query_one("#eval-r").value = "0"
             await pilot.press("ctrl+s")
-            assert len(launcher.started) == 1 and isinstance(app.screen, LaunchScreen)  # refused: r must be >= 1
+            assert len(launcher.started) == 1 and isinstance(
+                app.screen, LaunchScreen
+            )  # refused: r must be >= 1
             screen.query_one("#eval-r").value = "2"
             await pilot.press("ctrl+s", "ctrl+s")  # the command, then start it
             await wait_for(pilot, lambda: len(launcher.started) == 2)
-            assert launcher.started[1].args == ["eval", "run", "reverse-text", "-m", "echo", "-n", "7", "-r", "2",
-                                                "-b", "http://127.0.0.1:9/v1", "-c", "1"]
+            assert launcher.started[1].args == [
+                "eval",
+                "run",
+                "reverse-text",
+                "-m",
+                "echo",
+                "-n",
+                "7",
+                "-r",
+                "2",
+                "-b",
+                "http://127.0.0.1:9/v1",
+                "-c",
+                "1",
+            ]
     finally:
         config.unlink()
 
@@ -525,8 +613,17 @@ async def test_keys_and_command_palette_list_the_screen_actions(ws):
         await pilot.press("escape")
         await open_eval(pilot, app, ws["varied"])
         commands = {c.title for c in app.get_system_commands(app.screen)}
-        assert {"Copy JSON", "Next rollout", "Errors", "Truncated", "Zero variance", "Reward range", "Search",
-                "Variance", "Back"} <= commands
+        assert {
+            "Copy JSON",
+            "Next rollout",
+            "Errors",
+            "Truncated",
+            "Zero variance",
+            "Reward range",
+            "Search",
+            "Variance",
+            "Back",
+        } <= commands
         assert "Next step" not in commands  # only for training runs
         await pilot.press("ctrl+p")
         await pilot.pause(0.2)
@@ -541,7 +638,10 @@ async def test_every_screen_fits_80x24(ws):
     async with app.run_test(size=SIZE) as pilot:
         await open_eval(pilot, app, ws["varied"])
         screen = app.screen
-        assert screen.query_one(GroupsTable).size.width >= 30 and screen.query_one(ConversationView).size.width >= 40
+        assert (
+            screen.query_one(GroupsTable).size.width >= 30
+            and screen.query_one(ConversationView).size.width >= 40
+        )
         assert screen.query_one(ConversationView).size.height >= 8
         await pilot.press("escape")
         await open_row(pilot, app, lambda r: r.kind == "train")

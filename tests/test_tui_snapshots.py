@@ -64,7 +64,9 @@ def test_rollouts_with_tool_calls(ws, snap_compare):
 
 
 def test_reward_variance(ws, snap_compare):
-    run_before = on_run(lambda r: r.path == ws["varied"], "v", ready=lambda s: getattr(s, "report", None) is not None)
+    run_before = on_run(
+        lambda r: r.path == ws["varied"], "v", ready=lambda s: getattr(s, "report", None) is not None
+    )
     assert snap_compare(app_for(ws), terminal_size=SIZE, run_before=run_before)
 
 
@@ -78,10 +80,14 @@ def test_training_monitor(ws, snap_compare):
 
 
 def test_checkpoints(ws, snap_compare):
-    run_before = on_run(lambda r: r.kind == "train", "K", ready=lambda s: len(getattr(s, "checkpoints", [])) == 2)
+    run_before = on_run(
+        lambda r: r.kind == "train", "K", ready=lambda s: len(getattr(s, "checkpoints", [])) == 2
+    )
     assert snap_compare(app_for(ws), terminal_size=SIZE, run_before=run_before)
 
 
 def test_gepa_diff(ws, snap_compare):
-    run_before = on_run(lambda r: r.kind == "gepa", "enter", "4", ready=lambda s: getattr(s, "gepa", None) is not None)
+    run_before = on_run(
+        lambda r: r.kind == "gepa", "enter", "4", ready=lambda s: getattr(s, "gepa", None) is not None
+    )
     assert snap_compare(app_for(ws), terminal_size=SIZE, run_before=run_before)

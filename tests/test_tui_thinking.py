@@ -22,11 +22,15 @@ THINKING = "the phrase reversed, letter by letter, is what they want"
 class ThinkingClient(EchoClient):
     """Answers like a reasoning-parsed thinking model: the thinking apart, then the answer."""
 
-    async def chat(self, messages: Messages, *, sampling: SamplingParams,
-                   tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+    async def chat(
+        self, messages: Messages, *, sampling: SamplingParams, tools: list[dict[str, Any]] | None = None
+    ) -> list[Completion]:
         user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
-        message = {"role": "assistant", "content": f"<reversed_text>{user[::-1]}</reversed_text>",
-                   "reasoning_content": THINKING}
+        message = {
+            "role": "assistant",
+            "content": f"<reversed_text>{user[::-1]}</reversed_text>",
+            "reasoning_content": THINKING,
+        }
         return [Completion(message=message, finish_reason="stop", prompt_tokens=10, completion_tokens=20)]
 
 
@@ -48,8 +52,15 @@ async def test_thinking_is_folded_under_the_turn_and_opens(workspace: Path, run:
         await wait_for(pilot, lambda: view.query(ThinkingTurn))
         [turn] = view.query(ThinkingTurn)
         fold = turn.query_one(ThinkingFold)
-        assert turn.border_title == "assistant" and [b.border_title for b in view.query(MessageBlock)] == ["system", "user"]
-        title, thinking, answer = fold.query_one("CollapsibleTitle"), fold.query_one(".thinking-text"), turn.query_one(".answer")
+        assert turn.border_title == "assistant" and [b.border_title for b in view.query(MessageBlock)] == [
+            "system",
+            "user",
+        ]
+        title, thinking, answer = (
+            fold.query_one("CollapsibleTitle"),
+            fold.query_one(".thinking-text"),
+            turn.query_one(".answer"),
+        )
         # folded: one dim line with its size, the answer below it, the thinking itself hidden
         assert fold.collapsed and fold.size.height == 1 and thinking.size.height == 0
         assert text_of(title).strip() == "▸ thinking (10 words)"

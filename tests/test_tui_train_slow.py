@@ -55,9 +55,15 @@ async def test_train_from_the_tui_then_evaluate_a_checkpoint(tiny_workspace: Pat
         launch = app.launcher.launches()[0]
         assert launch.args == ["train", "configs/rl/tiny-rl.toml"]
         table = app.screen.query_one(RunsTable)
-        await wait_for(pilot, lambda: any(r.kind == "train" and not r.is_launch for r in table.runs), timeout=120)
-        await wait_for(pilot, lambda: table.current is not None and table.current.kind == "train"
-                       and not table.current.is_launch)
+        await wait_for(
+            pilot, lambda: any(r.kind == "train" and not r.is_launch for r in table.runs), timeout=120
+        )
+        await wait_for(
+            pilot,
+            lambda: (
+                table.current is not None and table.current.kind == "train" and not table.current.is_launch
+            ),
+        )
         await pilot.press("enter")
         monitor = app.screen
         assert isinstance(monitor, TrainMonitorScreen)
@@ -76,7 +82,10 @@ async def test_train_from_the_tui_then_evaluate_a_checkpoint(tiny_workspace: Pat
         app.screen.query_one("#ck-n").value = "2"
         app.screen.query_one("#ck-r").value = "2"
         await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: len(checkpoints.evals) == 1 and checkpoints.evals[0][1].status == "finished",
-                       timeout=300)
+        await wait_for(
+            pilot,
+            lambda: len(checkpoints.evals) == 1 and checkpoints.evals[0][1].status == "finished",
+            timeout=300,
+        )
         label, run = checkpoints.evals[0]
         assert label == "step 3" and run.total == 4

@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("verifiers", reason="the verifiers extra is not installed")
 
-from tests.servers import EchoBackend, make_app, serve_in_thread  # noqa: E402
-from tests.marks import by_default
 from tests import zygote
+from tests.marks import by_default
+from tests.servers import EchoBackend, make_app, serve_in_thread  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verifiers_envs"
 
@@ -45,8 +45,14 @@ def workspace_with(tmp_path: Path, tiny_model: Path, name: str) -> Path:
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-    return zygote.run([sys.executable, "-m", "workbench", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return zygote.run(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def runs(workspace: Path, name: str) -> list[Path]:
@@ -61,8 +67,16 @@ def test_a_verifiers_environment_runs_unchanged(name: str, tmp_path: Path, tiny_
         args = ["eval", "run", env_id, "-m", "tiny", "-n", "2", "-r", "2", "-t", "24"]
         if name == "continuation_quality":
             os.environ.setdefault("WB_TEST_JUDGE_KEY", "not-a-secret")
-            args += ["-a", json.dumps({"judge_base_url": f"{judge}/v1", "judge_model": "judge",
-                                       "judge_api_key_var": "WB_TEST_JUDGE_KEY"})]
+            args += [
+                "-a",
+                json.dumps(
+                    {
+                        "judge_base_url": f"{judge}/v1",
+                        "judge_model": "judge",
+                        "judge_api_key_var": "WB_TEST_JUDGE_KEY",
+                    }
+                ),
+            ]
         result = workbench(*args, cwd=workspace)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
@@ -74,7 +88,10 @@ def test_a_verifiers_environment_runs_unchanged(name: str, tmp_path: Path, tiny_
         assert record["error"] is None, record["error"]
         assert record["completion"] and record["completion"][0]["role"] == "assistant"
         assert isinstance(record["completion"][0]["content"], str)
-        assert ENVS[name] in {**record["rewards"], **record["metrics"]}, (record["rewards"], record["metrics"])
+        assert ENVS[name] in {**record["rewards"], **record["metrics"]}, (
+            record["rewards"],
+            record["metrics"],
+        )
         assert record["num_turns"] >= 1 and record["stop_condition"]
         assert record["usage"]["completion_tokens"] > 0
     meta = json.loads((run_dir / "metadata.json").read_text())
@@ -106,10 +123,12 @@ def test_rollouts_carry_token_ids_and_logprobs_for_training(tiny_model: Path, tm
     tokens = output.tokens  # type: ignore[attr-defined]
     assert tokens is not None and tokens.prompt_ids and tokens.completion_ids
     assert len(tokens.completion_logprobs) == len(tokens.completion_ids)
-    assert tokens.completion_mask is not None and 0 < sum(tokens.completion_mask) <= len(tokens.completion_ids)
+    assert tokens.completion_mask is not None and 0 < sum(tokens.completion_mask) <= len(
+        tokens.completion_ids
+    )
 
 
-BROKEN = '''
+BROKEN = """
 import verifiers as vf
 from datasets import Dataset
 
@@ -124,7 +143,7 @@ def load_environment(fail_on_load: bool = False):
         raise ValueError("cannot build")
     rows = [{"question": f"q{i}", "answer": "a"} for i in range(3)]
     return Broken(dataset=Dataset.from_list(rows), max_turns=3, rubric=vf.Rubric(funcs=[lambda completion: 1.0]))
-'''
+"""
 
 
 def test_env_faults_are_one_line_or_recorded_on_the_rollout(tmp_path: Path, tiny_model: Path):
@@ -134,7 +153,11 @@ def test_env_faults_are_one_line_or_recorded_on_the_rollout(tmp_path: Path, tiny
     (tmp_path / "outputs" / "models" / "tiny").symlink_to(tiny_model)
     loading = workbench("eval", "run", "broken", "-m", "tiny", "-a", '{"fail_on_load": true}', cwd=tmp_path)
     lines = [line for line in loading.stderr.splitlines() if line.strip()]
-    assert loading.returncode == 1 and lines == [lines[0]] and "failed to load: ValueError: cannot build" in lines[0]
+    assert (
+        loading.returncode == 1
+        and lines == [lines[0]]
+        and "failed to load: ValueError: cannot build" in lines[0]
+    )
 
     result = workbench("eval", "run", "broken", "-m", "tiny", "-n", "2", "-r", "2", "-t", "8", cwd=tmp_path)
     assert result.returncode == 0, result.stderr  # the env's bug is data: the run goes on
@@ -145,7 +168,7 @@ def test_env_faults_are_one_line_or_recorded_on_the_rollout(tmp_path: Path, tiny
     assert not any(r["error"]["infrastructure"] for r in records)
 
 
-CRASHING_REWARD = '''
+CRASHING_REWARD = """
 import verifiers as vf
 from datasets import Dataset
 
@@ -163,7 +186,7 @@ def crashes_on_second(completion, info) -> float:
 def load_environment():
     rows = [{"question": f"q{i}", "answer": "a", "info": {"i": i}} for i in range(2)]
     return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[exact, crashes_on_second]))
-'''
+"""
 
 
 def test_a_crashing_reward_function_is_recorded_on_its_rollout(tmp_path: Path, tiny_model: Path):
@@ -192,5 +215,8 @@ def test_without_verifiers_installed_one_line_says_how(tmp_path: Path, monkeypat
     monkeypatch.setenv("WORKBENCH_WORKSPACE", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "verifiers", None)  # as if it were not installed
-    with pytest.raises(UserError, match=r"written for verifiers, which is not installed: pip install 'workbench\[verifiers\]'"):
+    with pytest.raises(
+        UserError,
+        match=r"written for verifiers, which is not installed: pip install 'workbench\[verifiers\]'",
+    ):
         load_environment("tool-test")

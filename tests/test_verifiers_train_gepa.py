@@ -42,7 +42,7 @@ mode = "disabled"
 
 # A classic verifiers env whose reward the tiny model's answers vary on (their length), so the
 # policy gradient is not zero: what proves the adapter's token ids and logprobs train the model.
-LENGTHY = '''
+LENGTHY = """
 import verifiers as vf
 from datasets import Dataset
 
@@ -55,7 +55,7 @@ def short_answer(completion) -> float:
 def load_environment():
     rows = [{"question": f"Say something about the number {i}.", "answer": ""} for i in range(8)]
     return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=vf.Rubric(funcs=[short_answer]))
-'''
+"""
 
 
 def train(workspace: Path, env_id: str) -> list[dict]:
@@ -93,14 +93,18 @@ def test_a_verifiers_environment_rl_trains_on_server_tokens(tmp_path: Path, tiny
 def test_gepa_optimizes_a_verifiers_environment(tmp_path: Path):
     shutil.copytree(FIXTURES / "reverse_text", tmp_path / "environments" / "reverse_text")
     policy, reflection = Policy(), Reflection()
-    with serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url, \
-            serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url:
+    with (
+        serve_in_thread(make_app(ScriptedBackend(policy, model="policy"))) as p_url,
+        serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
+    ):
         args = gepa_args(p_url, r_url, "-B", "120", "--seed", "3")
         args[args.index("-n") + 1] = "10"  # the vendored table has 10 rows (train and validation overlap)
         proc = workbench_popen(*args, cwd=tmp_path)
         out, err = finish(proc)
     assert proc.returncode == 0, err
-    (run_dir,) = (tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "reverse-text--policy").iterdir()
+    (run_dir,) = (
+        tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "reverse-text--policy"
+    ).iterdir()
     meta = json.loads((run_dir / "metadata.json").read_text())
     assert meta["status"] == "finished" and meta["best_score"] > meta["seed_score"]
     assert (run_dir / "best_prompt.txt").read_text().count("BACKWARDS") >= 1

@@ -45,8 +45,9 @@ def records(workspace: Path, name: str) -> list[dict]:
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_a_v1_environment_runs_unchanged(name: str, tmp_path: Path, tiny_model: Path):
     workspace = workspace_with(tmp_path, tiny_model, name)
-    result = workbench("eval", "run", name.replace("_", "-"), "-m", "tiny", "-n", "2", "-r", "2", "-t", "24",
-                       cwd=workspace)
+    result = workbench(
+        "eval", "run", name.replace("_", "-"), "-m", "tiny", "-n", "2", "-r", "2", "-t", "24", cwd=workspace
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     lines = records(workspace, name)
@@ -73,8 +74,9 @@ def forget_env_packages() -> Iterator[None]:
         del sys.modules[name]
 
 
-def test_v1_rollouts_carry_token_ids_and_logprobs_for_training(tiny_model: Path, tmp_path: Path, monkeypatch,
-                                                               forget_env_packages: None):
+def test_v1_rollouts_carry_token_ids_and_logprobs_for_training(
+    tiny_model: Path, tmp_path: Path, monkeypatch, forget_env_packages: None
+):
     """What RL needs: the ids and sampled logprobs of each model call of the episode."""
     import asyncio
 
@@ -108,7 +110,7 @@ def test_v1_rollouts_carry_token_ids_and_logprobs_for_training(tiny_model: Path,
 
 # A v1 package written here (verifiers' layout: <name>/<name>/__init__.py exporting the Taskset):
 # task 0's reward function raises, task 1's setup hook raises, task 2 is sound.
-BROKEN = '''
+BROKEN = """
 import verifiers.v1 as vf
 
 
@@ -138,7 +140,7 @@ class FragileTaskset(vf.Taskset[FragileTask, vf.TasksetConfig]):
 
 
 __all__ = ["FragileTaskset"]
-'''
+"""
 
 
 def test_v1_faults_are_recorded_on_their_rollouts_and_the_run_goes_on(tmp_path: Path, tiny_model: Path):

@@ -51,8 +51,11 @@ def _in_group(pid: int, pgid: int) -> bool:
 
 
 def test_the_server_group_dies_with_a_killed_trainer(tmp_path: Path) -> None:
-    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(tmp_path / "vllm.log"), *FAKE],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER, str(tmp_path / "vllm.log"), *FAKE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         group = int(trainer.stdout.readline())  # the server answered /health: the event we wait for
         assert group_alive(group)
@@ -69,8 +72,19 @@ def test_the_server_group_dies_with_a_killed_trainer(tmp_path: Path) -> None:
 
 
 def test_the_wrapper_exits_with_the_commands_code() -> None:
-    code = subprocess.run([sys.executable, "-m", "workbench.inference.parent_watch", str(os.getpid()), "--",
-                           sys.executable, "-c", "raise SystemExit(3)"], timeout=120).returncode
+    code = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.inference.parent_watch",
+            str(os.getpid()),
+            "--",
+            sys.executable,
+            "-c",
+            "raise SystemExit(3)",
+        ],
+        timeout=120,
+    ).returncode
     assert code == 3
 
 

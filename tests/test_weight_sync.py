@@ -36,9 +36,11 @@ def servers(tiny_model: Path) -> list[ServerProcess]:
 @pytest.fixture(scope="module")
 def folders(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("sync")
-    return {"step_1": make_adapter(tiny_model, root / "step_1", seed=11),
-            "step_2": make_adapter(tiny_model, root / "step_2", seed=12),
-            "full": make_perturbed_model(tiny_model, root / "full", seed=13)}
+    return {
+        "step_1": make_adapter(tiny_model, root / "step_1", seed=11),
+        "step_2": make_adapter(tiny_model, root / "step_2", seed=12),
+        "full": make_perturbed_model(tiny_model, root / "full", seed=13),
+    }
 
 
 def urls(servers: list[ServerProcess]) -> list[str]:
@@ -96,8 +98,9 @@ async def test_switch_lora_reaches_every_server_and_moves_the_client(
         await client.close()
 
 
-async def test_update_weights_reaches_every_server(servers: list[ServerProcess], folders: dict[str, Path],
-                                                   tiny_model: Path) -> None:
+async def test_update_weights_reaches_every_server(
+    servers: list[ServerProcess], folders: dict[str, Path], tiny_model: Path
+) -> None:
     sync = WeightSync(urls(servers))
     client = RoundRobinClient([OpenAIClient(u, "tiny", return_tokens=True) for u in urls(servers)])
     try:
@@ -129,8 +132,9 @@ async def _fresh_ids(servers: list[ServerProcess]) -> list[int]:
         await client.close()
 
 
-async def test_error_names_the_failed_server_after_retries(servers: list[ServerProcess],
-                                                           folders: dict[str, Path]) -> None:
+async def test_error_names_the_failed_server_after_retries(
+    servers: list[ServerProcess], folders: dict[str, Path]
+) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     sync = WeightSync([servers[0].base_url, dead], retries=2, backoff_s=0.01)
     with pytest.raises(WeightSyncError) as info:

@@ -36,7 +36,9 @@ class ScriptedClient:
 
     async def chat(self, messages, *, sampling, tools=None):
         message = self.messages.pop(0)
-        return [Completion(message=message, finish_reason="tool_calls" if message.get("tool_calls") else "stop")]
+        return [
+            Completion(message=message, finish_reason="tool_calls" if message.get("tool_calls") else "stop")
+        ]
 
     async def close(self) -> None:
         pass
@@ -68,7 +70,9 @@ def test_every_question_is_answerable_only_by_searching(env):
         question = example.prompt[-1]["content"]
         assert example.answer.lower() not in question.lower()
         last = env.index.sections[hops[-1]].text
-        assert wiki.normalize_answer(example.answer) in wiki.normalize_answer(last)  # the fact is where the path ends
+        assert wiki.normalize_answer(example.answer) in wiki.normalize_answer(
+            last
+        )  # the fact is where the path ends
         if len(hops) > 1:  # the answer is not on the first page the question names
             multi_hop += 1
             first_page = env.index.pages[hops[0].split(":")[0]]
@@ -80,8 +84,11 @@ def test_every_question_is_answerable_only_by_searching(env):
 
 
 def test_tools_search_view_read_and_hostile_queries(env):
-    page = next(p for p in env.index.pages.values() if p.page_id.endswith("press") or p.page_id.endswith("lathe")
-                or p.page_id.endswith("wheel"))  # an invention's page
+    page = next(
+        p
+        for p in env.index.pages.values()
+        if p.page_id.endswith("press") or p.page_id.endswith("lathe") or p.page_id.endswith("wheel")
+    )  # an invention's page
     hits = env.index.search_pages(page.title)
     assert hits.splitlines()[0].startswith(f"{page.page_id} | {page.title} |")
     listing = env.index.view_sections(page.page_id)
@@ -109,7 +116,14 @@ async def test_hand_written_answers(env):
     }
     scores = await env.score_group(example, [RolloutOutput(c, {}) for c in variants.values()])
     rewards = dict(zip(variants, (s.reward for s in scores), strict=True))
-    assert rewards == {"exact": 1.0, "normalized": 1.0, "wrong": 0.0, "untagged": 0.0, "malformed": 0.0, "empty": 0.0}
+    assert rewards == {
+        "exact": 1.0,
+        "normalized": 1.0,
+        "wrong": 0.0,
+        "untagged": 0.0,
+        "malformed": 0.0,
+        "empty": 0.0,
+    }
     assert scores[0].metrics["format_reward"] == 1.0 and all(s.error is None for s in scores)
 
 
@@ -120,7 +134,9 @@ async def test_reference_trajectory_through_the_tool_loop_scores_one(env):
     out = await env.rollout(client, example, SamplingParams())
     assert out.error is None and out.stop_condition == "completed"
     assert out.state["tool_calls"] == 6 and out.state["tool_errors"] == 0
-    assert [m["content"] for m in out.completion if m["role"] == "tool"] == [m["content"] for m in reference if m["role"] == "tool"]
+    assert [m["content"] for m in out.completion if m["role"] == "tool"] == [
+        m["content"] for m in reference if m["role"] == "tool"
+    ]
     scores = await env.score_group(example, [out])
     assert scores[0].reward == 1.0 and scores[0].metrics["num_tool_calls"] == 6.0
 
@@ -133,27 +149,49 @@ def write_questions(path: Path, rows: list[dict]) -> Path:
 def test_user_folder_corpus_with_questions(tmp_path: Path):
     docs = tmp_path / "docs"
     (docs / "sub").mkdir(parents=True)
-    (docs / "lighthouse.md").write_text("# Grey Point Lighthouse\nBuilt on a cliff.\n\n## Keepers\nThe last keeper was Ada Moss.\n"
-                                        "## Lamp\nA paraffin lamp, later electric.\n")
+    (docs / "lighthouse.md").write_text(
+        "# Grey Point Lighthouse\nBuilt on a cliff.\n\n## Keepers\nThe last keeper was Ada Moss.\n"
+        "## Lamp\nA paraffin lamp, later electric.\n"
+    )
     (docs / "sub" / "harbour-notes.txt").write_text("The harbour freezes in February.")
-    questions = write_questions(tmp_path / "q.jsonl", [{"question": "Who was the last keeper?", "answer": "Ada Moss"},
-                                                       {"question": "When does the harbour freeze?", "answer": "February"}])
+    questions = write_questions(
+        tmp_path / "q.jsonl",
+        [
+            {"question": "Who was the last keeper?", "answer": "Ada Moss"},
+            {"question": "When does the harbour freeze?", "answer": "February"},
+        ],
+    )
     env = load_environment("wiki-search", corpus_path=str(docs), questions_path=str(questions))
     assert sorted(env.index.pages) == ["lighthouse", "sub-harbour-notes"]
     assert env.index.view_sections("lighthouse").splitlines() == [
-        "Grey Point Lighthouse", "lighthouse:introduction | Introduction", "lighthouse:keepers | Keepers", "lighthouse:lamp | Lamp"]
+        "Grey Point Lighthouse",
+        "lighthouse:introduction | Introduction",
+        "lighthouse:keepers | Keepers",
+        "lighthouse:lamp | Lamp",
+    ]
     assert env.index.search("keeper")[0][0] == "lighthouse"
     assert "Ada Moss" in env.index.read_section("lighthouse:keepers")
     assert env.index.search("harbour freezes")[0][1] == "harbour notes"
-    assert {e.answer for e in env.get_examples(-1)} == {"Ada Moss", "February"}  # few questions: used for eval
+    assert {e.answer for e in env.get_examples(-1)} == {
+        "Ada Moss",
+        "February",
+    }  # few questions: used for eval
     assert len(env.get_examples(-1, split="train")) == 2
 
 
 def test_user_jsonl_corpus_text_and_sections(tmp_path: Path):
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text(json.dumps({"title": "Moss Island", "text": "Intro text.\n## Fauna\nPuffins nest here."}) + "\n"
-                      + json.dumps({"id": "tides", "title": "Tides", "sections": [{"heading": "Spring", "text": "Big tides."}]}) + "\n")
-    questions = write_questions(tmp_path / "q.jsonl", [{"question": "What nests on Moss Island?", "answer": "puffins"}])
+    corpus.write_text(
+        json.dumps({"title": "Moss Island", "text": "Intro text.\n## Fauna\nPuffins nest here."})
+        + "\n"
+        + json.dumps(
+            {"id": "tides", "title": "Tides", "sections": [{"heading": "Spring", "text": "Big tides."}]}
+        )
+        + "\n"
+    )
+    questions = write_questions(
+        tmp_path / "q.jsonl", [{"question": "What nests on Moss Island?", "answer": "puffins"}]
+    )
     env = load_environment("wiki-search", corpus_path=str(corpus), questions_path=str(questions))
     assert env.index.read_section("moss-island:fauna") == "Fauna\nPuffins nest here."
     assert env.index.read_section("tides:spring") == "Spring\nBig tides."
@@ -190,11 +228,16 @@ def scripted_judge() -> ScriptedBackend:
 async def test_judge_rubric_over_http_with_wiki_search():
     with serve_in_thread(make_app(scripted_judge())) as url:
         env = load_environment("wiki-search", judge_model="judge", judge_base_url=f"{url}/v1")
-        judge_rubric = env.rubric.rubrics[0]  # a ToolEnv's rubric: the env's own, then the tool metrics (as verifiers)
+        judge_rubric = env.rubric.rubrics[
+            0
+        ]  # a ToolEnv's rubric: the env's own, then the tool metrics (as verifiers)
         assert isinstance(judge_rubric, JudgeRubric)
         example = env.get_examples(1)[0]
-        variants = [answer(f"<answer>It is {example.answer}, I believe</answer>"),  # judge: yes; exact match: no
-                    answer("<answer>Nobody</answer>"), answer("no tags")]
+        variants = [
+            answer(f"<answer>It is {example.answer}, I believe</answer>"),  # judge: yes; exact match: no
+            answer("<answer>Nobody</answer>"),
+            answer("no tags"),
+        ]
         scores = await env.score_group(example, [RolloutOutput(c, {}) for c in variants])
         assert not judge_rubric.judge_client.connected  # closed when idle: nothing leaks at exit
     assert [s.reward for s in scores] == [1.0, 0.0, 0.0]
@@ -217,10 +260,18 @@ async def test_judge_argument_injection_cache_and_errors():
         rubric.add_reward_func(rubric.judge_reward)
         from workbench.envs.rubric import ScoringInput
 
-        item = ScoringInput(prompt=[{"role": "user", "content": "Capital of Xia?"}],
-                            completion=answer("Vell"), answer="Vell", state={})
+        item = ScoringInput(
+            prompt=[{"role": "user", "content": "Capital of Xia?"}],
+            completion=answer("Vell"),
+            answer="Vell",
+            state={},
+        )
         scores = await rubric.score_group([item])
-        assert scores[0].reward == 2.0 and list(item.state["judge_response"].values()) == ["Yes."] and calls == ["Yes."]
+        assert (
+            scores[0].reward == 2.0
+            and list(item.state["judge_response"].values()) == ["Yes."]
+            and calls == ["Yes."]
+        )
         await client.close()
     # A judge that cannot be reached: that rollout scores 0 with the error recorded, no crash.
     down = JudgeRubric(judge_client=OpenAIClient("http://127.0.0.1:9/v1", "judge", timeout_s=5))
@@ -238,8 +289,22 @@ def test_judge_without_key_fails_at_load(monkeypatch: pytest.MonkeyPatch, worksp
 
 def test_eval_cli_with_owner_prefix_against_echo_server(tmp_path: Path):
     with serve_in_thread(make_app(EchoBackend())) as url:
-        result = workbench("eval", "run", "primeintellect/wiki-search", "-m", "echo", "-b", f"{url}/v1",
-                           "-n", "4", "-r", "2", "-C", "tool_calls", cwd=tmp_path)
+        result = workbench(
+            "eval",
+            "run",
+            "primeintellect/wiki-search",
+            "-m",
+            "echo",
+            "-b",
+            f"{url}/v1",
+            "-n",
+            "4",
+            "-r",
+            "2",
+            "-C",
+            "tool_calls",
+            cwd=tmp_path,
+        )
     assert result.returncode == 0, result.stderr
     runs = tmp_path / "environments" / "wiki_search" / "outputs" / "evals" / "wiki-search--echo"
     records = [json.loads(line) for line in (next(runs.iterdir()) / "results.jsonl").read_text().splitlines()]
@@ -254,9 +319,18 @@ async def test_env_group_of_wordle_and_wiki_search_through_the_engine():
     examples = group.get_examples(4)
     assert [e.task for e in examples] == ["wordle", "wiki-search"] * 2
     groups = []
-    stats = await run_rollouts(group, EchoClient(), examples, rollouts_per_example=2, sampling=SamplingParams(),
-                               on_group=groups.append)
+    stats = await run_rollouts(
+        group,
+        EchoClient(),
+        examples,
+        rollouts_per_example=2,
+        sampling=SamplingParams(),
+        on_group=groups.append,
+    )
     assert stats.groups == 4 and stats.errors == 0
     by_task = {g.rollouts[0].task: g.rollouts[0] for g in groups}
     assert by_task["wordle"].num_turns == 6 and "win_reward" in by_task["wordle"].rewards
-    assert by_task["wiki-search"].completion[1]["role"] == "tool" and "exact_match_reward" in by_task["wiki-search"].rewards
+    assert (
+        by_task["wiki-search"].completion[1]["role"] == "tool"
+        and "exact_match_reward" in by_task["wiki-search"].rewards
+    )

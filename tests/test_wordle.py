@@ -44,13 +44,16 @@ def game(*turns: str) -> list[dict]:
     return messages
 
 
-@pytest.mark.parametrize(("guess", "secret", "pattern"), [
-    ("crane", "crane", "GGGGG"),
-    ("speed", "abide", "--Y-Y"),  # one 'e' in the secret: only the first 'e' is yellow
-    ("geese", "eerie", "-GY-G"),  # greens are taken first, then one yellow for the spare 'e'
-    ("llama", "hello", "YY---"),
-    ("eerie", "geese", "YG--G"),
-])
+@pytest.mark.parametrize(
+    ("guess", "secret", "pattern"),
+    [
+        ("crane", "crane", "GGGGG"),
+        ("speed", "abide", "--Y-Y"),  # one 'e' in the secret: only the first 'e' is yellow
+        ("geese", "eerie", "-GY-G"),  # greens are taken first, then one yellow for the spare 'e'
+        ("llama", "hello", "YY---"),
+        ("eerie", "geese", "YG--G"),
+    ],
+)
 def test_score_guess_follows_wordle_rules_for_repeated_letters(guess, secret, pattern):
     assert wordle.score_guess(guess, secret) == pattern
 
@@ -65,7 +68,11 @@ def test_parse_guess_and_format():
 
 
 def test_splits_are_seeded_disjoint_common_words():
-    env, again, other = load_environment("wordle"), load_environment("wordle"), load_environment("wordle", seed=1)
+    env, again, other = (
+        load_environment("wordle"),
+        load_environment("wordle"),
+        load_environment("wordle", seed=1),
+    )
     train = [e.answer for e in env.get_examples(-1, split="train")]
     evals = [e.answer for e in env.get_examples(-1, split="eval")]
     assert len(evals) == 200 and len(train) == 1000
@@ -84,12 +91,18 @@ async def test_hand_written_games_score_as_expected():
     wrong = next(w for w in ("pious", "lymph", "crane") if w != secret)
     cases = {
         "first-turn win": game(f"<guess>{secret}</guess>"),
-        "third-turn win": game("<guess>zzzzz</guess>", f"<guess>{wrong}</guess>", f"<guess>{secret.upper()}</guess>"),
+        "third-turn win": game(
+            "<guess>zzzzz</guess>", f"<guess>{wrong}</guess>", f"<guess>{secret.upper()}</guess>"
+        ),
         "lost": game(*[f"<guess>{wrong}</guess>"] * 6),
         "malformed": game("I have no idea", "<guess>toolong</guess>", ""),
         "empty": [],
     }
-    scores = dict(zip(cases, await env.score_group(example, [RolloutOutput(c, {}) for c in cases.values()]), strict=True))
+    scores = dict(
+        zip(
+            cases, await env.score_group(example, [RolloutOutput(c, {}) for c in cases.values()]), strict=True
+        )
+    )
     assert scores["first-turn win"].reward == pytest.approx(1.0)
     third = scores["third-turn win"]
     assert third.rewards["win_reward"] == 1.0 and third.rewards["fewer_turns_reward"] == pytest.approx(4 / 6)
@@ -104,18 +117,26 @@ async def test_turn_loop_messages_and_early_win():
     example = env.get_examples(1)[0]
     secret = example.answer
     wrong = next(w for w in ("pious", "lymph") if w != secret)
-    client = ScriptedClient(["hmm", "<guess>qzxvj</guess>", f"<guess>{wrong}</guess>", f"<guess>{secret}</guess>", "unused"])
+    client = ScriptedClient(
+        ["hmm", "<guess>qzxvj</guess>", f"<guess>{wrong}</guess>", f"<guess>{secret}</guess>", "unused"]
+    )
     out = await env.rollout(client, example, SamplingParams())
     assert out.error is None and out.num_turns == 4 and out.stop_condition == "completed"
     replies = [m["content"] for m in out.completion if m["role"] == "user"]
     assert "No guess found" in replies[0] and "5 guesses left" in replies[0]
     assert "'qzxvj' is not in the word list" in replies[1] and "4 guesses left" in replies[1]
     pattern = wordle.score_guess(wrong, secret)
-    assert replies[2].startswith(wrong.upper()) and " ".join(pattern) in replies[2] and "3 guesses left" in replies[2]
+    assert (
+        replies[2].startswith(wrong.upper())
+        and " ".join(pattern) in replies[2]
+        and "3 guesses left" in replies[2]
+    )
     assert out.state["won"] is True
     assert [g["guess"] for g in out.state["guesses"]] == [None, "qzxvj", wrong, secret]
     scores = await env.score_group(example, [out])
-    assert scores[0].rewards["win_reward"] == 1.0 and scores[0].rewards["fewer_turns_reward"] == pytest.approx(3 / 6)
+    assert scores[0].rewards["win_reward"] == 1.0 and scores[0].rewards[
+        "fewer_turns_reward"
+    ] == pytest.approx(3 / 6)
 
 
 async def test_at_most_max_turns():
@@ -145,12 +166,28 @@ def test_owner_prefix_resolves():
 
 def test_eval_cli_end_to_end_against_echo_server(tmp_path: Path):
     with serve_in_thread(make_app(EchoBackend())) as url:
-        result = workbench("eval", "run", "wordle", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "2",
-                           "-C", "guesses,won", cwd=tmp_path)
+        result = workbench(
+            "eval",
+            "run",
+            "wordle",
+            "-m",
+            "echo",
+            "-b",
+            f"{url}/v1",
+            "-n",
+            "4",
+            "-r",
+            "2",
+            "-C",
+            "guesses,won",
+            cwd=tmp_path,
+        )
     assert result.returncode == 0, result.stderr
     run_dir = next((tmp_path / "environments" / "wordle" / "outputs" / "evals" / "wordle--echo").iterdir())
     records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     assert len(records) == 8 and all(r["error"] is None for r in records)
-    assert all(r["num_turns"] == 6 and r["stop_condition"] == "max_turns" for r in records)  # echo never guesses
+    assert all(
+        r["num_turns"] == 6 and r["stop_condition"] == "max_turns" for r in records
+    )  # echo never guesses
     assert all(r["reward"] == 0.0 and len(r["state"]["guesses"]) == 6 for r in records)
     assert "win_reward" in result.stdout

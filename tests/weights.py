@@ -15,15 +15,24 @@ from tests.servers import ServerProcess, start_processes
 MESSAGES = [{"role": "user", "content": "hello world"}]
 
 
-def make_adapter(base: Path, out: Path, *, seed: int, r: int = 4, targets: tuple[str, ...] = ("q_proj", "v_proj"),
-                 scale: float = 0.2) -> Path:
+def make_adapter(
+    base: Path,
+    out: Path,
+    *,
+    seed: int,
+    r: int = 4,
+    targets: tuple[str, ...] = ("q_proj", "v_proj"),
+    scale: float = 0.2,
+) -> Path:
     """A LoRA adapter for `base` with random non-zero weights (a fresh one is a no-op: B = 0)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                           LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(targets)))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(targets)),
+    )
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -59,7 +68,9 @@ def reference_model(base: Path, adapter: Path | None = None) -> Any:
     return model.eval()
 
 
-def teacher_forced(model: Any, prompt_ids: list[int], completion_ids: list[int]) -> tuple[list[int], list[float]]:
+def teacher_forced(
+    model: Any, prompt_ids: list[int], completion_ids: list[int]
+) -> tuple[list[int], list[float]]:
     """(greedy token, logprob of the given token) at each completion position."""
     import torch
 
@@ -72,11 +83,19 @@ def teacher_forced(model: Any, prompt_ids: list[int], completion_ids: list[int])
     return greedy, given
 
 
-async def chat(url: str, model: str, *, max_tokens: int = 16, messages: list[dict[str, str]] | None = None
-               ) -> tuple[int, dict[str, Any]]:
+async def chat(
+    url: str, model: str, *, max_tokens: int = 16, messages: list[dict[str, str]] | None = None
+) -> tuple[int, dict[str, Any]]:
     """A greedy chat request asking for token ids and logprobs (as RL does)."""
-    body = {"model": model, "messages": messages or MESSAGES, "temperature": 0, "max_tokens": max_tokens,
-            "logprobs": True, "return_tokens_as_token_ids": True, "return_token_ids": True}
+    body = {
+        "model": model,
+        "messages": messages or MESSAGES,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "logprobs": True,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+    }
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{url}/v1/chat/completions", json=body) as response:
             return response.status, await response.json()
@@ -94,15 +113,20 @@ async def post(url: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
 def completion(body: dict[str, Any]) -> tuple[list[int], list[int], list[float]]:
     """(prompt ids, completion ids, logprobs) of a chat response's first choice."""
     choice = body["choices"][0]
-    return body["prompt_token_ids"], choice["token_ids"], [e["logprob"] for e in choice["logprobs"]["content"]]
+    return (
+        body["prompt_token_ids"],
+        choice["token_ids"],
+        [e["logprob"] for e in choice["logprobs"]["content"]],
+    )
 
 
 @contextlib.contextmanager
 def workbench_servers(model: Path, count: int, *extra: str) -> Iterator[list[ServerProcess]]:
     """`count` real `workbench serve MODEL --served-model-name tiny` processes on free ports,
     started concurrently (each one imports torch: seconds on a busy machine)."""
-    servers = start_processes(["-m", "workbench", "serve", str(model), "--served-model-name", "tiny", "--port", "0", *extra],
-                              count)
+    servers = start_processes(
+        ["-m", "workbench", "serve", str(model), "--served-model-name", "tiny", "--port", "0", *extra], count
+    )
     try:
         yield servers
     finally:

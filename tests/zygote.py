@@ -54,25 +54,69 @@ FORKED_MODULES = frozenset({"workbench", "tests.servers"})
 # workspace, a secret for a judge) are read when the command runs, after the fork: the child
 # gets them as asked.
 _IMPORT_TIME_PREFIXES = (
-    "PYTHON", "LD_", "HOME", "XDG_", "LANG", "LC_", "TMP", "TEMP", "HF_", "HUGGINGFACE", "TRANSFORMERS",
-    "TOKENIZERS", "SAFETENSORS", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "OMP_", "MKL_", "KMP_", "OPENBLAS",
-    "GOTO", "NUMEXPR", "ACCELERATE", "TQDM", "USE_", "DISABLE_", "TRITON", "AIOHTTP", "SSL_", "REQUESTS_",
+    "PYTHON",
+    "LD_",
+    "HOME",
+    "XDG_",
+    "LANG",
+    "LC_",
+    "TMP",
+    "TEMP",
+    "HF_",
+    "HUGGINGFACE",
+    "TRANSFORMERS",
+    "TOKENIZERS",
+    "SAFETENSORS",
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "NVIDIA",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS",
+    "GOTO",
+    "NUMEXPR",
+    "ACCELERATE",
+    "TQDM",
+    "USE_",
+    "DISABLE_",
+    "TRITON",
+    "AIOHTTP",
+    "SSL_",
+    "REQUESTS_",
     "CURL_",
 )
 # Prefixes that matter only once a module that reads them when imported is in the zygote: the
 # libraries it does not import, and the CLI's consoles (rich reads the terminal's variables when
 # a console is made; `_preload` leaves the CLI to each child).
 _MODULE_PREFIXES = {
-    "textual": ("TEXTUAL",), "verifiers": ("VF_",), "datasets": ("DATASETS",), "dspy": ("DSPY",),
-    "litellm": ("LITELLM",), "gepa": ("GEPA",), "wandb": ("WANDB",), "peft": ("PEFT",),
-    "workbench.cli.render": ("TERM", "COLORTERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TTY_", "JUPYTER"),
+    "textual": ("TEXTUAL",),
+    "verifiers": ("VF_",),
+    "datasets": ("DATASETS",),
+    "dspy": ("DSPY",),
+    "litellm": ("LITELLM",),
+    "gepa": ("GEPA",),
+    "wandb": ("WANDB",),
+    "peft": ("PEFT",),
+    "workbench.cli.render": (
+        "TERM",
+        "COLORTERM",
+        "COLUMNS",
+        "LINES",
+        "NO_COLOR",
+        "FORCE_COLOR",
+        "TTY_",
+        "JUPYTER",
+    ),
 }
 # ... but not these, which differ between xdist workers and between tests, and which no module
 # reads when imported (PYTHONPATH is applied to the child's sys.path after the fork, and
 # PYTHONUNBUFFERED to its stdio; torch writes its compile cache folder into os.environ once a
 # test compiles something, and reads it only when compiling).
-_RUNTIME_VARIABLES = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR",
-                                "HF_HUB_OFFLINE"})  # set again in the child: `_apply_offline`
+_RUNTIME_VARIABLES = frozenset(
+    {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "HF_HUB_OFFLINE"}
+)  # set again in the child: `_apply_offline`
 _XDIST_PREFIX = "PYTEST_XDIST_"
 
 _MAX_MESSAGE = 1 << 20
@@ -90,8 +134,12 @@ def enabled() -> bool:
 def _incompatible(zygote_env: Mapping[str, str], env: Mapping[str, str]) -> str | None:
     """The first variable that keeps a child with `env` from being forked from a zygote imported
     under `zygote_env`, or None when it may be."""
-    imported = tuple(prefix for module, prefixes in _MODULE_PREFIXES.items() if module in sys.modules
-                     for prefix in prefixes)
+    imported = tuple(
+        prefix
+        for module, prefixes in _MODULE_PREFIXES.items()
+        if module in sys.modules
+        for prefix in prefixes
+    )
     for key in sorted(set(zygote_env) | set(env)):
         if key in _RUNTIME_VARIABLES or key.startswith(_XDIST_PREFIX) or zygote_env.get(key) == env.get(key):
             continue
@@ -111,20 +159,62 @@ class ZygotePopen(subprocess.Popen):
     _status: socket.socket | None = None  # where the zygote reports the forked child's wait status
     forked = False  # whether the zygote forked this child (False: a fresh interpreter)
 
-    def _execute_child(self, args: Any, executable: Any, preexec_fn: Any, close_fds: bool, pass_fds: Any, cwd: Any,
-                       env: Any, startupinfo: Any, creationflags: Any, shell: bool, p2cread: int, p2cwrite: int,
-                       c2pread: int, c2pwrite: int, errread: int, errwrite: int, restore_signals: bool, gid: Any,
-                       gids: Any, uid: Any, umask: int, start_new_session: bool, process_group: Any) -> None:
-        fresh = (not enabled() or shell or executable is not None or preexec_fn is not None or not close_fds
-                 or pass_fds or gid is not None or gids is not None or uid is not None or umask != -1
-                 or not _is_forked_module_command(args))
+    def _execute_child(
+        self,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: bool,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        startupinfo: Any,
+        creationflags: Any,
+        shell: bool,
+        p2cread: int,
+        p2cwrite: int,
+        c2pread: int,
+        c2pwrite: int,
+        errread: int,
+        errwrite: int,
+        restore_signals: bool,
+        gid: Any,
+        gids: Any,
+        uid: Any,
+        umask: int,
+        start_new_session: bool,
+        process_group: Any,
+    ) -> None:
+        fresh = (
+            not enabled()
+            or shell
+            or executable is not None
+            or preexec_fn is not None
+            or not close_fds
+            or pass_fds
+            or gid is not None
+            or gids is not None
+            or uid is not None
+            or umask != -1
+            or not _is_forked_module_command(args)
+        )
         if not fresh:
-            request = {"module": os.fsdecode(args[2]), "args": [os.fsdecode(a) for a in args[3:]],
-                       "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
-                       "env": {os.fsdecode(k): os.fsdecode(v) for k, v in (env if env is not None else os.environ).items()},
-                       "new_session": bool(start_new_session),
-                       "process_group": process_group if process_group is not None and process_group >= 0 else None}
-            fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+            request = {
+                "module": os.fsdecode(args[2]),
+                "args": [os.fsdecode(a) for a in args[3:]],
+                "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
+                "env": {
+                    os.fsdecode(k): os.fsdecode(v)
+                    for k, v in (env if env is not None else os.environ).items()
+                },
+                "new_session": bool(start_new_session),
+                "process_group": process_group if process_group is not None and process_group >= 0 else None,
+            }
+            fds = [
+                p2cread if p2cread != -1 else 0,
+                c2pwrite if c2pwrite != -1 else 1,
+                errwrite if errwrite != -1 else 2,
+            ]
             status = _zygote().spawn(request, fds)
             if isinstance(status, str):
                 _log(args, f"fresh ({status})")
@@ -135,9 +225,31 @@ class ZygotePopen(subprocess.Popen):
                 self._child_created = True
                 self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
                 return
-        super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
-                               creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
-                               restore_signals, gid, gids, uid, umask, start_new_session, process_group)
+        super()._execute_child(
+            args,
+            executable,
+            preexec_fn,
+            close_fds,
+            pass_fds,
+            cwd,
+            env,
+            startupinfo,
+            creationflags,
+            shell,
+            p2cread,
+            p2cwrite,
+            c2pread,
+            c2pwrite,
+            errread,
+            errwrite,
+            restore_signals,
+            gid,
+            gids,
+            uid,
+            umask,
+            start_new_session,
+            process_group,
+        )
 
     def _internal_poll(self, _deadstate: Any = None, **kwargs: Any) -> int | None:
         if self._status is None:
@@ -171,8 +283,14 @@ class ZygotePopen(subprocess.Popen):
 Popen = ZygotePopen
 
 
-def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeout: float | None = None,
-        check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+def run(
+    *popenargs: Any,
+    input: Any = None,
+    capture_output: bool = False,
+    timeout: float | None = None,
+    check: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run` with a `ZygotePopen`."""
     if input is not None:
         kwargs["stdin"] = subprocess.PIPE
@@ -200,12 +318,19 @@ def _log(args: Any, how: str) -> None:
     path = os.environ.get("WORKBENCH_TEST_ZYGOTE_LOG")
     if path:
         with open(path, "a") as log:
-            log.write(f"{how}\t{' '.join(map(os.fsdecode, args if isinstance(args, (list, tuple)) else [args]))[:200]}\n")
+            log.write(
+                f"{how}\t{' '.join(map(os.fsdecode, args if isinstance(args, (list, tuple)) else [args]))[:200]}\n"
+            )
 
 
 def _is_forked_module_command(args: Any) -> bool:
-    return (isinstance(args, (list, tuple)) and len(args) >= 3 and os.fsdecode(args[0]) == sys.executable
-            and os.fsdecode(args[1]) == "-m" and os.fsdecode(args[2]) in FORKED_MODULES)
+    return (
+        isinstance(args, (list, tuple))
+        and len(args) >= 3
+        and os.fsdecode(args[0]) == sys.executable
+        and os.fsdecode(args[1]) == "-m"
+        and os.fsdecode(args[2]) in FORKED_MODULES
+    )
 
 
 def _read_line(sock: socket.socket) -> str:
@@ -262,9 +387,13 @@ class _Zygote:
     def _start(self) -> None:
         # The launcher binds the socket, then forks the zygote off and exits: the zygote is nobody's
         # child here, and the socket accepts (queues) connections from the moment it exists.
-        launcher = subprocess.Popen([sys.executable, "-m", "tests.zygote", str(self.path), str(self.owner)],
-                                    cwd=Path(__file__).resolve().parents[1], env=_SESSION_ENV,
-                                    start_new_session=True, stdin=subprocess.DEVNULL)
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "tests.zygote", str(self.path), str(self.owner)],
+            cwd=Path(__file__).resolve().parents[1],
+            env=_SESSION_ENV,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
         if launcher.wait() != 0:
             raise RuntimeError(f"the test zygote did not start (exit {launcher.returncode})")
 
@@ -314,6 +443,7 @@ def _preload() -> None:
 
     import workbench.evaluate.service  # noqa: F401
     import workbench.inference.local_client  # noqa: F401
+
     gc.collect()
     gc.freeze()  # children never scan what they inherit
     gc.enable()
@@ -370,8 +500,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _answer(connection: socket.socket, zygote_env: dict[str, str], children: dict[int, socket.socket],
-            own_fds: list[int]) -> None:
+def _answer(
+    connection: socket.socket,
+    zygote_env: dict[str, str],
+    children: dict[int, socket.socket],
+    own_fds: list[int],
+) -> None:
     """Read one spawn request and fork its child (or answer "fresh")."""
     connection.settimeout(30)
     try:
@@ -455,7 +589,9 @@ def _apply_offline(env: dict[str, str]) -> None:
     same when it finds the hub unreachable)."""
     from huggingface_hub import constants
 
-    constants.HF_HUB_OFFLINE = constants._is_true(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE"))
+    constants.HF_HUB_OFFLINE = constants._is_true(
+        env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")
+    )
 
 
 def _fresh_path(pythonpath: str) -> None:

@@ -147,14 +147,19 @@ def _thought(env_name: str, example: Any, message: dict, turn: int) -> str:
     if env_name == "reverse_text":
         return f'The user wants "{example.prompt[-1]["content"]}" reversed character by character.'
     if env_name == "alphabet_sort":
-        return ("The user wants these names sorted alphabetically, one per line." if turn == 0 else
-                "The user added names, so I sort the whole list again.")
+        return (
+            "The user wants these names sorted alphabetically, one per line."
+            if turn == 0
+            else "The user added names, so I sort the whole list again."
+        )
     if env_name == "math_python":
         return f"The tool printed {example.answer}, so that is the answer."
     return "The user wants the answer in the format the instructions ask for."
 
 
-def tiny_qwen_demonstrations(total: int, think_share: float = TINY_QWEN_THINK_SHARE) -> list[tuple[list[dict], Any]]:
+def tiny_qwen_demonstrations(
+    total: int, think_share: float = TINY_QWEN_THINK_SHARE
+) -> list[tuple[list[dict], Any]]:
     """(conversation, tools) pairs from the bundled environments' reference answers; about
     `think_share` of the assistant turns carry a short `reasoning_content`."""
     demos: list[tuple[list[dict], Any]] = []
@@ -192,8 +197,9 @@ def build_tiny_qwen(root: Path, progress: Progress | None = None, force: bool = 
     return out, True
 
 
-def fetch_smollm2(root: Path, source: Path | None = None, force: bool = False,
-                  say: Callable[[str], None] = lambda _: None) -> tuple[Path, str | None]:
+def fetch_smollm2(
+    root: Path, source: Path | None = None, force: bool = False, say: Callable[[str], None] = lambda _: None
+) -> tuple[Path, str | None]:
     """Save SmolLM2-135M-Instruct as outputs/models/smollm2-135m unless it is there (`force` or a
     `source` fetches again). Returns (path, where it came from; None when it was already there)."""
     from workbench.models.smollm2 import fetch_smollm2 as fetch

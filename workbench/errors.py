@@ -43,4 +43,9 @@ class ContextLengthError(InferenceError):
 
 
 # How servers (vLLM, OpenAI, workbench serve) phrase a context overflow in a 400 reply.
-CONTEXT_LENGTH_MARKERS = ("maximum context length", "context length", "too long for the model", "prompt is too long")
+CONTEXT_LENGTH_MARKERS = (
+    "maximum context length",
+    "context length",
+    "too long for the model",
+    "prompt is too long",
+)

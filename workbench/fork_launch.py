@@ -46,10 +46,19 @@ DISABLE_VARIABLE = "WORKBENCH_FORK_LAUNCH"
 # Read by the child after it starts (torch.distributed's rendezvous, the trainer's run folder,
 # CUDA when it first initializes) or applied by the child itself (OMP_NUM_THREADS): a child may
 # get values of its own for these and still be forked.
-_RUNTIME_VARIABLES = frozenset({
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "WORKBENCH_TRAIN_RUN_DIR",
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-})
+_RUNTIME_VARIABLES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORKBENCH_TRAIN_RUN_DIR",
+        "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+    }
+)
 
 
 _idle_threads: frozenset[int] = frozenset()  # native library threads known to be idle (note_idle_threads)
@@ -62,26 +71,86 @@ class WorkbenchPopen(subprocess.Popen):  # type: ignore[type-arg] - bytes or tex
 
     forked = False  # whether this child is a fork of this process (False: a fresh interpreter)
 
-    def _execute_child(self, args: Any, executable: Any, preexec_fn: Any, close_fds: bool, pass_fds: Any, cwd: Any,
-                       env: Any, startupinfo: Any, creationflags: Any, shell: bool, p2cread: int, p2cwrite: int,
-                       c2pread: int, c2pwrite: int, errread: int, errwrite: int, restore_signals: bool, gid: Any,
-                       gids: Any, uid: Any, umask: int, start_new_session: bool, process_group: Any) -> None:
-        plain = (not shell and executable is None and close_fds and not pass_fds and gid is None and gids is None
-                 and uid is None and umask == -1)
+    def _execute_child(
+        self,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: bool,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        startupinfo: Any,
+        creationflags: Any,
+        shell: bool,
+        p2cread: int,
+        p2cwrite: int,
+        c2pread: int,
+        c2pwrite: int,
+        errread: int,
+        errwrite: int,
+        restore_signals: bool,
+        gid: Any,
+        gids: Any,
+        uid: Any,
+        umask: int,
+        start_new_session: bool,
+        process_group: Any,
+    ) -> None:
+        plain = (
+            not shell
+            and executable is None
+            and close_fds
+            and not pass_fds
+            and gid is None
+            and gids is None
+            and uid is None
+            and umask == -1
+        )
         if not plain or fork_refusal(args, env) is not None:
-            super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,  # type: ignore[misc]
-                                   creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
-                                   restore_signals, gid, gids, uid, umask, start_new_session, process_group)
+            super()._execute_child(
+                args,
+                executable,
+                preexec_fn,
+                close_fds,
+                pass_fds,
+                cwd,
+                env,
+                startupinfo,  # type: ignore[misc]
+                creationflags,
+                shell,
+                p2cread,
+                p2cwrite,
+                c2pread,
+                c2pwrite,
+                errread,
+                errwrite,
+                restore_signals,
+                gid,
+                gids,
+                uid,
+                umask,
+                start_new_session,
+                process_group,
+            )
             return
-        child_env = {os.fsdecode(k): os.fsdecode(v) for k, v in (env if env is not None else os.environ).items()}
+        child_env = {
+            os.fsdecode(k): os.fsdecode(v) for k, v in (env if env is not None else os.environ).items()
+        }
         for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
             with contextlib.suppress(Exception):
                 stream.flush()  # type: ignore[union-attr]
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            _child([os.fsdecode(a) for a in args[3:]], child_env, os.fsdecode(cwd) if cwd is not None else None,
-                   (p2cread, c2pwrite, errwrite), preexec_fn, start_new_session,
-                   process_group if process_group is not None and process_group >= 0 else None)
+            _child(
+                [os.fsdecode(a) for a in args[3:]],
+                child_env,
+                os.fsdecode(cwd) if cwd is not None else None,
+                (p2cread, c2pwrite, errwrite),
+                preexec_fn,
+                start_new_session,
+                process_group if process_group is not None and process_group >= 0 else None,
+            )
         self.pid = pid
         self.forked = True
         self._child_created = True
@@ -116,8 +185,12 @@ def fork_refusal(args: Any, env: Mapping[Any, Any] | None) -> str | None:
     """Why `args` with `env` must start as a fresh interpreter here (None: it may be forked)."""
     if (unavailable := fork_unavailable()) is not None:
         return unavailable
-    if not (isinstance(args, (list, tuple)) and len(args) >= 3 and os.fsdecode(args[0]) == sys.executable
-            and [os.fsdecode(a) for a in args[1:3]] == ["-m", "workbench"]):
+    if not (
+        isinstance(args, (list, tuple))
+        and len(args) >= 3
+        and os.fsdecode(args[0]) == sys.executable
+        and [os.fsdecode(a) for a in args[1:3]] == ["-m", "workbench"]
+    ):
         return "not a `python -m workbench` command"
     if env is not None:
         wanted = {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
@@ -164,8 +237,15 @@ def _native_threads() -> list[int]:
 # -- in the child ------------------------------------------------------------------------------
 
 
-def _child(args: list[str], env: dict[str, str], cwd: str | None, fds: tuple[int, int, int], preexec_fn: Any,
-           new_session: bool, process_group: int | None) -> None:
+def _child(
+    args: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    fds: tuple[int, int, int],
+    preexec_fn: Any,
+    new_session: bool,
+    process_group: int | None,
+) -> None:
     """Become `python -m workbench ARGS` with `env`, as `subprocess.Popen` would have started it."""
     code = 1
     try:
@@ -181,7 +261,9 @@ def _child(args: list[str], env: dict[str, str], cwd: str | None, fds: tuple[int
         os.closerange(3, _max_fd())  # close_fds=True, as Popen does for a fresh interpreter
         import setproctitle
 
-        setproctitle.setproctitle(" ".join([sys.executable, "-m", "workbench", *args]))  # what ps and /proc show
+        setproctitle.setproctitle(
+            " ".join([sys.executable, "-m", "workbench", *args])
+        )  # what ps and /proc show
         if preexec_fn is not None:
             preexec_fn()
         if cwd is not None:
@@ -193,7 +275,10 @@ def _child(args: list[str], env: dict[str, str], cwd: str | None, fds: tuple[int
         forget_parent_state()
     except BaseException as exc:  # noqa: BLE001 - what a fresh interpreter that failed to start would say
         with contextlib.suppress(BaseException):
-            os.write(2, f"error: could not start `workbench {' '.join(args[:1])}` in a forked process: {exc}\n".encode())
+            os.write(
+                2,
+                f"error: could not start `workbench {' '.join(args[:1])}` in a forked process: {exc}\n".encode(),
+            )
         os._exit(1)
     try:
         code = run_module_as_main("workbench", args)
@@ -205,8 +290,15 @@ def default_signals() -> None:
     """Signal dispositions as a fresh interpreter has them (the parent's handlers are its own)."""
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-                signal.SIGALRM):
+    for sig in (
+        signal.SIGCHLD,
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGALRM,
+    ):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -220,13 +312,19 @@ def forget_parent_state() -> None:
     if isinstance(registry, dict):
         registry.clear()
     weakref.finalize._registered_with_atexit = False  # type: ignore[attr-defined] - re-registers for the child's own
-    for name in [n for n in sys.modules if n == "workbench.__main__" or n == "workbench.cli" or n.startswith("workbench.cli.")]:
+    for name in [
+        n
+        for n in sys.modules
+        if n == "workbench.__main__" or n == "workbench.cli" or n.startswith("workbench.cli.")
+    ]:
         del sys.modules[name]
 
 
 def fresh_stdio(*, unbuffered: bool) -> None:
     """New sys.stdin/stdout/stderr over fds 0-2, buffered as a fresh interpreter buffers them."""
-    encoding, errors = (sys.stdout.encoding, sys.stdout.errors) if sys.stdout is not None else ("utf-8", "strict")
+    encoding, errors = (
+        (sys.stdout.encoding, sys.stdout.errors) if sys.stdout is not None else ("utf-8", "strict")
+    )
 
     def text(fd: int, errors: str) -> io.TextIOWrapper:
         # CPython's create_stdio: stdin always buffered; -u/PYTHONUNBUFFERED makes writes go
@@ -235,8 +333,13 @@ def fresh_stdio(*, unbuffered: bool) -> None:
         if fd == 0:
             return io.TextIOWrapper(io.BufferedReader(raw), encoding=encoding, errors=errors)
         stream: Any = raw if unbuffered else io.BufferedWriter(raw)
-        return io.TextIOWrapper(stream, encoding=encoding, errors=errors, write_through=unbuffered,
-                                line_buffering=not unbuffered and (fd == 2 or os.isatty(fd)))
+        return io.TextIOWrapper(
+            stream,
+            encoding=encoding,
+            errors=errors,
+            write_through=unbuffered,
+            line_buffering=not unbuffered and (fd == 2 or os.isatty(fd)),
+        )
 
     sys.stdin = sys.__stdin__ = text(0, errors)
     sys.stdout = sys.__stdout__ = text(1, errors)

@@ -99,7 +99,9 @@ class RolloutError:
     @classmethod
     def from_exception(cls, exc: BaseException, where: str) -> RolloutError:
         infrastructure = where == "inference" and bool(getattr(exc, "transient", False))
-        return cls(type=type(exc).__name__, message=str(exc)[:2000], where=where, infrastructure=infrastructure)
+        return cls(
+            type=type(exc).__name__, message=str(exc)[:2000], where=where, infrastructure=infrastructure
+        )
 
 
 @dataclass

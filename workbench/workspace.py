@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 TINY_MODEL_NAME = "tiny"
@@ -80,16 +80,28 @@ def model_label(model: str) -> str:
 
 def new_run_id() -> str:
     """Sortable, unique enough for one workspace: 20261122-014709-3f2a."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{os.urandom(2).hex()}"
 
 
 def eval_runs_dir(env_name: str, model: str, root: Path | None = None) -> Path:
     name = env_name.split("/")[-1].replace("-", "_")
-    return environments_dir(root) / name / "outputs" / "evals" / f"{slug(env_name.split('/')[-1])}--{model_label(model)}"
+    return (
+        environments_dir(root)
+        / name
+        / "outputs"
+        / "evals"
+        / f"{slug(env_name.split('/')[-1])}--{model_label(model)}"
+    )
 
 
 def gepa_runs_dir(env_name: str, model: str, root: Path | None = None) -> Path:
     """environments/<env>/outputs/gepa/<env>--<model>/ (a run is a <run_id>/ folder inside)."""
     name = env_name.split("/")[-1].replace("-", "_")
-    return environments_dir(root) / name / "outputs" / "gepa" / f"{slug(env_name.split('/')[-1])}--{model_label(model)}"
+    return (
+        environments_dir(root)
+        / name
+        / "outputs"
+        / "gepa"
+        / f"{slug(env_name.split('/')[-1])}--{model_label(model)}"
+    )

@@ -12,14 +12,27 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from workbench.workspace import SMOLLM2_MODEL_NAME, TINY_QWEN_MODEL_NAME, endpoints_path, named_model_dir, workspace_root
+from workbench.workspace import (
+    SMOLLM2_MODEL_NAME,
+    TINY_QWEN_MODEL_NAME,
+    endpoints_path,
+    named_model_dir,
+    workspace_root,
+)
 
 
 @contextmanager
 def build_progress(label: str) -> Iterator[Callable[[int, int, float], None]]:
     """A rich progress bar (on stderr) for a model build; yields the builder's progress callback.
     Not on a terminal (a log file, a pipe): plain progress lines as it goes (`LineProgress`)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from workbench.cli.render import LineProgress, err_console
 
@@ -30,9 +43,15 @@ def build_progress(label: str) -> Iterator[Callable[[int, int, float], None]]:
         finally:
             lines.close()
         return
-    with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=err_console) as bar:
+    with Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+    ) as bar:
         task = bar.add_task(label, total=None, loss="-")
 
         def progress(step: int, total: int, loss: float) -> None:
@@ -41,7 +60,9 @@ def build_progress(label: str) -> Iterator[Callable[[int, int, float], None]]:
         yield progress
 
 
-def ensure_embedded_model(model: str | None, *, base_url: str | None = None, endpoints_file: str | None = None) -> None:
+def ensure_embedded_model(
+    model: str | None, *, base_url: str | None = None, endpoints_file: str | None = None
+) -> None:
     """Build tiny-qwen, or fetch smollm2-135m, into the workspace when `model` names it and it is not there yet.
 
     Not when a server (-b) or an endpoint of that name is meant: those serve their own model.
@@ -63,11 +84,15 @@ def ensure_embedded_model(model: str | None, *, base_url: str | None = None, end
     if model == SMOLLM2_MODEL_NAME:
         from workbench.bootstrap import fetch_smollm2
 
-        err_console.print(f"[dim]smollm2-135m is not in this workspace yet: fetching it into {where} (once)[/]")
+        err_console.print(
+            f"[dim]smollm2-135m is not in this workspace yet: fetching it into {where} (once)[/]"
+        )
         fetch_smollm2(root, say=lambda line: err_console.print(f"[dim]{line}[/]"))
         return
     from workbench.bootstrap import build_tiny_qwen
 
-    err_console.print(f"[dim]tiny-qwen is not built yet: building it offline into {where} (once, about a minute)[/]")
+    err_console.print(
+        f"[dim]tiny-qwen is not built yet: building it offline into {where} (once, about a minute)[/]"
+    )
     with build_progress("building tiny-qwen") as progress:
         build_tiny_qwen(root, progress=progress)

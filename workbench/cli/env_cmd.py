@@ -24,13 +24,17 @@ def _short(value: Any, width: int = 24) -> str:
 
 
 def _arguments(arguments: dict[str, Any]) -> str:
-    return "\n".join(name if default is inspect.Parameter.empty else f"{name}={_short(default)}"
-                     for name, default in arguments.items())
+    return "\n".join(
+        name if default is inspect.Parameter.empty else f"{name}={_short(default)}"
+        for name, default in arguments.items()
+    )
 
 
 @app.command("list")
 def list_(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (one object per environment) instead of a table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON (one object per environment) instead of a table.")
+    ] = False,
 ) -> None:
     """List environments: this workspace's environments/, the bundled ones and installed env packages.
 
@@ -47,9 +51,20 @@ def list_(
 
     infos = [describe(source) for source in list_environments()]
     if as_json:
-        rows = [{"id": i.env_id, "kind": i.kind, "origin": i.origin, "description": i.error or i.description,
-                 "arguments": {k: (None if v is inspect.Parameter.empty else v) for k, v in i.arguments.items()},
-                 "location": i.location, "error": i.error} for i in infos]
+        rows = [
+            {
+                "id": i.env_id,
+                "kind": i.kind,
+                "origin": i.origin,
+                "description": i.error or i.description,
+                "arguments": {
+                    k: (None if v is inspect.Parameter.empty else v) for k, v in i.arguments.items()
+                },
+                "location": i.location,
+                "error": i.error,
+            }
+            for i in infos
+        ]
         print(json.dumps(rows, indent=2, default=repr))
         return
     if not infos:
@@ -68,7 +83,12 @@ def list_(
 
 @app.command("init")
 def init(
-    name: Annotated[str, typer.Argument(help="The new environment's id, e.g. my-env (folder environments/my_env).", show_default=False)],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The new environment's id, e.g. my-env (folder environments/my_env).", show_default=False
+        ),
+    ],
 ) -> None:
     """Create environments/<name>/ from a working template: a single-turn env with a reward and a test.
 
@@ -97,10 +117,17 @@ def init(
 
 @app.command("install")
 def install(
-    target: Annotated[str, typer.Argument(help="An environment id in ./environments (my-env), a folder with a pyproject.toml, "
-                                         "a .whl file, or an Environments Hub id (owner/name or owner/name@version).",
-                                         show_default=False)],
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")] = False,
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="An environment id in ./environments (my-env), a folder with a pyproject.toml, "
+            "a .whl file, or an Environments Hub id (owner/name or owner/name@version).",
+            show_default=False,
+        ),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the pip command instead of running it.")
+    ] = False,
 ) -> None:
     """Install an environment package with pip: a local folder (editable), a wheel, or one from the Environments Hub.
 
@@ -128,5 +155,7 @@ def install(
     console.print(f"[dim]$ {shlex.join(plan.command)}[/]")
     result = subprocess.run(plan.command, check=False)
     if result.returncode != 0:
-        raise UserError(f"pip install of {target} failed with exit code {result.returncode} (its output is above)")
+        raise UserError(
+            f"pip install of {target} failed with exit code {result.returncode} (its output is above)"
+        )
     console.print(f"[green]installed[/] {plan.what}")

@@ -15,9 +15,15 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Evaluate a model on an environment and inspect the results.", no_args_is_help=True)
 
+
 @app.command("run")
 def run(
-    target: Annotated[str | None, typer.Argument(help="An environment id (reverse-text, owner/name) or an eval config .toml.", show_default=False)] = None,
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="An environment id (reverse-text, owner/name) or an eval config .toml.", show_default=False
+        ),
+    ] = None,
     model: o.Model = None,
     num_examples: o.NumExamples = None,
     rollouts_per_example: o.RolloutsPerExample = None,
@@ -34,11 +40,29 @@ def run(
     save_results: o.SaveResults = False,
     verbose: o.Verbose = False,
     state_columns: o.StateColumns = None,
-    resume: Annotated[str | None, typer.Option("--resume", "-R", help="Finish an interrupted run: its folder, or 'latest' for this env and model. Finished groups are not redone.", show_default=False)] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            "-R",
+            help="Finish an interrupted run: its folder, or 'latest' for this env and model. Finished groups are not redone.",
+            show_default=False,
+        ),
+    ] = None,
     seed: o.Seed = None,
     sets: o.Sets = None,
-    checkpoints: Annotated[str | None, typer.Option("--checkpoints", metavar="all|STEPS", help="With -m RUN (a training run folder or outputs/runs/latest): evaluate the base model and these checkpoints ('all', or steps such as 10,50,100) on the same examples and seed, then print reward by step. Points already evaluated with the same settings are skipped. With -b, each checkpoint is loaded into that server (started with the base model; LoRA via /v1/load_lora_adapter, full weights via /update_weights).", show_default=False)] = None,
-    no_base: Annotated[bool, typer.Option("--no-base", help="With --checkpoints: leave the base model out.")] = False,
+    checkpoints: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoints",
+            metavar="all|STEPS",
+            help="With -m RUN (a training run folder or outputs/runs/latest): evaluate the base model and these checkpoints ('all', or steps such as 10,50,100) on the same examples and seed, then print reward by step. Points already evaluated with the same settings are skipped. With -b, each checkpoint is loaded into that server (started with the base model; LoRA via /v1/load_lora_adapter, full weights via /update_weights).",
+            show_default=False,
+        ),
+    ] = None,
+    no_base: Annotated[
+        bool, typer.Option("--no-base", help="With --checkpoints: leave the base model out.")
+    ] = False,
 ) -> None:
     """Run rollouts of an environment with a model, save them, and print the reward summary.
 
@@ -56,13 +80,24 @@ def run(
     from workbench.cli.render import RichReporter, console, err_console, summary_table
     from workbench.evaluate import EvalConfig, run_eval
 
-    flags = o.given(model=model, num_examples=num_examples, rollouts_per_example=rollouts_per_example,
-                    max_concurrent=max_concurrent, max_tokens=max_tokens, temperature=temperature,
-                    api_base_url=api_base_url, api_key_var=api_key_var, endpoints_path=endpoints_path, seed=seed,
-                    request_timeout=request_timeout, request_tries=request_tries,
-                    env_args=o.parse_json_object(env_args, "-a/--env-args"),
-                    sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
-                    state_columns=o.split_columns(state_columns), verbose=verbose)
+    flags = o.given(
+        model=model,
+        num_examples=num_examples,
+        rollouts_per_example=rollouts_per_example,
+        max_concurrent=max_concurrent,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        api_base_url=api_base_url,
+        api_key_var=api_key_var,
+        endpoints_path=endpoints_path,
+        seed=seed,
+        request_timeout=request_timeout,
+        request_tries=request_tries,
+        env_args=o.parse_json_object(env_args, "-a/--env-args"),
+        sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
+        state_columns=o.split_columns(state_columns),
+        verbose=verbose,
+    )
     config = o.build_config(EvalConfig, target, flags, resume, sets)
     if checkpoints is not None or no_base:
         sweep(config, checkpoints, include_base=not no_base, verbose=verbose)
@@ -71,14 +106,18 @@ def run(
     try:
         result = run_eval(config, RichReporter(verbose=verbose), resume=resume)
     except KeyboardInterrupt:
-        err_console.print("[yellow]stopped: every finished group is saved. Resume with "
-                          f"`workbench eval run {config.env_id} -m {config.model} -R latest`[/]")
+        err_console.print(
+            "[yellow]stopped: every finished group is saved. Resume with "
+            f"`workbench eval run {config.env_id} -m {config.model} -R latest`[/]"
+        )
         raise typer.Exit(130) from None
     console.print(summary_table(result.summary, f"{config.env_id} · {config.model}"))
     console.print(f"[dim]saved to {result.run_dir}[/]")
     if lost := result.summary.get("infrastructure_failures"):
-        raise UserError(f"{lost} rollout(s) failed on the model server (connection, timeout, 5xx after retries), so this "
-                        f"is not a finished result; once the server is back: workbench eval run -R {result.run_dir}")
+        raise UserError(
+            f"{lost} rollout(s) failed on the model server (connection, timeout, 5xx after retries), so this "
+            f"is not a finished result; once the server is back: workbench eval run -R {result.run_dir}"
+        )
 
 
 def sweep(config: EvalConfig, checkpoints: str | None, *, include_base: bool, verbose: bool) -> None:
@@ -90,12 +129,18 @@ def sweep(config: EvalConfig, checkpoints: str | None, *, include_base: bool, ve
     if checkpoints is None:
         raise UserError("--no-base goes with --checkpoints all|STEPS")
     try:
-        result = run_sweep(config, checkpoints, include_base=include_base, reporter=RichReporter(verbose=verbose))
+        result = run_sweep(
+            config, checkpoints, include_base=include_base, reporter=RichReporter(verbose=verbose)
+        )
     except KeyboardInterrupt:
-        err_console.print("[yellow]stopped: every finished checkpoint is saved; the same command skips them[/]")
+        err_console.print(
+            "[yellow]stopped: every finished checkpoint is saved; the same command skips them[/]"
+        )
         raise typer.Exit(130) from None
-    title = (f"{config.env_id} · {result.run_dir.name} · {config.num_examples} examples x "
-             f"{config.rollouts_per_example} · seed {config.seed}")
+    title = (
+        f"{config.env_id} · {result.run_dir.name} · {config.num_examples} examples x "
+        f"{config.rollouts_per_example} · seed {config.seed}"
+    )
     console.print(sweep_table(result.points, title))
     console.print()
     for line in reward_bars(result.points):
@@ -105,9 +150,22 @@ def sweep(config: EvalConfig, checkpoints: str | None, *, include_base: bool, ve
 
 @app.command("show")
 def show(
-    run_dir: Annotated[str | None, typer.Argument(help="A run folder (default: the newest eval run in this workspace).", show_default=False)] = None,
+    run_dir: Annotated[
+        str | None,
+        typer.Argument(
+            help="A run folder (default: the newest eval run in this workspace).", show_default=False
+        ),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json | parquet")] = "table",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the export here (csv/json default to stdout; parquet to <run>/results.parquet).", show_default=False)] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the export here (csv/json default to stdout; parquet to <run>/results.parquet).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Show a saved eval run's summary, or export its rollouts as csv, json or parquet."""
     from workbench.cli.render import console, summary_table
@@ -130,7 +188,17 @@ def show(
 
 
 @app.command("tui")
-def tui(workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder. \\[default: $WORKBENCH_WORKSPACE or the current directory]", show_default=False)] = None) -> None:
+def tui(
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Workspace folder. \\[default: $WORKBENCH_WORKSPACE or the current directory]",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Open the terminal UI on this workspace's runs (the same as `workbench tui`)."""
     from workbench.cli.tui_cmd import tui as open_tui
 

@@ -12,27 +12,124 @@ from workbench.errors import UserError
 if TYPE_CHECKING:
     from workbench.gepa.service import GepaResult
 
-app = typer.Typer(help="Optimize an environment's system prompt with GEPA (reflection + Pareto frontier).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Optimize an environment's system prompt with GEPA (reflection + Pareto frontier).",
+    no_args_is_help=True,
+)
 
-ReflectionModel = Annotated[str | None, typer.Option("--reflection-model", "-M", help="Model that reads rollouts and proposes prompts (same forms as -m). \\[default: the -m model]", show_default=False)]
-MaxCalls = Annotated[int | None, typer.Option("--max-calls", "-B", help="Budget in metric calls (one rollout of one example), seed evaluation included. \\[default: 500]", show_default=False)]
-NumTrain = Annotated[int | None, typer.Option("--num-train", "-n", help="Training examples (train split) for reflection minibatches; -1: all. \\[default: 100]", show_default=False)]
-NumVal = Annotated[int | None, typer.Option("--num-val", "-N", help="Validation examples (eval split) every accepted prompt is scored on; -1: all. \\[default: 50]", show_default=False)]
-MinibatchSize = Annotated[int | None, typer.Option("--minibatch-size", help="Training examples per reflection step. \\[default: 3]", show_default=False)]
-PerfectScore = Annotated[float | None, typer.Option("--perfect-score", help="The best possible score; minibatches already there are skipped. \\[default: 1.0]", show_default=False)]
-ReflectionBaseUrl = Annotated[str | None, typer.Option("--reflection-base-url", help="Base URL of the reflection model's server. \\[default: its endpoint registry entry, else -b]", show_default=False)]
-ReflectionKeyVar = Annotated[str | None, typer.Option("--reflection-api-key-var", help="NAME of the environment variable with the reflection server's API key. \\[default: -k on the policy's server]", show_default=False)]
-ReflectionSampling = Annotated[str | None, typer.Option("--reflection-sampling-args", help='Reflection sampling settings as JSON, e.g. \'{"temperature": 0.7}\'. \\[default: max_tokens 2048]', show_default=False)]
-OutputDir = Annotated[str | None, typer.Option("--output-dir", "-o", help="Run folder to write. \\[default: environments/<env>/outputs/gepa/<env>--<model>/<run_id>]", show_default=False)]
-Resume = Annotated[str | None, typer.Option("--resume", "-R", help="Continue an interrupted run: its folder, or 'latest' for this env and model. -B raises its budget.", show_default=False)]
-Optimizer = Annotated[str | None, typer.Option("--optimizer", help="gepa (reflection + Pareto frontier), or DSPy's miprov2 (instructions proposed by -M + few-shot demos, Bayesian search) or bootstrap (few-shot demos from the model's own good rollouts, random search); the DSPy ones need pip install -e '.[dspy]'. \\[default: gepa]", show_default=False)]
-DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
+ReflectionModel = Annotated[
+    str | None,
+    typer.Option(
+        "--reflection-model",
+        "-M",
+        help="Model that reads rollouts and proposes prompts (same forms as -m). \\[default: the -m model]",
+        show_default=False,
+    ),
+]
+MaxCalls = Annotated[
+    int | None,
+    typer.Option(
+        "--max-calls",
+        "-B",
+        help="Budget in metric calls (one rollout of one example), seed evaluation included. \\[default: 500]",
+        show_default=False,
+    ),
+]
+NumTrain = Annotated[
+    int | None,
+    typer.Option(
+        "--num-train",
+        "-n",
+        help="Training examples (train split) for reflection minibatches; -1: all. \\[default: 100]",
+        show_default=False,
+    ),
+]
+NumVal = Annotated[
+    int | None,
+    typer.Option(
+        "--num-val",
+        "-N",
+        help="Validation examples (eval split) every accepted prompt is scored on; -1: all. \\[default: 50]",
+        show_default=False,
+    ),
+]
+MinibatchSize = Annotated[
+    int | None,
+    typer.Option(
+        "--minibatch-size", help="Training examples per reflection step. \\[default: 3]", show_default=False
+    ),
+]
+PerfectScore = Annotated[
+    float | None,
+    typer.Option(
+        "--perfect-score",
+        help="The best possible score; minibatches already there are skipped. \\[default: 1.0]",
+        show_default=False,
+    ),
+]
+ReflectionBaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--reflection-base-url",
+        help="Base URL of the reflection model's server. \\[default: its endpoint registry entry, else -b]",
+        show_default=False,
+    ),
+]
+ReflectionKeyVar = Annotated[
+    str | None,
+    typer.Option(
+        "--reflection-api-key-var",
+        help="NAME of the environment variable with the reflection server's API key. \\[default: -k on the policy's server]",
+        show_default=False,
+    ),
+]
+ReflectionSampling = Annotated[
+    str | None,
+    typer.Option(
+        "--reflection-sampling-args",
+        help="Reflection sampling settings as JSON, e.g. '{\"temperature\": 0.7}'. \\[default: max_tokens 2048]",
+        show_default=False,
+    ),
+]
+OutputDir = Annotated[
+    str | None,
+    typer.Option(
+        "--output-dir",
+        "-o",
+        help="Run folder to write. \\[default: environments/<env>/outputs/gepa/<env>--<model>/<run_id>]",
+        show_default=False,
+    ),
+]
+Resume = Annotated[
+    str | None,
+    typer.Option(
+        "--resume",
+        "-R",
+        help="Continue an interrupted run: its folder, or 'latest' for this env and model. -B raises its budget.",
+        show_default=False,
+    ),
+]
+Optimizer = Annotated[
+    str | None,
+    typer.Option(
+        "--optimizer",
+        help="gepa (reflection + Pareto frontier), or DSPy's miprov2 (instructions proposed by -M + few-shot demos, Bayesian search) or bootstrap (few-shot demos from the model's own good rollouts, random search); the DSPy ones need pip install -e '.[dspy]'. \\[default: gepa]",
+        show_default=False,
+    ),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")
+]
 
 
 @app.command("run")
 def run(
-    target: Annotated[str | None, typer.Argument(help="An environment id (reverse-text, owner/name) or a GEPA config .toml.", show_default=False)] = None,
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="An environment id (reverse-text, owner/name) or a GEPA config .toml.", show_default=False
+        ),
+    ] = None,
     model: o.Model = None,
     optimizer: Optimizer = None,
     reflection_model: ReflectionModel = None,
@@ -79,17 +176,32 @@ def run(
     """
     from workbench.gepa.config import GepaConfig
 
-    flags = o.given(model=model, optimizer=optimizer, reflection_model=reflection_model, max_calls=max_calls, num_train=num_train,
-                    num_val=num_val, minibatch_size=minibatch_size, perfect_score=perfect_score,
-                    max_concurrent=max_concurrent, max_tokens=max_tokens, temperature=temperature,
-                    api_base_url=api_base_url, api_key_var=api_key_var, endpoints_path=endpoints_path,
-                    request_timeout=request_timeout, request_tries=request_tries,
-                    reflection_base_url=reflection_base_url, reflection_api_key_var=reflection_api_key_var,
-                    seed=seed, output_dir=output_dir,
-                    env_args=o.parse_json_object(env_args, "-a/--env-args"),
-                    sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
-                    reflection_sampling_args=o.parse_json_object(reflection_sampling_args, "--reflection-sampling-args"),
-                    state_columns=o.split_columns(state_columns))
+    flags = o.given(
+        model=model,
+        optimizer=optimizer,
+        reflection_model=reflection_model,
+        max_calls=max_calls,
+        num_train=num_train,
+        num_val=num_val,
+        minibatch_size=minibatch_size,
+        perfect_score=perfect_score,
+        max_concurrent=max_concurrent,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        api_base_url=api_base_url,
+        api_key_var=api_key_var,
+        endpoints_path=endpoints_path,
+        request_timeout=request_timeout,
+        request_tries=request_tries,
+        reflection_base_url=reflection_base_url,
+        reflection_api_key_var=reflection_api_key_var,
+        seed=seed,
+        output_dir=output_dir,
+        env_args=o.parse_json_object(env_args, "-a/--env-args"),
+        sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
+        reflection_sampling_args=o.parse_json_object(reflection_sampling_args, "--reflection-sampling-args"),
+        state_columns=o.split_columns(state_columns),
+    )
     if target is None and resume not in (None, "latest"):
         from workbench.gepa.service import find_gepa_run
 
@@ -113,17 +225,26 @@ def _run(config: Any, resume: str | None) -> None:
     from workbench.gepa import run_gepa
 
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
-    ensure_embedded_model(config.reflection_model, base_url=config.reflection_base_url or config.api_base_url,
-                          endpoints_file=config.endpoints_path)
+    ensure_embedded_model(
+        config.reflection_model,
+        base_url=config.reflection_base_url or config.api_base_url,
+        endpoints_file=config.endpoints_path,
+    )
     result = run_gepa(config, RichReporter(unit="calls"), resume=resume)
     print_summary(result, config)
     if result.status == "stopped" and result.optimizer != "gepa":
-        err_console.print(f"[yellow]stopped: the candidates scored so far are saved in {result.run_dir} "
-                          f"({result.optimizer} runs cannot be resumed)[/]", soft_wrap=True)
+        err_console.print(
+            f"[yellow]stopped: the candidates scored so far are saved in {result.run_dir} "
+            f"({result.optimizer} runs cannot be resumed)[/]",
+            soft_wrap=True,
+        )
         raise typer.Exit(130)
     if result.status == "stopped":
-        err_console.print(f"[yellow]stopped: saved up to the last finished iteration. Resume with "
-                          f"`workbench gepa run --resume {result.run_dir}`[/]", soft_wrap=True)
+        err_console.print(
+            f"[yellow]stopped: saved up to the last finished iteration. Resume with "
+            f"`workbench gepa run --resume {result.run_dir}`[/]",
+            soft_wrap=True,
+        )
         raise typer.Exit(130)
     if result.status == "failed":
         raise typer.Exit(1)
@@ -139,15 +260,22 @@ def print_summary(result: GepaResult, config: Any) -> None:
     def score(value: float | None) -> str:
         return "-" if value is None else f"{value:.4f}"
 
-    table = Table(title=f"{result.optimizer} · {config.env_id} · {config.model} · {result.status}", show_header=False,
-                  title_justify="left", box=None, padding=(0, 2))
+    table = Table(
+        title=f"{result.optimizer} · {config.env_id} · {config.model} · {result.status}",
+        show_header=False,
+        title_justify="left",
+        box=None,
+        padding=(0, 2),
+    )
     table.add_column(style="bold")
     table.add_column()
     gain = ""
     if result.seed_score is not None and result.best_score is not None:
         delta = result.best_score - result.seed_score
         gain = f"  ([{'green' if delta > 0 else 'yellow'}]{delta:+.4f}[/])"
-    table.add_row("validation score", f"seed {score(result.seed_score)} → best {score(result.best_score)}{gain}")
+    table.add_row(
+        "validation score", f"seed {score(result.seed_score)} → best {score(result.best_score)}{gain}"
+    )
     table.add_row("metric calls", f"{result.metric_calls_used} of {result.max_calls}")
     accepted = max(result.num_candidates - 1, 0)
     if result.optimizer == "gepa":
@@ -161,12 +289,24 @@ def print_summary(result: GepaResult, config: Any) -> None:
     console.print(table)
     console.print(Panel(escape(result.best_prompt), title="best prompt", title_align="left"))
     if result.best_few_shot:
-        turns = "\n".join(f"[bold]{m.get('role')}[/]: {escape(str(m.get('content') or ''))}" for m in result.best_few_shot)
-        console.print(Panel(turns, title=f"few-shot turns before each question ({len(result.best_few_shot)} messages, "
-                            "best_few_shot.json)", title_align="left"))
+        turns = "\n".join(
+            f"[bold]{m.get('role')}[/]: {escape(str(m.get('content') or ''))}" for m in result.best_few_shot
+        )
+        console.print(
+            Panel(
+                turns,
+                title=f"few-shot turns before each question ({len(result.best_few_shot)} messages, "
+                "best_few_shot.json)",
+                title_align="left",
+            )
+        )
     console.print(f"[dim]saved to {result.run_dir}[/]", soft_wrap=True)
-    console.print(f"[dim]check the gain on held-out examples: workbench gepa verify {result.run_dir}[/]", soft_wrap=True)
-    console.print(f"[dim]make it the environment's default: workbench gepa apply {result.run_dir}[/]", soft_wrap=True)
+    console.print(
+        f"[dim]check the gain on held-out examples: workbench gepa verify {result.run_dir}[/]", soft_wrap=True
+    )
+    console.print(
+        f"[dim]make it the environment's default: workbench gepa apply {result.run_dir}[/]", soft_wrap=True
+    )
 
 
 RunArg = Annotated[str, typer.Argument(help="A GEPA run: its folder, or its run id.", show_default=False)]
@@ -196,28 +336,40 @@ def apply(run: RunArg) -> None:
     args = candidate_args(best, best_few_shot(run_dir, meta))
     applied = apply_defaults(meta.env_id, args)
     if applied[0].path is None:
-        console.print(f"[yellow]not written: {escape(applied[0].reason)}[/]; use the "
-                      f"{'prompt' if len(args) == 1 else 'prompt and few-shot turns'} with -a:", soft_wrap=True)
+        console.print(
+            f"[yellow]not written: {escape(applied[0].reason)}[/]; use the "
+            f"{'prompt' if len(args) == 1 else 'prompt and few-shot turns'} with -a:",
+            soft_wrap=True,
+        )
         console.print(_eval_command(meta, args), soft_wrap=True, highlight=False)
         return
     path = applied[0].path
     if not any(a.changed for a in applied):
         what = "this prompt" if len(args) == 1 else "this prompt and these few-shot turns"
-        console.print(f"{' and '.join(a.target for a in applied)} in {path} already {'is' if len(args) == 1 else 'hold'} "
-                      f"{what}", soft_wrap=True)
+        console.print(
+            f"{' and '.join(a.target for a in applied)} in {path} already {'is' if len(args) == 1 else 'hold'} "
+            f"{what}",
+            soft_wrap=True,
+        )
         return
     for a in applied:
         if not a.changed:
             console.print(f"[dim]{a.target} in {path} already is the best one[/]", soft_wrap=True)
         elif a.arg == "few_shot":
-            console.print(f"[green]wrote the best few-shot turns ({len(args['few_shot'])} messages) to {a.target} in "
-                          f"{path}[/]", soft_wrap=True)
+            console.print(
+                f"[green]wrote the best few-shot turns ({len(args['few_shot'])} messages) to {a.target} in "
+                f"{path}[/]",
+                soft_wrap=True,
+            )
         else:
             console.print(f"[green]wrote the best prompt to {a.target} in {path}[/]", soft_wrap=True)
             if isinstance(a.previous, str):
                 console.print(f"[dim]it replaced:[/] {escape(a.previous)}", soft_wrap=True, highlight=False)
-    console.print(f"[dim]now `workbench eval run {meta.env_id} -m {meta.model}` uses "
-                  f"{'it' if len(args) == 1 else 'them'}[/]", soft_wrap=True)
+    console.print(
+        f"[dim]now `workbench eval run {meta.env_id} -m {meta.model}` uses "
+        f"{'it' if len(args) == 1 else 'them'}[/]",
+        soft_wrap=True,
+    )
 
 
 def _eval_command(meta: Any, env_args: dict[str, Any]) -> str:
@@ -233,7 +385,10 @@ def _eval_command(meta: Any, env_args: dict[str, Any]) -> str:
 @app.command("verify")
 def verify(
     run: RunArg,
-    num_examples: Annotated[int, typer.Option("--num-examples", "-n", help="Held-out examples (eval split rows the run never used).")] = 20,
+    num_examples: Annotated[
+        int,
+        typer.Option("--num-examples", "-n", help="Held-out examples (eval split rows the run never used)."),
+    ] = 20,
     rollouts: Annotated[int, typer.Option("--rollouts-per-example", "-r", help="Rollouts per example.")] = 2,
     model: o.Model = None,
     api_base_url: o.BaseUrl = None,
@@ -253,14 +408,27 @@ def verify(
     from workbench.cli.gepa_verify import print_verification, verify_run
     from workbench.cli.render import RichReporter
 
-    verification = verify_run(run, num_examples, rollouts, model=model, api_base_url=api_base_url,
-                              api_key_var=api_key_var, max_concurrent=max_concurrent, reporter=RichReporter())
+    verification = verify_run(
+        run,
+        num_examples,
+        rollouts,
+        model=model,
+        api_base_url=api_base_url,
+        api_key_var=api_key_var,
+        max_concurrent=max_concurrent,
+        reporter=RichReporter(),
+    )
     print_verification(verification)
 
 
 @app.command("compare")
 def compare(
-    target: Annotated[str, typer.Argument(help="An environment id or a GEPA config .toml (its optimizer is ignored).", show_default=False)],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="An environment id or a GEPA config .toml (its optimizer is ignored).", show_default=False
+        ),
+    ],
     model: o.Model = None,
     reflection_model: ReflectionModel = None,
     max_calls: MaxCalls = None,
@@ -272,9 +440,20 @@ def compare(
     reflection_base_url: ReflectionBaseUrl = None,
     seed: o.Seed = None,
     sets: o.Sets = None,
-    optimizers: Annotated[str, typer.Option("--optimizers", help="Comma-separated optimizers to compare.")] = "gepa,miprov2,bootstrap",
-    heldout: Annotated[int, typer.Option("--heldout", "-H", help="Held-out examples (eval rows past the validation ones) each result is checked on.")] = 64,
-    rollouts: Annotated[int, typer.Option("--rollouts-per-example", "-r", help="Rollouts per held-out example.")] = 2,
+    optimizers: Annotated[
+        str, typer.Option("--optimizers", help="Comma-separated optimizers to compare.")
+    ] = "gepa,miprov2,bootstrap",
+    heldout: Annotated[
+        int,
+        typer.Option(
+            "--heldout",
+            "-H",
+            help="Held-out examples (eval rows past the validation ones) each result is checked on.",
+        ),
+    ] = 64,
+    rollouts: Annotated[
+        int, typer.Option("--rollouts-per-example", "-r", help="Rollouts per held-out example.")
+    ] = 2,
 ) -> None:
     """Run GEPA, MIPROv2 and bootstrap on one environment with one budget, check each best
     candidate against the seed on the same held-out examples, and print the table (held-out
@@ -294,12 +473,22 @@ def compare(
     chosen = [name.strip() for name in optimizers.split(",") if name.strip()]
     if unknown := [name for name in chosen if name not in OPTIMIZERS]:
         raise UserError(f"unknown optimizer '{unknown[0]}': choose from {', '.join(OPTIMIZERS)}")
-    flags = o.given(model=model, reflection_model=reflection_model, max_calls=max_calls, num_train=num_train,
-                    num_val=num_val, api_base_url=api_base_url, api_key_var=api_key_var,
-                    reflection_base_url=reflection_base_url, seed=seed,
-                    env_args=o.parse_json_object(env_args, "-a/--env-args"))
+    flags = o.given(
+        model=model,
+        reflection_model=reflection_model,
+        max_calls=max_calls,
+        num_train=num_train,
+        num_val=num_val,
+        api_base_url=api_base_url,
+        api_key_var=api_key_var,
+        reflection_base_url=reflection_base_url,
+        seed=seed,
+        env_args=o.parse_json_object(env_args, "-a/--env-args"),
+    )
     config = o.build_config(GepaConfig, target, flags, None, sets)
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
-    folder, rows = compare_optimizers(config, chosen, heldout, rollouts, RichReporter(unit="calls"), RichReporter())
+    folder, rows = compare_optimizers(
+        config, chosen, heldout, rollouts, RichReporter(unit="calls"), RichReporter()
+    )
     console.print((folder / "comparison.md").read_text(encoding="utf-8"), highlight=False, soft_wrap=True)
     console.print(f"[dim]saved to {folder}[/]", soft_wrap=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
-from workbench.events import Reporter
 from workbench.evaluate.prompts import PromptCheck
+from workbench.events import Reporter
 from workbench.store.runs import GepaRun
 
 
@@ -53,8 +53,10 @@ def best_few_shot(run_dir: Path, meta: GepaRun) -> list[dict[str, Any]] | None:
         turns = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(turns, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in turns):
-        raise UserError(f"{path} is not a list of chat messages ({{\"role\": ..., \"content\": ...}})")
+    if not isinstance(turns, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in turns
+    ):
+        raise UserError(f'{path} is not a list of chat messages ({{"role": ..., "content": ...}})')
     return turns
 
 
@@ -64,9 +66,17 @@ def candidate_args(prompt: str, few_shot: list[dict[str, Any]] | None) -> dict[s
     return {"system_prompt": prompt} if few_shot is None else {"system_prompt": prompt, "few_shot": few_shot}
 
 
-def verify_run(run: str, num_examples: int, rollouts: int, *, reporter: Reporter, model: str | None = None,
-               api_base_url: str | None = None, api_key_var: str | None = None,
-               max_concurrent: int | None = None) -> Verification:
+def verify_run(
+    run: str,
+    num_examples: int,
+    rollouts: int,
+    *,
+    reporter: Reporter,
+    model: str | None = None,
+    api_base_url: str | None = None,
+    api_key_var: str | None = None,
+    max_concurrent: int | None = None,
+) -> Verification:
     """Seed vs best candidate of `run` on held-out eval rows, same examples and seed."""
     from workbench.cli.embedded import ensure_embedded_model
     from workbench.envs.loader import load_environment
@@ -84,13 +94,22 @@ def verify_run(run: str, num_examples: int, rollouts: int, *, reporter: Reporter
     env_args = {k: v for k, v in gepa.env_args.items() if k not in ("system_prompt", "few_shot")}
     env = load_environment(gepa.env_id, **env_args)
     start = held_out_start(meta, env.rows("train"), env.rows("eval"))
-    config = EvalConfig(env_id=gepa.env_id, env_args=env_args, model=model or gepa.model, num_examples=num_examples,
-                        rollouts_per_example=rollouts, example_offset=start,
-                        max_concurrent=max_concurrent or gepa.max_concurrent, max_tokens=gepa.max_tokens,
-                        temperature=gepa.temperature, sampling_args=gepa.sampling_args,
-                        api_base_url=api_base_url or (None if model else gepa.api_base_url),
-                        api_key_var=api_key_var or gepa.api_key_var, endpoints_path=gepa.endpoints_path,
-                        seed=gepa.seed)
+    config = EvalConfig(
+        env_id=gepa.env_id,
+        env_args=env_args,
+        model=model or gepa.model,
+        num_examples=num_examples,
+        rollouts_per_example=rollouts,
+        example_offset=start,
+        max_concurrent=max_concurrent or gepa.max_concurrent,
+        max_tokens=gepa.max_tokens,
+        temperature=gepa.temperature,
+        sampling_args=gepa.sampling_args,
+        api_base_url=api_base_url or (None if model else gepa.api_base_url),
+        api_key_var=api_key_var or gepa.api_key_var,
+        endpoints_path=gepa.endpoints_path,
+        seed=gepa.seed,
+    )
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
     # A run with turns passes few_shot on both sides: the seed candidate's is [] (explicitly, so an
     # env whose default `gepa apply` already set to the best turns still shows the seed without them).
@@ -104,8 +123,13 @@ def print_verification(v: Verification) -> None:
 
     d = v.check.difference
     color = {"better": "green", "worse": "red"}.get(d.verdict, "yellow")
-    console.print(f"held-out examples {v.start}..{v.start + d.n - 1} of {v.env_id} (n={d.n}, r={v.rollouts}, seed {v.seed})",
-                  soft_wrap=True)
-    console.print(f"seed prompt {d.mean_a:.4f} → best prompt {d.mean_b:.4f}: [{color}]{d.diff:+.4f} "
-                  f"(95% CI {d.low:+.4f} to {d.high:+.4f}) · {d.verdict}[/]", soft_wrap=True)
+    console.print(
+        f"held-out examples {v.start}..{v.start + d.n - 1} of {v.env_id} (n={d.n}, r={v.rollouts}, seed {v.seed})",
+        soft_wrap=True,
+    )
+    console.print(
+        f"seed prompt {d.mean_a:.4f} → best prompt {d.mean_b:.4f}: [{color}]{d.diff:+.4f} "
+        f"(95% CI {d.low:+.4f} to {d.high:+.4f}) · {d.verdict}[/]",
+        soft_wrap=True,
+    )
     console.print(f"[dim]eval runs: {v.check.runs[0]} (seed), {v.check.runs[1]} (best)[/]", soft_wrap=True)

@@ -37,7 +37,9 @@ app.add_typer(gepa_cmd.app, name="gepa")
 
 # `prime lab setup` users type `workbench lab setup`: the same command under prime's spelling.
 lab = typer.Typer(help="prime's spelling: `workbench lab setup` is `workbench setup`.", no_args_is_help=True)
-lab.command("setup", help="The same as `workbench setup`: " + (setup_cmd.setup.__doc__ or "").split("\n")[0])(setup_cmd.setup)
+lab.command("setup", help="The same as `workbench setup`: " + (setup_cmd.setup.__doc__ or "").split("\n")[0])(
+    setup_cmd.setup
+)
 app.add_typer(lab, name="lab")
 
 

@@ -13,24 +13,140 @@ from workbench.errors import UserError
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-Model = Annotated[str | None, typer.Option("--model", "-m", help="'tiny', a model folder or checkpoint, a Hugging Face id, an endpoint id from configs/endpoints.toml, or the model name a -b server serves.", show_default=False)]
-NumExamples = Annotated[int | None, typer.Option("--num-examples", "-n", help="Examples from the eval split (-1: all). \\[default: 5]", show_default=False)]
-RolloutsPerExample = Annotated[int | None, typer.Option("--rollouts-per-example", "-r", help="Rollouts per example; a group's spread is what RL learns from. \\[default: 3]", show_default=False)]
-MaxConcurrent = Annotated[int | None, typer.Option("--max-concurrent", "-c", help="Rollouts in flight at once. \\[default: 32]", show_default=False)]
-MaxTokens = Annotated[int | None, typer.Option("--max-tokens", "-t", help="Max tokens per model turn. \\[default: 256]", show_default=False)]
-Temperature = Annotated[float | None, typer.Option("--temperature", "-T", help="Sampling temperature. \\[default: 1.0]", show_default=False)]
-SamplingArgs = Annotated[str | None, typer.Option("--sampling-args", "-S", help='Sampling settings as JSON, e.g. \'{"top_p": 0.9, "stop": ["</answer>"]}\'.', show_default=False)]
-EnvArgs = Annotated[str | None, typer.Option("--env-args", "-a", help='Arguments for the environment as JSON, e.g. \'{"max_turns": 3}\'.', show_default=False)]
-BaseUrl = Annotated[str | None, typer.Option("--api-base-url", "-b", help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.", show_default=False)]
-ApiKeyVar = Annotated[str | None, typer.Option("--api-key-var", "-k", help="NAME of the environment variable that holds the API key (the key itself is never saved).", show_default=False)]
-EndpointsPath = Annotated[str | None, typer.Option("--endpoints-path", "-e", help="Endpoint registry file. \\[default: configs/endpoints.toml]", show_default=False)]
-Timeout = Annotated[float | None, typer.Option("--timeout", help="Seconds a model server may stay silent (answering no request at all) before a request is retried; raise it for slow one-at-a-time generations. \\[default: the endpoint's, else 60]", show_default=False)]
-Tries = Annotated[int | None, typer.Option("--tries", help="Tries per model request (connection errors, timeouts, 429/5xx) before the rollout counts as a server failure. \\[default: the endpoint's, else 5]", show_default=False)]
-SaveResults = Annotated[bool, typer.Option("--save-results", "-s", help="Accepted for compatibility: results are always saved.")]
+Model = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="'tiny', a model folder or checkpoint, a Hugging Face id, an endpoint id from configs/endpoints.toml, or the model name a -b server serves.",
+        show_default=False,
+    ),
+]
+NumExamples = Annotated[
+    int | None,
+    typer.Option(
+        "--num-examples",
+        "-n",
+        help="Examples from the eval split (-1: all). \\[default: 5]",
+        show_default=False,
+    ),
+]
+RolloutsPerExample = Annotated[
+    int | None,
+    typer.Option(
+        "--rollouts-per-example",
+        "-r",
+        help="Rollouts per example; a group's spread is what RL learns from. \\[default: 3]",
+        show_default=False,
+    ),
+]
+MaxConcurrent = Annotated[
+    int | None,
+    typer.Option(
+        "--max-concurrent", "-c", help="Rollouts in flight at once. \\[default: 32]", show_default=False
+    ),
+]
+MaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens", "-t", help="Max tokens per model turn. \\[default: 256]", show_default=False
+    ),
+]
+Temperature = Annotated[
+    float | None,
+    typer.Option("--temperature", "-T", help="Sampling temperature. \\[default: 1.0]", show_default=False),
+]
+SamplingArgs = Annotated[
+    str | None,
+    typer.Option(
+        "--sampling-args",
+        "-S",
+        help='Sampling settings as JSON, e.g. \'{"top_p": 0.9, "stop": ["</answer>"]}\'.',
+        show_default=False,
+    ),
+]
+EnvArgs = Annotated[
+    str | None,
+    typer.Option(
+        "--env-args",
+        "-a",
+        help="Arguments for the environment as JSON, e.g. '{\"max_turns\": 3}'.",
+        show_default=False,
+    ),
+]
+BaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base-url",
+        "-b",
+        help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.",
+        show_default=False,
+    ),
+]
+ApiKeyVar = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-var",
+        "-k",
+        help="NAME of the environment variable that holds the API key (the key itself is never saved).",
+        show_default=False,
+    ),
+]
+EndpointsPath = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoints-path",
+        "-e",
+        help="Endpoint registry file. \\[default: configs/endpoints.toml]",
+        show_default=False,
+    ),
+]
+Timeout = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        help="Seconds a model server may stay silent (answering no request at all) before a request is retried; raise it for slow one-at-a-time generations. \\[default: the endpoint's, else 60]",
+        show_default=False,
+    ),
+]
+Tries = Annotated[
+    int | None,
+    typer.Option(
+        "--tries",
+        help="Tries per model request (connection errors, timeouts, 429/5xx) before the rollout counts as a server failure. \\[default: the endpoint's, else 5]",
+        show_default=False,
+    ),
+]
+SaveResults = Annotated[
+    bool, typer.Option("--save-results", "-s", help="Accepted for compatibility: results are always saved.")
+]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Print every rollout.")]
-StateColumns = Annotated[list[str] | None, typer.Option("--state-columns", "-C", help="Rollout state keys to save with each rollout (repeat or comma-separate).", show_default=False)]
-Sets = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a config key (repeatable), value as TOML, as `workbench train --set` does: --set num_examples=10 --set 'sampling_args.stop=[\"</a>\"]'. Flags win over it.", show_default=False)]
-Seed = Annotated[int | None, typer.Option("--seed", help="Sampling seed; each rollout gets its own seed derived from it. \\[default: 0]", show_default=False)]
+StateColumns = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--state-columns",
+        "-C",
+        help="Rollout state keys to save with each rollout (repeat or comma-separate).",
+        show_default=False,
+    ),
+]
+Sets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a config key (repeatable), value as TOML, as `workbench train --set` does: --set num_examples=10 --set 'sampling_args.stop=[\"</a>\"]'. Flags win over it.",
+        show_default=False,
+    ),
+]
+Seed = Annotated[
+    int | None,
+    typer.Option(
+        "--seed",
+        help="Sampling seed; each rollout gets its own seed derived from it. \\[default: 0]",
+        show_default=False,
+    ),
+]
 
 
 def parse_json_object(value: str | None, flag: str) -> dict[str, Any] | None:
@@ -60,8 +176,13 @@ def given(**flags: object) -> dict[str, Any]:
 ConfigT = TypeVar("ConfigT", bound="BaseModel")
 
 
-def build_config(model_cls: type[ConfigT], target: str | None, flags: dict[str, Any], resume: str | None,
-                 sets: list[str] | None = None) -> ConfigT:
+def build_config(
+    model_cls: type[ConfigT],
+    target: str | None,
+    flags: dict[str, Any],
+    resume: str | None,
+    sets: list[str] | None = None,
+) -> ConfigT:
     """The run's config: an env id or a config .toml (TARGET) with the `--set KEY=VALUE` overrides
     and then the given flags on top, or, with only `-R RUN_FOLDER`, the config saved in that run.
     Errors name the file, line and key."""
@@ -106,4 +227,3 @@ def _validated(model_cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UserError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc
-

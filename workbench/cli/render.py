@@ -9,7 +9,14 @@ from typing import Any
 
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
 from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.segment import Segment
 from rich.table import Table
 
@@ -82,8 +89,18 @@ class LineProgress:
     `LABEL  DONE/TOTAL UNIT  reward R  H:MM:SS`.
     """
 
-    def __init__(self, console: Console, label: str, unit: str, total: int | None, done: int = 0,
-                 *, every_s: float = 10.0, every_frac: float = 0.05, field: str = "reward") -> None:
+    def __init__(
+        self,
+        console: Console,
+        label: str,
+        unit: str,
+        total: int | None,
+        done: int = 0,
+        *,
+        every_s: float = 10.0,
+        every_frac: float = 0.05,
+        field: str = "reward",
+    ) -> None:
         self.console, self.label, self.unit, self.field = console, label, unit, field
         self.total, self.done, self.value = total, done, "-"
         self.every_s, self.every_frac = every_s, every_frac
@@ -92,8 +109,15 @@ class LineProgress:
         self._printed_at = self._started
         self._emit()
 
-    def update(self, *, done: int | None = None, advance: int = 0, total: int | None = None,
-               value: str | None = None, emit: bool = True) -> None:
+    def update(
+        self,
+        *,
+        done: int | None = None,
+        advance: int = 0,
+        total: int | None = None,
+        value: str | None = None,
+        emit: bool = True,
+    ) -> None:
         """Move to a new state; print it when it is due (not with `emit=False`: a training step
         prints its own step line, and the closing line sums up)."""
         self.done = (self.done if done is None else done) + advance
@@ -148,9 +172,15 @@ class RichReporter:
             self._lines = LineProgress(err_console, label, self.unit, total, done)
             return
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit),
-            TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-            console=err_console, transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(self.unit),
+            TextColumn("reward {task.fields[reward]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=False,
         )
         self._progress.start()
         self._task = self._progress.add_task(label, total=total, completed=done, reward="-")
@@ -203,11 +233,17 @@ def format_rollout(rollout: Any) -> str:
     final = next((m for m in reversed(rollout.completion) if m.get("role") == "assistant"), {})
     last = final.get("content") or ""
     # Thinking stays folded: its size is shown, the answer is what the line is for.
-    thought = f"[dim](thought {len(str(final['reasoning_content']).split())} words)[/] " if final.get("reasoning_content") else ""
+    thought = (
+        f"[dim](thought {len(str(final['reasoning_content']).split())} words)[/] "
+        if final.get("reasoning_content")
+        else ""
+    )
     error = f" [red]{rollout.error.where} error: {rollout.error.message[:120]}[/]" if rollout.error else ""
     scores = " ".join(f"{k}={v:.2f}" for k, v in rollout.rewards.items())
-    return (f"[dim]#{rollout.example_id}.{rollout.rollout_index}[/] reward [bold]{rollout.reward:.3f}[/] {scores} "
-            f"turns={rollout.num_turns}{error}\n  {thought}{last[:300]!r}")
+    return (
+        f"[dim]#{rollout.example_id}.{rollout.rollout_index}[/] reward [bold]{rollout.reward:.3f}[/] {scores} "
+        f"turns={rollout.num_turns}{error}\n  {thought}{last[:300]!r}"
+    )
 
 
 def summary_table(summary: dict[str, Any], title: str) -> Table:
@@ -215,8 +251,10 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     table.add_column(style="bold")
     table.add_column()
     lost = summary.get("infrastructure_failures", 0)
-    lost_row = (f"[red]{lost} rollout(s) in {summary.get('incomplete_groups', 0)} group(s)[/] "
-                "(connection, timeout, 5xx): not results, left out of every number here")
+    lost_row = (
+        f"[red]{lost} rollout(s) in {summary.get('incomplete_groups', 0)} group(s)[/] "
+        "(connection, timeout, 5xx): not results, left out of every number here"
+    )
     if not summary.get("num_rollouts"):
         table.add_row("rollouts", "0")
         if lost:
@@ -231,15 +269,23 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     for name, value in summary.get("pass_at_k", {}).items():
         table.add_row(name, f"{value:.4f}")
     q = summary["group_std_quantiles"]
-    table.add_row("within-group std", f"mean {summary['group_std_mean']:.3f}  p10 {q['p10']:.3f}  p50 {q['p50']:.3f}  p90 {q['p90']:.3f}")
+    table.add_row(
+        "within-group std",
+        f"mean {summary['group_std_mean']:.3f}  p10 {q['p10']:.3f}  p50 {q['p50']:.3f}  p90 {q['p90']:.3f}",
+    )
     hist = "  ".join(f"{k}: {v}" for k, v in sorted(summary["group_std_histogram"].items()))
     table.add_row("  groups by std", hist)
     table.add_row("zero-variance groups", f"{summary['zero_variance_frac']:.0%}")
     verdict = summary["verdict"]
     color = "green" if verdict.startswith("good") else "yellow"
     table.add_row("difficulty", f"[{color}]{verdict}[/]")
-    table.add_row("tokens / rollout", f"prompt {summary['prompt_tokens_mean']:.0f}  completion {summary['completion_tokens_mean']:.0f}")
-    table.add_row("turns / rollout", f"{summary['num_turns_mean']:.2f}  (truncated {summary['truncated_frac']:.0%})")
+    table.add_row(
+        "tokens / rollout",
+        f"prompt {summary['prompt_tokens_mean']:.0f}  completion {summary['completion_tokens_mean']:.0f}",
+    )
+    table.add_row(
+        "turns / rollout", f"{summary['num_turns_mean']:.2f}  (truncated {summary['truncated_frac']:.0%})"
+    )
     errors = summary["errors"]
     detail = "  " + ", ".join(f"{k}: {v}" for k, v in summary["error_types"].items()) if errors else ""
     table.add_row("errors", f"[{'red' if errors else 'green'}]{errors}[/]{detail}")

@@ -23,17 +23,66 @@ def parse_lora_modules(specs: list[str]) -> dict[str, str]:
 
 
 def serve(
-    model: Annotated[str, typer.Argument(help="'tiny', a local model folder or checkpoint, or a Hugging Face id.")] = "tiny",
+    model: Annotated[
+        str, typer.Argument(help="'tiny', a local model folder or checkpoint, or a Hugging Face id.")
+    ] = "tiny",
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", help="Port to listen on.")] = 8000,
-    served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name clients ask for. \\[default: MODEL]", show_default=False)] = None,
-    max_batch_size: Annotated[int, typer.Option("--max-batch-size", help="Most sequences generated together.")] = 64,
-    enable_lora: Annotated[bool, typer.Option("--enable-lora", help="Serve LoRA adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter, then \"model\": NAME in requests (as vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True).")] = False,
-    max_lora_rank: Annotated[int, typer.Option("--max-lora-rank", help=f"Largest adapter rank accepted; one of {', '.join(map(str, _LORA_RANKS))} (as vLLM).")] = 16,
-    max_loras: Annotated[int, typer.Option("--max-loras", min=1, help="Accepted for vLLM compatibility; here each batch uses one adapter and any number may be loaded.")] = 1,
-    lora_modules: Annotated[list[str] | None, typer.Option("--lora-modules", help="NAME=PATH adapter to load at startup (repeatable; needs --enable-lora).", show_default=False)] = None,
-    reasoning_parser: Annotated[str, typer.Option("--reasoning-parser", help="Split <think>…</think> out of replies into message.reasoning_content (as vLLM): qwen3, deepseek_r1, none, or auto (qwen3 when the vocabulary has <think> and </think> tokens).")] = "auto",
-    parent_pid: Annotated[int | None, typer.Option("--parent-pid", metavar="PID", help="Exit when process PID is gone (a training run that launched this server passes its own pid, so the server never outlives it, even after kill -9).", show_default=False)] = None,
+    served_model_name: Annotated[
+        str | None,
+        typer.Option(
+            "--served-model-name", help="Model name clients ask for. \\[default: MODEL]", show_default=False
+        ),
+    ] = None,
+    max_batch_size: Annotated[
+        int, typer.Option("--max-batch-size", help="Most sequences generated together.")
+    ] = 64,
+    enable_lora: Annotated[
+        bool,
+        typer.Option(
+            "--enable-lora",
+            help='Serve LoRA adapters: /v1/load_lora_adapter and /v1/unload_lora_adapter, then "model": NAME in requests (as vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True).',
+        ),
+    ] = False,
+    max_lora_rank: Annotated[
+        int,
+        typer.Option(
+            "--max-lora-rank",
+            help=f"Largest adapter rank accepted; one of {', '.join(map(str, _LORA_RANKS))} (as vLLM).",
+        ),
+    ] = 16,
+    max_loras: Annotated[
+        int,
+        typer.Option(
+            "--max-loras",
+            min=1,
+            help="Accepted for vLLM compatibility; here each batch uses one adapter and any number may be loaded.",
+        ),
+    ] = 1,
+    lora_modules: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--lora-modules",
+            help="NAME=PATH adapter to load at startup (repeatable; needs --enable-lora).",
+            show_default=False,
+        ),
+    ] = None,
+    reasoning_parser: Annotated[
+        str,
+        typer.Option(
+            "--reasoning-parser",
+            help="Split <think>…</think> out of replies into message.reasoning_content (as vLLM): qwen3, deepseek_r1, none, or auto (qwen3 when the vocabulary has <think> and </think> tokens).",
+        ),
+    ] = "auto",
+    parent_pid: Annotated[
+        int | None,
+        typer.Option(
+            "--parent-pid",
+            metavar="PID",
+            help="Exit when process PID is gone (a training run that launched this server passes its own pid, so the server never outlives it, even after kill -9).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve a model with /v1/chat/completions, /v1/models and /health (OpenAI-compatible),
     plus /update_weights {"weight_dir": FOLDER} to reload full weights in place.
@@ -44,9 +93,13 @@ def serve(
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be between 0 and 65535 (0: any free port), got {port}")
     if max_lora_rank not in _LORA_RANKS:
-        raise UserError(f"--max-lora-rank must be one of {', '.join(map(str, _LORA_RANKS))}, got {max_lora_rank}")
+        raise UserError(
+            f"--max-lora-rank must be one of {', '.join(map(str, _LORA_RANKS))}, got {max_lora_rank}"
+        )
     if reasoning_parser not in (*REASONING_CHOICES, "auto", "none"):
-        raise UserError(f"--reasoning-parser must be one of {', '.join(REASONING_CHOICES)}, auto or none, got '{reasoning_parser}'")
+        raise UserError(
+            f"--reasoning-parser must be one of {', '.join(REASONING_CHOICES)}, auto or none, got '{reasoning_parser}'"
+        )
     if parent_pid is not None and parent_pid <= 0:
         raise UserError(f"--parent-pid must be a process id (a positive number), got {parent_pid}")
     modules = parse_lora_modules(lora_modules or [])
@@ -65,6 +118,15 @@ def serve(
     ensure_embedded_model(model)
     name = served_model_name or model
     parser = None if reasoning_parser == "none" else reasoning_parser
-    client = local_client(name, resolve_model_path(model), max_batch_size=max_batch_size, reasoning_parser=parser)
-    run_server(client, host=host, port=port, served_model_name=name, enable_lora=enable_lora,
-               max_lora_rank=max_lora_rank, lora_modules=modules)
+    client = local_client(
+        name, resolve_model_path(model), max_batch_size=max_batch_size, reasoning_parser=parser
+    )
+    run_server(
+        client,
+        host=host,
+        port=port,
+        served_model_name=name,
+        enable_lora=enable_lora,
+        max_lora_rank=max_lora_rank,
+        lora_modules=modules,
+    )

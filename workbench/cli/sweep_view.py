@@ -14,7 +14,13 @@ EIGHTHS = " ▏▎▍▌▋▊▉█"
 def sweep_table(points: list[SweepPoint], title: str) -> Table:
     base = next((p.reward_mean for p in points if p.step == BASE), None)
     table = Table(title=title, title_justify="left", box=None, padding=(0, 2))
-    for column, justify in (("step", "right"), ("reward", "right"), ("± std", "right"), ("vs base", "right"), ("eval run", "left")):
+    for column, justify in (
+        ("step", "right"),
+        ("reward", "right"),
+        ("± std", "right"),
+        ("vs base", "right"),
+        ("eval run", "left"),
+    ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     best = max(points, key=lambda p: p.reward_mean) if points else None
     for point in points:

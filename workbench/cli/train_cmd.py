@@ -14,16 +14,63 @@ from workbench.errors import UserError
 if TYPE_CHECKING:
     from workbench.config.plan import Plan
 
-ConfigArg = Annotated[Path | None, typer.Argument(metavar="CONFIG", help="Training config (.toml): hosted, prime-rl (nested or flat) or vf-rl style.", show_default=False)]
-DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")]
-SetOption = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a config key (repeatable), value as TOML: --set max_steps=20 --set sampling.temperature=0.8 --set 'sampling.stop=[\"</a>\"]'.", show_default=False)]
-ResumeOption = Annotated[Path | None, typer.Option("--resume", help="Continue a run folder from its newest complete checkpoint, with its saved config.toml (CONFIG not needed).", show_default=False)]
-ResumeStepOption = Annotated[int | None, typer.Option("--resume-step", min=1, metavar="STEP", help="With --resume: continue from this step's checkpoint instead of the newest (prime-rl's --trainer.ckpt.resume-step); later checkpoints are set aside in checkpoints/set-aside-<time>/.", show_default=False)]
-NprocOption = Annotated[int, typer.Option("--nproc", min=1, metavar="N", help="Train with N processes on this machine (data parallel: DDP, or FSDP with data_parallel = \"fsdp\"): each takes 1/N of every step's rollouts; gloo on CPU, one GPU per process with CUDA. The same as `torchrun --nproc-per-node N -m workbench train CONFIG`; several nodes: torchrun --nnodes (docs/distributed.md).")]
+ConfigArg = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="CONFIG",
+        help="Training config (.toml): hosted, prime-rl (nested or flat) or vf-rl style.",
+        show_default=False,
+    ),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print the resolved plan and exit; nothing is loaded or written.")
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a config key (repeatable), value as TOML: --set max_steps=20 --set sampling.temperature=0.8 --set 'sampling.stop=[\"</a>\"]'.",
+        show_default=False,
+    ),
+]
+ResumeOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--resume",
+        help="Continue a run folder from its newest complete checkpoint, with its saved config.toml (CONFIG not needed).",
+        show_default=False,
+    ),
+]
+ResumeStepOption = Annotated[
+    int | None,
+    typer.Option(
+        "--resume-step",
+        min=1,
+        metavar="STEP",
+        help="With --resume: continue from this step's checkpoint instead of the newest (prime-rl's --trainer.ckpt.resume-step); later checkpoints are set aside in checkpoints/set-aside-<time>/.",
+        show_default=False,
+    ),
+]
+NprocOption = Annotated[
+    int,
+    typer.Option(
+        "--nproc",
+        min=1,
+        metavar="N",
+        help='Train with N processes on this machine (data parallel: DDP, or FSDP with data_parallel = "fsdp"): each takes 1/N of every step\'s rollouts; gloo on CPU, one GPU per process with CUDA. The same as `torchrun --nproc-per-node N -m workbench train CONFIG`; several nodes: torchrun --nnodes (docs/distributed.md).',
+    ),
+]
 
 
-def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOption = None, resume: ResumeOption = None,
-          resume_step: ResumeStepOption = None, nproc: NprocOption = 1) -> None:
+def train(
+    config: ConfigArg = None,
+    dry_run: DryRun = False,
+    overrides: SetOption = None,
+    resume: ResumeOption = None,
+    resume_step: ResumeStepOption = None,
+    nproc: NprocOption = 1,
+) -> None:
     """Train a model with RL on environments (or SFT on demonstrations) from one TOML config.
 
     Examples:
@@ -42,7 +89,15 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
     """
     from workbench.cli.embedded import ensure_embedded_model
     from workbench.cli.render import RichReporter, console, err_console
-    from workbench.train import build_plan, config_source, is_rank_zero, load_train_config, model_notes, run_blockers, run_train
+    from workbench.train import (
+        build_plan,
+        config_source,
+        is_rank_zero,
+        load_train_config,
+        model_notes,
+        run_blockers,
+        run_train,
+    )
 
     path = config_source(config, resume)
     if resume_step is not None:
@@ -66,24 +121,50 @@ def train(config: ConfigArg = None, dry_run: DryRun = False, overrides: SetOptio
     rank_args = [str(config)] if config is not None else []  # what each --nproc rank runs
     rank_args += [item for value in overrides or [] for item in ("--set", value)]
     rank_args += ["--resume", str(resume)] if resume is not None else []
-    result = run_train(train_config, RichReporter(unit="steps") if is_rank_zero() else None, resume=resume,
-                       config_path=path, nproc=nproc, rank_args=rank_args)
+    result = run_train(
+        train_config,
+        RichReporter(unit="steps") if is_rank_zero() else None,
+        resume=resume,
+        config_path=path,
+        nproc=nproc,
+        rank_args=rank_args,
+    )
     if result.speaks:
         console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
         print_outcome(result.run_dir)
         if result.status == "stopped":
             from workbench.train.distributed import resume_hint
 
-            err_console.print(f"[yellow]stopped with a checkpoint; continue with {resume_hint(result.run_dir, result.world_size)}[/]")
+            err_console.print(
+                f"[yellow]stopped with a checkpoint; continue with {resume_hint(result.run_dir, result.world_size)}[/]"
+            )
     if result.status == "stopped":
         raise typer.Exit(130)
 
 
 def export(
-    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A training run folder (outputs/runs/<run>).")],
-    step: Annotated[int | None, typer.Option("--step", help="Checkpoint step. \\[default: the newest]", show_default=False)] = None,
-    merge: Annotated[bool, typer.Option("--merge", help="Fold the LoRA adapter into the base weights: a plain Hugging Face model.")] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Target folder. \\[default: RUN/exports/step_N[-merged]]", show_default=False)] = None,
+    run_dir: Annotated[
+        Path, typer.Argument(metavar="RUN", help="A training run folder (outputs/runs/<run>).")
+    ],
+    step: Annotated[
+        int | None,
+        typer.Option("--step", help="Checkpoint step. \\[default: the newest]", show_default=False),
+    ] = None,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            "--merge", help="Fold the LoRA adapter into the base weights: a plain Hugging Face model."
+        ),
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Target folder. \\[default: RUN/exports/step_N[-merged]]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Export a checkpoint as a model folder that transformers and vLLM load (--merge: no peft needed).
 
@@ -104,11 +185,17 @@ class TrainGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(cls=TrainGroup, no_args_is_help=False,
-                  help="Train with RL or SFT from a TOML config (workbench train CONFIG), or export a checkpoint.\n\n"
-                       "Options of a run (`workbench train run --help`): --dry-run, --set KEY=VALUE, --resume RUN, "
-                       "--nproc N (N data-parallel processes on this machine; or torchrun --nproc-per-node N -m workbench train CONFIG).")
-app.command("run", help="Train from a config (the default: `workbench train CONFIG` means `workbench train run CONFIG`).")(train)
+app = typer.Typer(
+    cls=TrainGroup,
+    no_args_is_help=False,
+    help="Train with RL or SFT from a TOML config (workbench train CONFIG), or export a checkpoint.\n\n"
+    "Options of a run (`workbench train run --help`): --dry-run, --set KEY=VALUE, --resume RUN, "
+    "--nproc N (N data-parallel processes on this machine; or torchrun --nproc-per-node N -m workbench train CONFIG).",
+)
+app.command(
+    "run",
+    help="Train from a config (the default: `workbench train CONFIG` means `workbench train run CONFIG`).",
+)(train)
 app.command("export")(export)
 
 
@@ -120,12 +207,16 @@ def print_outcome(run_dir: Path) -> None:
     result = outcome(run_dir)
     if len(result.held_out) >= 2:
         (first_step, before), (last_step, after) = result.held_out[0], result.held_out[-1]
-        console.print(f"held-out reward: [bold]{before:.3f}[/] (step {first_step}) → [bold]{after:.3f}[/] "
-                      f"(step {last_step})  [{'green' if after > before else 'yellow'}]{after - before:+.3f}[/]")
+        console.print(
+            f"held-out reward: [bold]{before:.3f}[/] (step {first_step}) → [bold]{after:.3f}[/] "
+            f"(step {last_step})  [{'green' if after > before else 'yellow'}]{after - before:+.3f}[/]"
+        )
     if result.final_checkpoint is not None:
-        console.print(f"final checkpoint: {result.final_checkpoint}\n"
-                      f"  evaluate it: workbench eval run ENV -m {result.final_checkpoint}\n"
-                      f"  export it:   workbench train export {run_dir} --merge")
+        console.print(
+            f"final checkpoint: {result.final_checkpoint}\n"
+            f"  evaluate it: workbench eval run ENV -m {result.final_checkpoint}\n"
+            f"  export it:   workbench train export {run_dir} --merge"
+        )
 
 
 def print_plan(plan: Plan) -> None:
@@ -134,7 +225,14 @@ def print_plan(plan: Plan) -> None:
     from workbench.cli.render import console
 
     for section in plan.sections:
-        table = Table(title=section.title, title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2))
+        table = Table(
+            title=section.title,
+            title_justify="left",
+            title_style="bold",
+            show_header=False,
+            box=None,
+            padding=(0, 2),
+        )
         table.add_column(style="bold", no_wrap=True)
         table.add_column(overflow="fold")
         for label, value in section.rows:
@@ -145,7 +243,10 @@ def print_plan(plan: Plan) -> None:
         console.print(f"[yellow]note:[/] {_escape(note)}")
     for warning in plan.warnings:
         console.print(f"[red]a real run stops here:[/] {_escape(warning)}")
-    console.print("[green]dry run: config is valid[/]" + (", but a real run cannot start (see above)" if plan.warnings else ""))
+    console.print(
+        "[green]dry run: config is valid[/]"
+        + (", but a real run cannot start (see above)" if plan.warnings else "")
+    )
 
 
 def _escape(text: str) -> str:

@@ -12,7 +12,15 @@ from workbench.errors import UserError
 
 
 def tui(
-    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder. [default: $WORKBENCH_WORKSPACE or the current directory]", show_default=False)] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Workspace folder. [default: $WORKBENCH_WORKSPACE or the current directory]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Open the terminal UI: launch runs, watch them live, inspect rollouts, reward variance,
     checkpoints and GEPA results. Press ? for keys, ctrl+p for every action.

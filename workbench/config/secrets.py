@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 
 ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-NOT_A_NAME = ("takes the NAME of an environment variable that holds the key (e.g. OPENAI_API_KEY), not the key "
-              "itself; the value given is not shown")
+NOT_A_NAME = (
+    "takes the NAME of an environment variable that holds the key (e.g. OPENAI_API_KEY), not the key "
+    "itself; the value given is not shown"
+)
 
 
 def key_variable_name(value: str | None) -> str | None:

@@ -54,13 +54,19 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        field = current.model_fields.get(part) if isinstance(current, type) and issubclass(current, BaseModel) else None
+        field = (
+            current.model_fields.get(part)
+            if isinstance(current, type) and issubclass(current, BaseModel)
+            else None
+        )
         if field is None:
             return None
         annotation = field.annotation
         for candidate in (annotation, *getattr(annotation, "__args__", ())):
             inner = getattr(candidate, "__args__", (candidate,))
-            found = next((c for c in (candidate, *inner) if isinstance(c, type) and issubclass(c, BaseModel)), None)
+            found = next(
+                (c for c in (candidate, *inner) if isinstance(c, type) and issubclass(c, BaseModel)), None
+            )
             if found is not None:
                 current = found
                 break

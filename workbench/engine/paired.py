@@ -39,8 +39,14 @@ class PairedDifference:
         return "no clear difference"
 
 
-def paired_difference(a: Mapping[int, float], b: Mapping[int, float], *, confidence: float = 0.95,
-                      resamples: int = RESAMPLES, seed: int = 0) -> PairedDifference:
+def paired_difference(
+    a: Mapping[int, float],
+    b: Mapping[int, float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> PairedDifference:
     """Mean of B − A over the examples both have (`{example_id: group mean reward}`), and its
     percentile-bootstrap interval. ValueError when they share no example."""
     shared = sorted(set(a) & set(b))
@@ -49,12 +55,19 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], *, confide
     diffs = [b[i] - a[i] for i in shared]
     n = len(diffs)
     low, high = mean_interval(diffs, confidence=confidence, resamples=resamples, seed=seed)
-    return PairedDifference(n=n, mean_a=sum(a[i] for i in shared) / n, mean_b=sum(b[i] for i in shared) / n,
-                            low=low, high=high, confidence=confidence)
+    return PairedDifference(
+        n=n,
+        mean_a=sum(a[i] for i in shared) / n,
+        mean_b=sum(b[i] for i in shared) / n,
+        low=low,
+        high=high,
+        confidence=confidence,
+    )
 
 
-def mean_interval(values: Sequence[float], *, confidence: float = 0.95, resamples: int = RESAMPLES,
-                  seed: int = 0) -> tuple[float, float]:
+def mean_interval(
+    values: Sequence[float], *, confidence: float = 0.95, resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float]:
     """Percentile-bootstrap interval of the mean of `values` (one per example: an example's rollouts
     stay together). ValueError for no values."""
     if not values:

@@ -45,15 +45,18 @@ class RetryPolicy:
 def policy_for(client: Client) -> RetryPolicy:
     """The client's own tries and timeout (from --tries/--timeout or the endpoint registry) with
     the usual backoff. In-process clients have neither: they fail for good or not at all."""
-    return RetryPolicy(max_attempts=getattr(client, "tries", DEFAULT_TRIES),
-                       gone_after_s=getattr(client, "timeout_s", DEFAULT_TIMEOUT_S))
+    return RetryPolicy(
+        max_attempts=getattr(client, "tries", DEFAULT_TRIES),
+        gone_after_s=getattr(client, "timeout_s", DEFAULT_TIMEOUT_S),
+    )
 
 
 class RetryingClient:
     """A `Client` that retries its wrapped client's transient failures. See the module doc."""
 
-    def __init__(self, inner: Client, policy: RetryPolicy | None = None, seed: int = 0,
-                 notify: Notify | None = None) -> None:
+    def __init__(
+        self, inner: Client, policy: RetryPolicy | None = None, seed: int = 0, notify: Notify | None = None
+    ) -> None:
         self.inner = inner
         self.model = inner.model
         self.policy = policy or policy_for(inner)
@@ -73,17 +76,27 @@ class RetryingClient:
         """Whether multi-turn rollouts continue by token ids (the wrapped client's setting)."""
         return self._tokens_in_capable and self.inner.tokens_in  # type: ignore[attr-defined]
 
-    async def chat(self, messages: Messages, *, sampling: SamplingParams,
-                   tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+    async def chat(
+        self, messages: Messages, *, sampling: SamplingParams, tools: list[dict[str, Any]] | None = None
+    ) -> list[Completion]:
         return await self._with_retries(lambda: self.inner.chat(messages, sampling=sampling, tools=tools))
 
-    async def continue_chat(self, previous: TokenData, new_messages: Messages, *, sampling: SamplingParams,
-                            tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+    async def continue_chat(
+        self,
+        previous: TokenData,
+        new_messages: Messages,
+        *,
+        sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[Completion]:
         if not self._tokens_in_capable:
-            raise InferenceError(f"{type(self.inner).__name__} cannot continue a conversation by token ids", transient=False)
+            raise InferenceError(
+                f"{type(self.inner).__name__} cannot continue a conversation by token ids", transient=False
+            )
         inner = cast(TokensInClient, self.inner)
         return await self._with_retries(
-            lambda: inner.continue_chat(previous, new_messages, sampling=sampling, tools=tools))
+            lambda: inner.continue_chat(previous, new_messages, sampling=sampling, tools=tools)
+        )
 
     async def _with_retries(self, call: Callable[[], Awaitable[list[Completion]]]) -> list[Completion]:
         first_try = time.monotonic()
@@ -100,8 +113,10 @@ class RetryingClient:
                 if attempt >= self.policy.max_attempts:
                     now = time.monotonic()
                     if self._last_answer < min(first_try, now - self.policy.gone_after_s):
-                        self.gone = ServerGone(f"{exc} ({attempt} tries over {now - first_try:.0f} s, and nothing "
-                                               "answered meanwhile)")
+                        self.gone = ServerGone(
+                            f"{exc} ({attempt} tries over {now - first_try:.0f} s, and nothing "
+                            "answered meanwhile)"
+                        )
                         raise self.gone from exc
                     raise
                 self.retries += 1

@@ -95,8 +95,12 @@ async def run_rollouts(
             try:
                 output = await env.rollout(retrying, example, params)
             except Exception as exc:  # env.rollout should not raise; a bug there is still data
-                output = RolloutOutput(completion=[], state={}, error=RolloutError.from_exception(exc, "env"),
-                                       stop_condition="error")
+                output = RolloutOutput(
+                    completion=[],
+                    state={},
+                    error=RolloutError.from_exception(exc, "env"),
+                    stop_condition="error",
+                )
             if retrying.gone is not None:  # the env recorded it as this rollout's error; it ends the run
                 raise retrying.gone
             return output, (time.perf_counter() - started) * 1000
@@ -111,10 +115,13 @@ async def run_rollouts(
             error = RolloutError.from_exception(exc, "reward")
             scores = [RolloutScore(0.0, {}, {}, error) for _ in outputs]
         scoring_ms = (time.perf_counter() - started) * 1000
-        group = Group(example.example_id, [
-            _make_rollout(example, i, out, score, total_ms, scoring_ms, state_columns, policy_version)
-            for i, ((out, total_ms), score) in enumerate(zip(results, scores, strict=True))
-        ])
+        group = Group(
+            example.example_id,
+            [
+                _make_rollout(example, i, out, score, total_ms, scoring_ms, state_columns, policy_version)
+                for i, ((out, total_ms), score) in enumerate(zip(results, scores, strict=True))
+            ],
+        )
         stats.groups += 1
         stats.rollouts += len(group.rollouts)
         stats.errors += sum(r.error is not None for r in group.rollouts)
@@ -143,8 +150,16 @@ async def run_rollouts(
     return stats
 
 
-def _make_rollout(example: Example, index: int, out: RolloutOutput, score: RolloutScore, total_ms: float,
-                  scoring_ms: float, state_columns: Sequence[str], policy_version: int) -> Rollout:
+def _make_rollout(
+    example: Example,
+    index: int,
+    out: RolloutOutput,
+    score: RolloutScore,
+    total_ms: float,
+    scoring_ms: float,
+    state_columns: Sequence[str],
+    policy_version: int,
+) -> Rollout:
     return Rollout(
         example_id=example.example_id,
         rollout_index=index,
@@ -161,8 +176,11 @@ def _make_rollout(example: Example, index: int, out: RolloutOutput, score: Rollo
         stop_condition=out.stop_condition,
         error=out.error or score.error,
         usage=out.usage,
-        timing={"generation_ms": round(out.generation_ms, 3), "scoring_ms": round(scoring_ms, 3),
-                "total_ms": round(total_ms + scoring_ms, 3)},
+        timing={
+            "generation_ms": round(out.generation_ms, 3),
+            "scoring_ms": round(scoring_ms, 3),
+            "total_ms": round(total_ms + scoring_ms, 3),
+        },
         policy_version=policy_version,
         tokens=out.tokens,
         turn_tokens=out.turn_tokens,

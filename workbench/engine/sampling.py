@@ -39,8 +39,13 @@ def resolve_sampling(*layers: Mapping[str, Any], seed: int | None) -> SamplingPa
 
 
 # What each setting must be, checked before any rollout (a wrong value would fail every request).
-RANGES: dict[str, tuple[float, float]] = {"temperature": (0, float("inf")), "top_p": (0, 1), "max_tokens": (1, float("inf")),
-                                          "n": (1, float("inf")), "top_k": (-1, float("inf"))}
+RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0, float("inf")),
+    "top_p": (0, 1),
+    "max_tokens": (1, float("inf")),
+    "n": (1, float("inf")),
+    "top_k": (-1, float("inf")),
+}
 # Server knobs (SamplingParams.extra) that the in-process model honours too, so they are checked alike.
 EXTRA_RANGES: dict[str, tuple[float, float]] = {"min_p": (0, 1), "repetition_penalty": (1e-6, float("inf"))}
 
@@ -56,7 +61,9 @@ def validated(params: SamplingParams) -> SamplingParams:
         checked = TypeAdapter(SamplingParams).validate_python(dataclasses.asdict(params))
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise UserError(f"bad sampling argument '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}") from None
+        raise UserError(
+            f"bad sampling argument '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}"
+        ) from None
     for name, (low, high) in RANGES.items():
         value = getattr(checked, name)
         if not low <= value <= high:
@@ -66,7 +73,9 @@ def validated(params: SamplingParams) -> SamplingParams:
         if value is None:
             continue
         if not is_number(value) or not low <= value <= high:
-            raise UserError(f"bad sampling argument '{name}': {value!r} is not a number from {low:g} to {high:g}")
+            raise UserError(
+                f"bad sampling argument '{name}': {value!r} is not a number from {low:g} to {high:g}"
+            )
     return checked
 
 

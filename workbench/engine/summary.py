@@ -120,7 +120,9 @@ class _ExactSum:
         if self.special is not None:
             return math.nan
         denominator = max(self.square_partials, default=1)
-        sxx = Fraction(sum(n * (denominator // d) ** 2 for d, n in self.square_partials.items()), denominator**2)
+        sxx = Fraction(
+            sum(n * (denominator // d) ** 2 for d, n in self.square_partials.items()), denominator**2
+        )
         variance = (self.count * sxx - sx * sx) / self.count / self.count
         return _float_sqrt_of_frac(variance.numerator, variance.denominator)
 
@@ -207,15 +209,20 @@ class RunningSummary:
         self.groups += 1
         self.rollouts += len(rollouts)
         rewards, funcs = self.rewards.buffer, self.funcs
-        prompt_tokens, completion_tokens, turns = (self.prompt_tokens.buffer, self.completion_tokens.buffer,
-                                                   self.turns.buffer)
+        prompt_tokens, completion_tokens, turns = (
+            self.prompt_tokens.buffer,
+            self.completion_tokens.buffer,
+            self.turns.buffer,
+        )
         first: dict[str, tuple[int, int]] = {}  # where this group first has each function
         for i, r in enumerate(rollouts):
             rewards.append(r.reward)
             if self.binary and r.reward not in (0.0, 1.0):
                 self.binary = False
                 self.passes.clear()
-            for j, (name, value) in enumerate(({**r.rewards, **r.metrics} if r.metrics else r.rewards).items()):
+            for j, (name, value) in enumerate(
+                ({**r.rewards, **r.metrics} if r.metrics else r.rewards).items()
+            ):
                 if (values := funcs.get(name)) is None:
                     values = funcs[name] = _ExactSum()
                 values.buffer.append(value)
@@ -244,12 +251,21 @@ class RunningSummary:
         if self.binary:
             self.passes[len(rollouts), sum(group.rewards)] += 1
         if len(rewards) >= _ExactSum.FOLD:
-            for values in (self.rewards, self.prompt_tokens, self.completion_tokens, self.turns, *funcs.values()):
+            for values in (
+                self.rewards,
+                self.prompt_tokens,
+                self.completion_tokens,
+                self.turns,
+                *funcs.values(),
+            ):
                 values.fold()
 
     def summary(self, elapsed_s: float | None = None) -> dict[str, Any]:
-        lost = {"infrastructure_failures": self.infrastructure_failures,
-                "incomplete_groups": self.failed_groups} if self.failed_groups else {}
+        lost = (
+            {"infrastructure_failures": self.infrastructure_failures, "incomplete_groups": self.failed_groups}
+            if self.failed_groups
+            else {}
+        )
         if not self.rollouts:
             return {"num_groups": 0, "num_rollouts": 0, **lost}
         mean = self.rewards.mean()
@@ -272,7 +288,9 @@ class RunningSummary:
             "error_types": {t: self.error_types[t] for t in self._error_order.ordered()},
         }
         if self.binary:
-            n = max(self._size_order.ordered(), key=self.group_sizes.__getitem__)  # the first of the most common
+            n = max(
+                self._size_order.ordered(), key=self.group_sizes.__getitem__
+            )  # the first of the most common
             summary["pass_at_k"] = {f"pass@{k}": self._pass_at(k) for k in _powers_of_two(n)}
         if elapsed_s is not None:
             summary["elapsed_s"] = elapsed_s

@@ -21,7 +21,9 @@ from workbench.envs.loader import EnvSource, available_environments, import_env_
 
 # Checked in MRO order, so a WordleEnv(MultiTurnEnv) is a MultiTurnEnv.
 KINDS = ("EnvGroup", "ToolEnv", "SingleTurnEnv", "MultiTurnEnv")
-_ENV_PACKAGE_REQUIRES = re.compile(r"^\s*(workbench|verifiers)\s*($|[\s;\[<>=!~(])")  # env packages depend on one
+_ENV_PACKAGE_REQUIRES = re.compile(
+    r"^\s*(workbench|verifiers)\s*($|[\s;\[<>=!~(])"
+)  # env packages depend on one
 
 
 @dataclass
@@ -30,7 +32,9 @@ class EnvInfo:
     origin: str  # workspace | bundled | installed
     kind: str = "?"
     description: str = ""
-    arguments: dict[str, Any] = field(default_factory=dict)  # name -> default (inspect.Parameter.empty if none)
+    arguments: dict[str, Any] = field(
+        default_factory=dict
+    )  # name -> default (inspect.Parameter.empty if none)
     error: str | None = None
     location: str = ""
 
@@ -74,8 +78,11 @@ def env_kind(factory: Any) -> str:
 
 
 def describe(source: EnvSource) -> EnvInfo:
-    info = EnvInfo(env_id=source.name.replace("_", "-"), origin=source.origin,
-                   location=str(source.path) if source.path else "")
+    info = EnvInfo(
+        env_id=source.name.replace("_", "-"),
+        origin=source.origin,
+        location=str(source.path) if source.path else "",
+    )
     try:
         module = import_env_module(source)
     except Exception as exc:  # a broken env must not break the listing
@@ -88,8 +95,11 @@ def describe(source: EnvSource) -> EnvInfo:
         info.error = "no load_environment() function"
         return info
     info.kind = env_kind(factory)
-    info.arguments = {name: p.default for name, p in inspect.signature(factory).parameters.items()
-                      if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    info.arguments = {
+        name: p.default
+        for name, p in inspect.signature(factory).parameters.items()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
     return info
 
 
@@ -98,5 +108,5 @@ def _first_line(doc: str, module_name: str) -> str:
     line = doc.strip().splitlines()[0] if doc.strip() else ""
     for prefix in (module_name, module_name.replace("_", "-")):
         if line.lower().startswith(prefix + ":"):
-            line = line[len(prefix) + 1:].strip()
+            line = line[len(prefix) + 1 :].strip()
     return line

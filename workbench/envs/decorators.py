@@ -91,7 +91,9 @@ class PerFunction(Generic[V]):
         self._methods: weakref.WeakKeyDictionary[Any, V] = weakref.WeakKeyDictionary()
 
     def __call__(self, func: Callable[..., Any]) -> V:
-        cache, key = (self._methods, func.__func__) if isinstance(func, MethodType) else (self._functions, func)
+        cache, key = (
+            (self._methods, func.__func__) if isinstance(func, MethodType) else (self._functions, func)
+        )
         try:
             return cache[key]
         except KeyError:

@@ -24,8 +24,13 @@ class EnvGroup(Environment):
     `env_0`, `env_1`, ... `map_kwargs` (verifiers') has no effect: rows are never `map`-ed here.
     """
 
-    def __init__(self, envs: Sequence[Environment], env_names: Sequence[str] | None = None,
-                 weights: Sequence[float] | None = None, map_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        envs: Sequence[Environment],
+        env_names: Sequence[str] | None = None,
+        weights: Sequence[float] | None = None,
+        map_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         if not envs:
             raise ValueError("EnvGroup needs at least one environment")
         if env_names is not None:
@@ -41,7 +46,9 @@ class EnvGroup(Environment):
         self.weights = list(weights) if weights is not None else [1.0] * len(envs)
         if len(self.weights) != len(envs):
             raise ValueError("EnvGroup needs one weight per environment")
-        super().__init__(dataset=lambda: self._merged_rows("train"), eval_dataset=lambda: self._merged_rows("eval"))
+        super().__init__(
+            dataset=lambda: self._merged_rows("train"), eval_dataset=lambda: self._merged_rows("eval")
+        )
         self.rubric = Rubric()  # per-member rubrics do the scoring; see rubric_for
         del map_kwargs  # accepted for verifiers, no effect (see above)
 

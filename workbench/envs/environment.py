@@ -110,8 +110,10 @@ class Environment(ABC):
         # Environment-preferred sampling settings (e.g. a stop string); user flags override them.
         # verifiers nests server-specific settings under "extra_body": they go to the server as they are.
         sampling_args = dict(sampling_args or {})
-        self.sampling_args = {**{k: v for k, v in sampling_args.items() if k != "extra_body"},
-                              **(sampling_args.get("extra_body") or {})}
+        self.sampling_args = {
+            **{k: v for k, v in sampling_args.items() if k != "extra_body"},
+            **(sampling_args.get("extra_body") or {}),
+        }
         if env_id:
             self.env_id = env_id
         self.env_args = dict(env_args or {})
@@ -119,14 +121,21 @@ class Environment(ABC):
         self.tool_defs = [_openai_tool(t) for t in tool_defs] if tool_defs else None
         self.score_rollouts = score_rollouts
         self.pass_threshold = pass_threshold
-        del max_workers, max_concurrent, max_seq_len, map_kwargs  # accepted for verifiers, no effect (see above)
+        del (
+            max_workers,
+            max_concurrent,
+            max_seq_len,
+            map_kwargs,
+        )  # accepted for verifiers, no effect (see above)
 
     # ----- data -------------------------------------------------------------------------
     def rows(self, split: str) -> Rows:
         """The raw rows of `split` ('train' or 'eval'; eval falls back to train and vice versa)."""
         if split not in self._rows:
             source = self._eval_dataset if split == "eval" else self._dataset
-            source = source if source is not None else (self._dataset if split == "eval" else self._eval_dataset)
+            source = (
+                source if source is not None else (self._dataset if split == "eval" else self._eval_dataset)
+            )
             self._rows[split] = rows_of(source() if callable(source) else source)
         return self._rows[split]
 
@@ -192,8 +201,15 @@ class Environment(ABC):
         if not self.score_rollouts:
             return [RolloutScore(reward=0.0, rewards={}, metrics={}) for _ in outputs]
         items = [  # reward functions get ChatMessages: `m.content` works as well as `m["content"]`
-            ScoringInput(prompt=as_messages(example.prompt), completion=as_messages(o.completion), answer=example.answer, state=o.state,
-                         info=example.info, task=example.task, example_id=example.example_id)
+            ScoringInput(
+                prompt=as_messages(example.prompt),
+                completion=as_messages(o.completion),
+                answer=example.answer,
+                state=o.state,
+                info=example.info,
+                task=example.task,
+                example_id=example.example_id,
+            )
             for o in outputs
         ]
         return await self.rubric_for(example.task).score_group(items)
@@ -209,8 +225,11 @@ def _openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
         return tool
     if "name" not in tool:
         raise ValueError(f"a tool definition needs a name: {tool!r}")
-    function = {"name": tool["name"], "description": tool.get("description", ""),
-                "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+    function = {
+        "name": tool["name"],
+        "description": tool.get("description", ""),
+        "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+    }
     if tool.get("strict") is not None:
         function["strict"] = tool["strict"]
     return {"type": "function", "function": function}

@@ -48,8 +48,10 @@ def read_gsm8k_jsonl(path: str | Path) -> Rows:
                 record = json.loads(line)
                 rows.append(gsm8k_row(str(record["question"]), str(record["answer"])))
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{lineno}: expected a JSON object with 'question' and 'answer' "
-                                 f"({type(exc).__name__}: {exc})") from None
+                raise ValueError(
+                    f"{path}:{lineno}: expected a JSON object with 'question' and 'answer' "
+                    f"({type(exc).__name__}: {exc})"
+                ) from None
     if not rows:
         raise ValueError(f"{path} has no examples")
     return rows
@@ -61,8 +63,10 @@ def load_gsm8k_hub(split: str) -> Rows:
     try:
         import datasets  # optional: not a workbench dependency
     except ImportError:
-        raise ValueError("no data_path given and the `datasets` library is not installed "
-                         "(pip install datasets to download openai/gsm8k, or pass data_path=PATH.jsonl)") from None
+        raise ValueError(
+            "no data_path given and the `datasets` library is not installed "
+            "(pip install datasets to download openai/gsm8k, or pass data_path=PATH.jsonl)"
+        ) from None
     from workbench.models.hub import go_offline, hub_reachable
 
     reachable = hub_reachable()
@@ -74,9 +78,14 @@ def load_gsm8k_hub(split: str) -> Rows:
         data = datasets.load_dataset("openai/gsm8k", "main", split=split)
     except Exception as exc:  # offline, hub down, auth: all mean "use a local file"
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        why = (f"from the Hugging Face hub ({message[:200]})" if reachable else
-               "(the Hugging Face hub is unreachable and it is not in the local datasets cache)")
-        raise ValueError(f"could not load openai/gsm8k {why}; pass data_path=PATH.jsonl with GSM8K-format data") from None
+        why = (
+            f"from the Hugging Face hub ({message[:200]})"
+            if reachable
+            else "(the Hugging Face hub is unreachable and it is not in the local datasets cache)"
+        )
+        raise ValueError(
+            f"could not load openai/gsm8k {why}; pass data_path=PATH.jsonl with GSM8K-format data"
+        ) from None
     return [gsm8k_row(str(r["question"]), str(r["answer"])) for r in data]
 
 
@@ -96,8 +105,13 @@ def _capped(rows: Rows, n: int) -> Rows:
     return rows if n < 0 else rows[:n]
 
 
-def gsm8k_datasets(data_path: str | None, eval_data_path: str | None, num_train_examples: int,
-                   num_eval_examples: int, seed: int) -> tuple[Callable[[], Rows] | None, Callable[[], Rows] | None]:
+def gsm8k_datasets(
+    data_path: str | None,
+    eval_data_path: str | None,
+    num_train_examples: int,
+    num_eval_examples: int,
+    seed: int,
+) -> tuple[Callable[[], Rows] | None, Callable[[], Rows] | None]:
     """(train, eval) dataset builders for an environment, from GSM8K-format data.
 
     - `eval_data_path` given: train = `data_path` (if any), eval = that file.
@@ -114,9 +128,13 @@ def gsm8k_datasets(data_path: str | None, eval_data_path: str | None, num_train_
             raise ValueError(f"data file not found: {path}")
     if data_path is None and eval_data_path is None:
         train_rows, eval_rows = load_gsm8k_hub("train"), load_gsm8k_hub("test")
-        return (lambda: _capped(train_rows, num_train_examples)), (lambda: _capped(eval_rows, num_eval_examples))
+        return (lambda: _capped(train_rows, num_train_examples)), (
+            lambda: _capped(eval_rows, num_eval_examples)
+        )
     if eval_data_path is not None:
-        train = None if data_path is None else (lambda: _capped(read_gsm8k_jsonl(data_path), num_train_examples))
+        train = (
+            None if data_path is None else (lambda: _capped(read_gsm8k_jsonl(data_path), num_train_examples))
+        )
         return train, (lambda: _capped(read_gsm8k_jsonl(eval_data_path), num_eval_examples))
     if num_eval_examples < 0:
         raise ValueError("num_eval_examples must be the number of rows to hold out of data_path (0: none)")

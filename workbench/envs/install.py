@@ -25,7 +25,9 @@ from workbench.envs.loader import module_name
 from workbench.errors import UserError
 
 HUB_URL = "https://hub.primeintellect.ai"
-HUB_ID = re.compile(r"^(?P<owner>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)(?:@(?P<version>[\w.+!-]+))?$")
+HUB_ID = re.compile(
+    r"^(?P<owner>[A-Za-z0-9][\w.-]*)/(?P<name>[A-Za-z0-9][\w.-]*)(?:@(?P<version>[\w.+!-]+))?$"
+)
 PROBE_TIMEOUT_S = 10.0
 
 
@@ -42,7 +44,9 @@ def plan_install(target: str, environments: Path) -> InstallPlan:
     if given.suffix == ".whl":
         if not given.is_file():
             raise UserError(f"no wheel file {given}")
-        return InstallPlan([*pip, str(given.resolve())], f"{given.name.split('-')[0].replace('_', '-')} (from {given.name})")
+        return InstallPlan(
+            [*pip, str(given.resolve())], f"{given.name.split('-')[0].replace('_', '-')} (from {given.name})"
+        )
     if given.is_dir():
         return _folder_plan(pip, given.resolve())
     hub = HUB_ID.match(target)
@@ -50,15 +54,19 @@ def plan_install(target: str, environments: Path) -> InstallPlan:
         return _hub_plan(pip, hub["owner"], hub["name"], hub["version"])
     folder = environments / module_name(target)
     if not folder.is_dir():
-        raise UserError(f"no environment folder {folder}: create one with `workbench env init {target}`, give the "
-                        "path of a folder with a pyproject.toml or of a .whl file, or a hub id (owner/name)")
+        raise UserError(
+            f"no environment folder {folder}: create one with `workbench env init {target}`, give the "
+            "path of a folder with a pyproject.toml or of a .whl file, or a hub id (owner/name)"
+        )
     return _folder_plan(pip, folder)
 
 
 def _folder_plan(pip: list[str], folder: Path) -> InstallPlan:
     if not (folder / "pyproject.toml").is_file():
         raise UserError(f"{folder} has no pyproject.toml, so pip cannot install it")
-    return InstallPlan([*pip, "-e", str(folder)], f"{folder.name.replace('_', '-')} (editable, from {folder})")
+    return InstallPlan(
+        [*pip, "-e", str(folder)], f"{folder.name.replace('_', '-')} (editable, from {folder})"
+    )
 
 
 def hub_index(owner: str) -> str:
@@ -73,12 +81,18 @@ def _hub_plan(pip: list[str], owner: str, name: str, version: str | None) -> Ins
             response.read(1)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            raise UserError(f"'{owner}/{name}' is not on the Environments Hub ({probe} answered 404)") from None
+            raise UserError(
+                f"'{owner}/{name}' is not on the Environments Hub ({probe} answered 404)"
+            ) from None
         raise UserError(f"the Environments Hub answered {exc.code} for {probe}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise UserError(f"cannot reach the Environments Hub at {index} ({reason}); install from a folder or a "
-                        ".whl file instead: workbench env install PATH") from None
+        raise UserError(
+            f"cannot reach the Environments Hub at {index} ({reason}); install from a folder or a "
+            ".whl file instead: workbench env install PATH"
+        ) from None
     requirement = f"{name}=={version}" if version else name
-    return InstallPlan([*pip, requirement, "--extra-index-url", index],
-                       f"{owner}/{name}{'@' + version if version else ''} (from {index})")
+    return InstallPlan(
+        [*pip, requirement, "--extra-index-url", index],
+        f"{owner}/{name}{'@' + version if version else ''} (from {index})",
+    )

@@ -72,8 +72,10 @@ def make_judge_client(model: str, base_url: str | None = None, api_key_var: str 
     var = api_key_var or (OPENAI_KEY_VAR if base_url is None else None)
     if var is not None and not os.environ.get(var):
         where = "the OpenAI API" if base_url is None else base_url
-        raise UserError(f"judge model '{model}' on {where} needs an API key in ${var}: set it, or set judge_base_url "
-                        "(and judge_api_key_var) for another server, or name an endpoint from configs/endpoints.toml")
+        raise UserError(
+            f"judge model '{model}' on {where} needs an API key in ${var}: set it, or set judge_base_url "
+            "(and judge_api_key_var) for another server, or name an endpoint from configs/endpoints.toml"
+        )
     return make_client(model, base_url=base_url or OPENAI_BASE_URL, api_key_var=var)
 
 
@@ -122,7 +124,8 @@ class JudgeRubric(Rubric):
         super().__init__(funcs, weights, parser)
         # Resolved now, so a missing key or a bad URL fails when the environment loads.
         self.judge_client: Client | AsyncOpenAI = judge_client or make_judge_client(
-            judge_model, judge_base_url, judge_api_key_var)
+            judge_model, judge_base_url, judge_api_key_var
+        )
         self._sdk = is_openai_sdk_client(self.judge_client)
         self.judge_model = judge_model if self._sdk else self.judge_client.model  # type: ignore[union-attr]
         # Nothing tells a rubric that the run is over, so a client made here is closed whenever
@@ -136,9 +139,15 @@ class JudgeRubric(Rubric):
         # A yes/no verdict needs a few tokens; a custom prompt may ask the judge to reason first.
         default_max_tokens = 64 if judge_prompt == DEFAULT_JUDGE_PROMPT else 1024
         self.judge_sampling = SamplingParams(temperature=0.0, max_tokens=default_max_tokens).merged(
-            self.judge_sampling_args)
-        for name, value in (("judge", self.judge), ("judge_client", self.judge_client), ("judge_model", self.judge_model),
-                            ("judge_prompt", self.judge_prompt), ("judge_sampling_args", self.judge_sampling_args)):
+            self.judge_sampling_args
+        )
+        for name, value in (
+            ("judge", self.judge),
+            ("judge_client", self.judge_client),
+            ("judge_model", self.judge_model),
+            ("judge_prompt", self.judge_prompt),
+            ("judge_sampling_args", self.judge_sampling_args),
+        ):
             self.add_class_object(name, value)
 
     def judge_messages(self, prompt: Messages | str, completion: Messages | str, answer: str) -> Messages:
@@ -147,8 +156,9 @@ class JudgeRubric(Rubric):
         text = self.judge_prompt.format(question=question_text(prompt), answer=answer, response=response)
         return [{"role": "user", "content": text}]
 
-    async def judge(self, prompt: Messages | str, completion: Messages | str, answer: str,
-                    state: State | None = None) -> str:
+    async def judge(
+        self, prompt: Messages | str, completion: Messages | str, answer: str, state: State | None = None
+    ) -> str:
         """The judge's reply for this rollout (asked once per judge prompt, then read from
         `state["judge_response"]`)."""
         messages = self.judge_messages(prompt, completion, answer)
@@ -190,13 +200,17 @@ class JudgeRubric(Rubric):
         client: AsyncOpenAI = self.judge_client  # type: ignore[assignment]
         try:
             response = await client.chat.completions.create(
-                model=self.judge_model, messages=messages, **sdk_request_args(self.judge_sampling_args))  # type: ignore[arg-type]
+                model=self.judge_model, messages=messages, **sdk_request_args(self.judge_sampling_args)
+            )  # type: ignore[arg-type]
         except Exception as exc:  # say which judge failed: the SDK's own message is often "Connection error."
-            raise RuntimeError(f"judge '{self.judge_model}' at {client.base_url} failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(
+                f"judge '{self.judge_model}' at {client.base_url} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         return str(response.choices[0].message.content or "")
 
-    async def judge_reward(self, prompt: Messages | str, completion: Messages | str, answer: str, state: State) -> float:
+    async def judge_reward(
+        self, prompt: Messages | str, completion: Messages | str, answer: str, state: State
+    ) -> float:
         """1.0 when the judge says the response matches the answer ("yes"), else 0.0."""
         reply = await self.judge(prompt, completion, answer, state)
         first_word = reply.strip().lower().lstrip("*\"'`").split(maxsplit=1)[:1]

@@ -50,8 +50,11 @@ def _env_folders(root: Path) -> dict[str, Path]:
     """`<name>/<name>.py`, or a package `<name>/<name>/__init__.py` (verifiers v1's layout)."""
     if not root.is_dir():
         return {}
-    return {p.name: p for p in sorted(root.iterdir())
-            if (p / f"{p.name}.py").is_file() or (p / p.name / "__init__.py").is_file()}
+    return {
+        p.name: p
+        for p in sorted(root.iterdir())
+        if (p / f"{p.name}.py").is_file() or (p / p.name / "__init__.py").is_file()
+    }
 
 
 def find_environment(env_id: str) -> EnvSource | None:
@@ -94,7 +97,10 @@ def import_env_module(source: EnvSource) -> Any:
     if source.path is not None:
         cached = sys.modules.get(source.name)
         file = Path(getattr(cached, "__file__", "") or "").resolve()
-        if cached is not None and source.path.resolve() in (file.parent, file.parent.parent):  # module or package
+        if cached is not None and source.path.resolve() in (
+            file.parent,
+            file.parent.parent,
+        ):  # module or package
             return cached
         for stale in [m for m in sys.modules if m == source.name or m.startswith(f"{source.name}.")]:
             sys.modules.pop(stale)  # a package's submodules too: they may come from another folder
@@ -123,7 +129,9 @@ def checked_args(env_id: str, factory: Callable[..., Any], env_args: dict[str, A
             checked[name] = TypeAdapter(hints[name]).validate_python(value)
         except ValidationError as exc:
             problem = exc.errors()[0]["msg"]
-            raise UserError(f"environment '{env_id}': argument '{name}' = {shorten(repr(value))}: {problem}") from None
+            raise UserError(
+                f"environment '{env_id}': argument '{name}' = {shorten(repr(value))}: {problem}"
+            ) from None
         except Exception:  # a type pydantic cannot check (a plain class): the env checks it itself
             continue
     return checked
@@ -131,7 +139,7 @@ def checked_args(env_id: str, factory: Callable[..., Any], env_args: dict[str, A
 
 def shorten(text: str, limit: int = 80) -> str:
     """Echo user input in an error line without letting a huge value swamp it."""
-    return text if len(text) <= limit else f"{text[:limit - 15]}... ({len(text)} characters)"
+    return text if len(text) <= limit else f"{text[: limit - 15]}... ({len(text)} characters)"
 
 
 def unknown_environment(env_id: str) -> str | None:
@@ -139,8 +147,10 @@ def unknown_environment(env_id: str) -> str | None:
     if find_environment(env_id) is not None:
         return None
     names = ", ".join(s.name.replace("_", "-") for s in available_environments()) or "none"
-    return (f"unknown environment '{shorten(env_id)}' (available: {names}; "
-            f"or pip install a package named '{shorten(module_name(env_id))}')")
+    return (
+        f"unknown environment '{shorten(env_id)}' (available: {names}; "
+        f"or pip install a package named '{shorten(module_name(env_id))}')"
+    )
 
 
 def load_environment(env_id: str, **env_args: Any) -> Environment:
@@ -154,7 +164,9 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
         if exc.name == "verifiers":
             from workbench.envs.verifiers_env import INSTALL
 
-            raise UserError(f"environment '{env_id}' is written for verifiers, which is not installed: {INSTALL}") from exc
+            raise UserError(
+                f"environment '{env_id}' is written for verifiers, which is not installed: {INSTALL}"
+            ) from exc
         raise UserError(f"environment '{env_id}' failed to import: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:
         raise UserError(f"environment '{env_id}' failed to import: {type(exc).__name__}: {exc}") from exc
@@ -170,9 +182,16 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
     unknown = [k for k in env_args if k not in accepted] if not takes_any else []
     if unknown:
         valid = ", ".join(k for k, p in accepted.items() if p.kind != p.VAR_KEYWORD) or "none"
-        raise UserError(f"environment '{env_id}' has no argument {', '.join(repr(k) for k in unknown)} (arguments: {valid})")
+        raise UserError(
+            f"environment '{env_id}' has no argument {', '.join(repr(k) for k in unknown)} (arguments: {valid})"
+        )
     env_args = checked_args(env_id, factory, env_args)
-    from workbench.envs.verifiers_env import is_verifiers_object, kept_signal_handlers, silence_disabled_logging, wrap
+    from workbench.envs.verifiers_env import (
+        is_verifiers_object,
+        kept_signal_handlers,
+        silence_disabled_logging,
+        wrap,
+    )
 
     silence_disabled_logging()  # the env's module has imported verifiers by now, if it uses it
     try:
@@ -185,6 +204,8 @@ def load_environment(env_id: str, **env_args: Any) -> Environment:
     if is_verifiers_object(env):
         env = wrap(source.name.replace("_", "-"), env)
     if not isinstance(env, Environment):
-        raise UserError(f"environment '{env_id}': load_environment() returned {type(env).__name__}, not an Environment")
+        raise UserError(
+            f"environment '{env_id}': load_environment() returned {type(env).__name__}, not an Environment"
+        )
     env.env_id = source.name.replace("_", "-")
     return env

@@ -31,7 +31,7 @@ def extract_boxed(text: str) -> str | None:
         return None
     brace = text.find("{", start)
     if brace < 0:
-        rest = text[start + len("\\boxed"):].strip()  # "\boxed 42" (no braces) is valid LaTeX
+        rest = text[start + len("\\boxed") :].strip()  # "\boxed 42" (no braces) is valid LaTeX
         return rest.split()[0] if rest else None
     depth = 0
     for i in range(brace, len(text)):
@@ -40,7 +40,7 @@ def extract_boxed(text: str) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[brace + 1:i].strip()
+                return text[brace + 1 : i].strip()
     return None  # unbalanced: the model was cut off mid-answer
 
 
@@ -156,4 +156,8 @@ def format_number(value: Fraction) -> str:
     if value.denominator == 1:
         return str(value.numerator)
     as_float = str(float(value))
-    return as_float if len(as_float) < 18 and Fraction(as_float) == value else f"{value.numerator}/{value.denominator}"
+    return (
+        as_float
+        if len(as_float) < 18 and Fraction(as_float) == value
+        else f"{value.numerator}/{value.denominator}"
+    )

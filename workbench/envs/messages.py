@@ -38,8 +38,12 @@ class ToolCall(dict):
         arguments = function.get("arguments", "{}")
         if not isinstance(arguments, str):  # a dict given by hand: keep the wire form a JSON string
             arguments = json.dumps(arguments)
-        super().__init__(id=raw.pop("id", ""), type=raw.pop("type", "function"),
-                         function={"name": function.get("name", ""), "arguments": arguments}, **raw)
+        super().__init__(
+            id=raw.pop("id", ""),
+            type=raw.pop("type", "function"),
+            function={"name": function.get("name", ""), "arguments": arguments},
+            **raw,
+        )
 
     @property
     def name(self) -> str:
@@ -135,7 +139,10 @@ class ToolMessage(ChatMessage):
 
 
 _BY_ROLE: dict[str, type[ChatMessage]] = {
-    "system": SystemMessage, "user": UserMessage, "assistant": AssistantMessage, "tool": ToolMessage,
+    "system": SystemMessage,
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "tool": ToolMessage,
 }
 
 
@@ -160,7 +167,10 @@ def as_message(message: Mapping[str, Any] | Any) -> ChatMessage:
 
 
 _SIMPLE_ROLES: dict[str, type[ChatMessage]] = {
-    "system": SystemMessage, "user": UserMessage, "assistant": AssistantMessage, "tool": ToolMessage,
+    "system": SystemMessage,
+    "user": UserMessage,
+    "assistant": AssistantMessage,
+    "tool": ToolMessage,
 }
 
 

@@ -55,8 +55,9 @@ class MultiTurnEnv(Environment):
     """Alternates model and environment turns, at most `max_turns` model turns (-1: no limit,
     as in verifiers; the rollout then ends by a stop condition or the context length)."""
 
-    def __init__(self, *, max_turns: int = 10, timeout_seconds: float | None = None,
-                 **kwargs: Any) -> None:  # kwargs: Environment's named arguments
+    def __init__(
+        self, *, max_turns: int = 10, timeout_seconds: float | None = None, **kwargs: Any
+    ) -> None:  # kwargs: Environment's named arguments
         super().__init__(**kwargs)
         if max_turns < 1 and max_turns != NO_TURN_LIMIT:
             raise ValueError(f"max_turns must be at least 1 (or -1 for no limit), got {max_turns}")
@@ -116,7 +117,9 @@ class MultiTurnEnv(Environment):
         try:
             self._adopt_state(out, await call_maybe_async(self.setup_state, out.state))
             state = out.state
-            if await self._decorated_stop(state, lambda priority: True, out):  # verifiers checks before turn 1 too
+            if await self._decorated_stop(
+                state, lambda priority: True, out
+            ):  # verifiers checks before turn 1 too
                 return
         except Exception as exc:  # an env bug ends this rollout only
             out.error, out.stop_condition = RolloutError.from_exception(exc, "env"), "error"
@@ -136,9 +139,15 @@ class MultiTurnEnv(Environment):
                 if tokens_in and previous is not None:
                     assert isinstance(client, TokensInClient)
                     replies_so_far = plain_messages(new_messages)
-                    choice = (await client.continue_chat(previous, replies_so_far, sampling=single, tools=self.oai_tools))[0]
+                    choice = (
+                        await client.continue_chat(
+                            previous, replies_so_far, sampling=single, tools=self.oai_tools
+                        )
+                    )[0]
                 else:
-                    choice = (await client.chat(plain_messages(messages), sampling=single, tools=self.oai_tools))[0]
+                    choice = (
+                        await client.chat(plain_messages(messages), sampling=single, tools=self.oai_tools)
+                    )[0]
             except ContextLengthError:  # the conversation outgrew the context window: truncated, not failed
                 out.is_truncated, out.stop_condition = True, "prompt_too_long"
                 state["prompt_too_long"] = True
@@ -172,15 +181,24 @@ class MultiTurnEnv(Environment):
             state["completion"].extend(replies)
             new_messages = replies
 
-    def _record_turn(self, out: RolloutOutput, prompt: list[ChatMessage], message: ChatMessage,
-                     choice: Completion) -> None:
+    def _record_turn(
+        self, out: RolloutOutput, prompt: list[ChatMessage], message: ChatMessage, choice: Completion
+    ) -> None:
         state = out.state
         state["responses"].append(choice)
-        state["trajectory"].append({
-            "prompt": list(prompt), "completion": [message], "response": choice, "tokens": choice.tokens,
-            "reward": None, "advantage": None, "is_truncated": choice.finish_reason == "length",
-            "trajectory_id": state["trajectory_id"], "extras": {},
-        })
+        state["trajectory"].append(
+            {
+                "prompt": list(prompt),
+                "completion": [message],
+                "response": choice,
+                "tokens": choice.tokens,
+                "reward": None,
+                "advantage": None,
+                "is_truncated": choice.finish_reason == "length",
+                "trajectory_id": state["trajectory_id"],
+                "extras": {},
+            }
+        )
         out.usage["prompt_tokens"] += choice.prompt_tokens
         out.usage["completion_tokens"] += choice.completion_tokens
         state["completion"].append(message)
@@ -222,7 +240,9 @@ class MultiTurnEnv(Environment):
         if returned is None or returned is out.state:
             return
         if not isinstance(returned, dict):
-            raise TypeError(f"setup_state must return the state (a dict) or None, got {type(returned).__name__}")
+            raise TypeError(
+                f"setup_state must return the state (a dict) or None, got {type(returned).__name__}"
+            )
         for key, value in out.state.items():
             returned.setdefault(key, value)
         out.state = returned
@@ -262,15 +282,19 @@ def assemble_tokens(turns: list[TokenData | None]) -> TokenData | None:
     for turn in turns:
         assert turn is not None
         offset = len(turn.prompt_ids)
-        if sequence[offset:offset + len(turn.completion_ids)] != turn.completion_ids or offset < start:
+        if sequence[offset : offset + len(turn.completion_ids)] != turn.completion_ids or offset < start:
             continue
         for i, logprob in enumerate(turn.completion_logprobs):
             mask[offset - start + i] = 1
             logprobs[offset - start + i] = logprob
     if sequence[:start] != first.prompt_ids:
         return None
-    return TokenData(prompt_ids=first.prompt_ids, completion_ids=sequence[start:],
-                     completion_logprobs=logprobs, completion_mask=mask)
+    return TokenData(
+        prompt_ids=first.prompt_ids,
+        completion_ids=sequence[start:],
+        completion_logprobs=logprobs,
+        completion_mask=mask,
+    )
 
 
 class SingleTurnEnv(MultiTurnEnv):

@@ -35,8 +35,9 @@ def content_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        chunks = [message_field(part, "text") for part in content
-                  if message_field(part, "type", "text") == "text"]
+        chunks = [
+            message_field(part, "text") for part in content if message_field(part, "type", "text") == "text"
+        ]
         return " ".join(c for c in chunks if isinstance(c, str)).strip()
     return ""
 
@@ -98,6 +99,7 @@ class Parser:
 
     def get_format_reward_func(self) -> Callable[..., float]:
         """A reward function scoring `format_score`; add it with weight 0 to log it as a metric."""
+
         def format_reward(completion: Messages | str) -> float:
             return self.format_score(completion)
 
@@ -126,8 +128,12 @@ class XMLParser(Parser):
     else the last field.
     """
 
-    def __init__(self, fields: Sequence[str | tuple[str, ...]], answer_field: str | None = None,
-                 extract_fn: ExtractFn | None = None) -> None:
+    def __init__(
+        self,
+        fields: Sequence[str | tuple[str, ...]],
+        answer_field: str | None = None,
+        extract_fn: ExtractFn | None = None,
+    ) -> None:
         super().__init__(extract_fn)  # kept for verifiers' signature; fields are returned as written
         self.fields = _field_alternatives(fields)
         offered = {name for names in self.fields for name in names}
@@ -178,8 +184,11 @@ class XMLParser(Parser):
             return 0.0
         good = 0
         for text in texts:
-            good += all(sum(text.count(f"<{n}>") for n in names) == 1 and sum(text.count(f"</{n}>") for n in names) == 1
-                        for names in self.fields)
+            good += all(
+                sum(text.count(f"<{n}>") for n in names) == 1
+                and sum(text.count(f"</{n}>") for n in names) == 1
+                for names in self.fields
+            )
         return good / len(texts)
 
 
@@ -206,7 +215,9 @@ class ThinkParser(Parser):
         """Share of assistant messages shaped `<think>...</think> answer` (one block, an answer).
         A message whose thinking a reasoning parser already moved to `reasoning_content` has
         that shape when its content is an answer with no think tags left in it."""
-        messages = [completion] if isinstance(completion, str) else messages_with_role(completion, "assistant")
+        messages = (
+            [completion] if isinstance(completion, str) else messages_with_role(completion, "assistant")
+        )
         if not messages:
             return 0.0
         return sum(_think_shaped(m) for m in messages) / len(messages)
@@ -216,11 +227,18 @@ def _think_shaped(message: object) -> bool:
     if isinstance(message, str):
         text, thinking = message, None
     else:
-        text, thinking = content_text(message_field(message, "content")), message_field(message, "reasoning_content")
+        text, thinking = (
+            content_text(message_field(message, "content")),
+            message_field(message, "reasoning_content"),
+        )
     if thinking:
         return "<think>" not in text and "</think>" not in text and bool(text.strip())
-    return (text.strip().startswith("<think>") and text.count("<think>") == 1 and text.count("</think>") == 1
-            and bool(after_think(text)))
+    return (
+        text.strip().startswith("<think>")
+        and text.count("<think>") == 1
+        and text.count("</think>") == 1
+        and bool(after_think(text))
+    )
 
 
 class MaybeThinkParser(Parser):

@@ -24,8 +24,15 @@ from workbench.types import Messages, RolloutError, State
 RewardFunc = Callable[..., Any]
 
 ROLLOUT_ARGS = ("prompt", "completion", "answer", "state", "info", "task", "parser", "example_id")
-GROUP_ARGS = {"prompts": "prompt", "completions": "completion", "answers": "answer", "states": "state",
-              "infos": "info", "tasks": "task", "example_ids": "example_id"}
+GROUP_ARGS = {
+    "prompts": "prompt",
+    "completions": "completion",
+    "answers": "answer",
+    "states": "state",
+    "infos": "info",
+    "tasks": "task",
+    "example_ids": "example_id",
+}
 
 
 async def maybe_await(value: Any) -> Any:
@@ -125,9 +132,15 @@ class Rubric:
     def _kwargs_for_rollout(self, func: RewardFunc, item: ScoringInput) -> dict[str, Any]:
         names, takes_kwargs = parameters(func)
         available = {
-            "prompt": item.prompt, "completion": item.completion, "answer": item.answer,
-            "state": item.state, "info": item.info, "task": item.task, "parser": self.parser,
-            "example_id": item.example_id, **self.class_objects,
+            "prompt": item.prompt,
+            "completion": item.completion,
+            "answer": item.answer,
+            "state": item.state,
+            "info": item.info,
+            "task": item.task,
+            "parser": self.parser,
+            "example_id": item.example_id,
+            **self.class_objects,
         }
         if takes_kwargs:
             return available
@@ -155,7 +168,9 @@ class Rubric:
                     values = await maybe_await(func(**self._kwargs_for_group(func, items)))
                     values = [float(v) for v in values]
                     if len(values) != len(items):
-                        raise ValueError(f"group reward '{name}' returned {len(values)} scores for {len(items)} rollouts")
+                        raise ValueError(
+                            f"group reward '{name}' returned {len(values)} scores for {len(items)} rollouts"
+                        )
                 except Exception as exc:  # a broken reward function is data, not a crash
                     values = [0.0] * len(items)
                     for i in range(len(items)):
@@ -176,9 +191,15 @@ class Rubric:
             reward = sum(w * scored[name] for name, w in weighted)
             metrics = {name: scored[name] for name, w in weighted if w == 0}
             rewards = {name: scored[name] for name, w in weighted if w != 0}
-            scores.append(RolloutScore(reward=0.0 if errors[i] else reward, rewards=rewards, metrics=metrics, error=errors[i]))
+            scores.append(
+                RolloutScore(
+                    reward=0.0 if errors[i] else reward, rewards=rewards, metrics=metrics, error=errors[i]
+                )
+            )
         return scores
 
 
 def reward_error(name: str, exc: Exception) -> RolloutError:
-    return RolloutError(type=type(exc).__name__, message=f"reward function '{name}' raised: {exc}"[:2000], where="reward")
+    return RolloutError(
+        type=type(exc).__name__, message=f"reward function '{name}' raised: {exc}"[:2000], where="reward"
+    )

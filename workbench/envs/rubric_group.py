@@ -24,8 +24,13 @@ class RubricGroup(Rubric):
     """The sum of its member rubrics. Functions given to the group itself are scored as one more
     member; `add_reward_func` / `add_metric` go to the first member (verifiers does the same)."""
 
-    def __init__(self, rubrics: Sequence[Rubric], funcs: Sequence[RewardFunc] | None = None,
-                 weights: Sequence[float] | None = None, parser: Parser | None = None) -> None:
+    def __init__(
+        self,
+        rubrics: Sequence[Rubric],
+        funcs: Sequence[RewardFunc] | None = None,
+        weights: Sequence[float] | None = None,
+        parser: Parser | None = None,
+    ) -> None:
         if not rubrics:
             raise ValueError("RubricGroup needs at least one rubric")
         super().__init__(funcs, weights, parser)
@@ -43,7 +48,9 @@ class RubricGroup(Rubric):
         return names + [f.__name__ for f in self.funcs]
 
     async def score_group(self, items: Sequence[ScoringInput]) -> list[RolloutScore]:
-        members: list[Rubric] = [*self.rubrics, Rubric(self.funcs, self.weights, self.parser)] if self.funcs else self.rubrics
+        members: list[Rubric] = (
+            [*self.rubrics, Rubric(self.funcs, self.weights, self.parser)] if self.funcs else self.rubrics
+        )
         totals = [RolloutScore(reward=0.0, rewards={}, metrics={}) for _ in items]
         for rubric in members:
             for total, score in zip(totals, await rubric.score_group(items), strict=True):

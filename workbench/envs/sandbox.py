@@ -66,7 +66,9 @@ class SandboxLimits:
     max_file_mb: int = 64  # RLIMIT_FSIZE: largest file the code may write
     max_open_files: int = 256  # RLIMIT_NOFILE
     max_output_chars: int = 8000  # stdout and stderr are each cut to this many characters
-    tmp_mb: int = 64  # one private tmpfs for /tmp, /dev/shm, /var/tmp and the working dir (RAM, outside memory_mb)
+    tmp_mb: int = (
+        64  # one private tmpfs for /tmp, /dev/shm, /var/tmp and the working dir (RAM, outside memory_mb)
+    )
     sandbox_uid: int = 65534  # the unprivileged uid code runs as when workbench runs as root
 
 
@@ -95,8 +97,9 @@ class SandboxResult:
         lim = self.limits
         if self.timed_out:
             return f"timed out: wall-clock limit of {lim.timeout_s:g} s exceeded"
-        if self.signal == signal.SIGXCPU or (self.cpu_s is not None and self.cpu_s >= lim.cpu_time_s
-                                             and self.signal == signal.SIGKILL):
+        if self.signal == signal.SIGXCPU or (
+            self.cpu_s is not None and self.cpu_s >= lim.cpu_time_s and self.signal == signal.SIGKILL
+        ):
             return f"CPU time limit of {lim.cpu_time_s} s exceeded"
         if "MemoryError" in self.stderr:
             return f"memory limit of {lim.memory_mb} MB exceeded (MemoryError)"
@@ -125,7 +128,13 @@ class SandboxResult:
 def _minimal_env(workdir: str) -> dict[str, str]:
     """The child's whole environment: nothing inherited, so no API keys or tokens leak."""
     threads = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir, **threads}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        **threads,
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,17 +225,39 @@ async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxR
     timed_out = False
     # Anonymous files (never in the working dir): stdin carries the code, the report fd the
     # isolation and exit status; output files cannot block the child the way a full pipe can.
-    with tempfile.TemporaryFile() as code_file, tempfile.TemporaryFile() as out, \
-            tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as report:
+    with (
+        tempfile.TemporaryFile() as code_file,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryFile() as report,
+    ):
         code_file.write(code.encode("utf-8", errors="replace"))
         code_file.seek(0)
-        config = {**asdict(limits), "workdir": workdir, "report_fd": report.fileno(),
-                  "keep_paths": keep, "site_paths": site_paths, "hide_paths": _hidden_paths()}
+        config = {
+            **asdict(limits),
+            "workdir": workdir,
+            "report_fd": report.fileno(),
+            "keep_paths": keep,
+            "site_paths": site_paths,
+            "hide_paths": _hidden_paths(),
+        }
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", "-u", "-B", str(CHILD), json.dumps(config),
-                stdin=code_file, stdout=out, stderr=err, cwd=workdir, env=_minimal_env(workdir),
-                pass_fds=(report.fileno(),), start_new_session=True)
+                sys.executable,
+                "-I",
+                "-S",
+                "-u",
+                "-B",
+                str(CHILD),
+                json.dumps(config),
+                stdin=code_file,
+                stdout=out,
+                stderr=err,
+                cwd=workdir,
+                env=_minimal_env(workdir),
+                pass_fds=(report.fileno(),),
+                start_new_session=True,
+            )
             try:
                 await asyncio.wait_for(proc.wait(), limits.timeout_s)
             except TimeoutError:
@@ -242,34 +273,60 @@ async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxR
                 await asyncio.to_thread(_kill_leftovers, workdir)
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
-    return _result(limits, stdout, stderr, cut_out or cut_err, isolation, status, proc.returncode, timed_out,
-                   time.perf_counter() - started)
+    return _result(
+        limits,
+        stdout,
+        stderr,
+        cut_out or cut_err,
+        isolation,
+        status,
+        proc.returncode,
+        timed_out,
+        time.perf_counter() - started,
+    )
 
 
-def _result(limits: SandboxLimits, stdout: str, stderr: str, truncated: bool, isolation: dict[str, str],
-            status: dict[str, object], returncode: int | None, timed_out: bool, duration_s: float) -> SandboxResult:
+def _result(
+    limits: SandboxLimits,
+    stdout: str,
+    stderr: str,
+    truncated: bool,
+    isolation: dict[str, str],
+    status: dict[str, object],
+    returncode: int | None,
+    timed_out: bool,
+    duration_s: float,
+) -> SandboxResult:
     """Assemble a result from the child's report (or, without one, the launcher's exit status)."""
     if isolation:  # the layers every run gets, whatever the OS allows
         working_dir = "fresh temporary directory, deleted afterwards"
         if isolation.get("tmp", "").startswith("private"):
             working_dir += " (the code works in a copy on its private tmpfs)"
-        isolation = {"process": "separate process group, killed at the wall-clock timeout", **isolation,
-                     "environment": "nothing inherited (PATH, LANG, HOME/TMPDIR = working dir)",
-                     "working_dir": working_dir,
-                     "rlimits": f"CPU {limits.cpu_time_s} s, memory {limits.memory_mb} MB, "
-                                f"files {limits.max_file_mb} MB, {limits.max_open_files} open files"}
+        isolation = {
+            "process": "separate process group, killed at the wall-clock timeout",
+            **isolation,
+            "environment": "nothing inherited (PATH, LANG, HOME/TMPDIR = working dir)",
+            "working_dir": working_dir,
+            "rlimits": f"CPU {limits.cpu_time_s} s, memory {limits.memory_mb} MB, "
+            f"files {limits.max_file_mb} MB, {limits.max_open_files} open files",
+        }
     exit_code, sig, cpu_s = status.get("exit_code"), status.get("signal"), status.get("cpu_s")
     if timed_out and not status:  # the code was killed before it could finish
         exit_code, sig = None, int(signal.SIGKILL)
     elif not status and returncode is not None:  # no report: the launcher itself ended
         exit_code, sig = (returncode, None) if returncode >= 0 else (None, -returncode)
     return SandboxResult(
-        stdout=stdout, stderr=stderr,
+        stdout=stdout,
+        stderr=stderr,
         exit_code=exit_code if isinstance(exit_code, int) else None,
         signal=sig if isinstance(sig, int) else None,
-        timed_out=timed_out, duration_s=round(duration_s, 3),
+        timed_out=timed_out,
+        duration_s=round(duration_s, 3),
         cpu_s=float(cpu_s) if isinstance(cpu_s, (int, float)) else None,
-        truncated=truncated, isolation=isolation, limits=limits)
+        truncated=truncated,
+        isolation=isolation,
+        limits=limits,
+    )
 
 
 def run_python_sync(code: str, limits: SandboxLimits | None = None) -> SandboxResult:

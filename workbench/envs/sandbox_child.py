@@ -34,13 +34,34 @@ SETUP_FAILED = 125  # exit code of a worker whose setup failed before the code r
 # memory), and other users' files there would be readable. Each gets a view of one private tmpfs.
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # Never covered, even when named as the workspace: the interpreter needs the system they hold.
-SYSTEM_DIRS = ("/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys",
-               "/usr/bin", "/usr/lib", "/usr/lib64", "/usr/local/bin", "/usr/local/lib", "/usr/share")
+SYSTEM_DIRS = (
+    "/bin",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr/bin",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/local/bin",
+    "/usr/local/lib",
+    "/usr/share",
+)
 
 LINUX = sys.platform.startswith("linux")  # namespaces and prctl are Linux-only; elsewhere: rlimits only
 _libc = ctypes.CDLL(None, use_errno=True)
 if LINUX:
-    _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    _libc.mount.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
     _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
@@ -63,12 +84,19 @@ def enter_namespaces(is_root: bool) -> int:
     uid, gid = os.getuid(), os.getgid()
     # IPC: SysV shared memory and POSIX message queues the code creates die with the namespace.
     full = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC
-    attempts = ([full] if is_root else []) + [full | CLONE_NEWUSER, CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUSER]
+    attempts = ([full] if is_root else []) + [
+        full | CLONE_NEWUSER,
+        CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUSER,
+    ]
     for flags in attempts:
         if _libc.unshare(flags) != 0:
             continue
         if flags & CLONE_NEWUSER:  # map our own ids so file ownership and getuid() look unchanged
-            for name, value in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            for name, value in (
+                ("setgroups", "deny"),
+                ("uid_map", f"{uid} {uid} 1"),
+                ("gid_map", f"{gid} {gid} 1"),
+            ):
                 with open(f"/proc/self/{name}", "w") as handle:
                     handle.write(value)
         return flags
@@ -129,8 +157,9 @@ def _private_dirs(keep_set: set[str], hide: list[str]) -> tuple[set[str], list[s
     for path in sorted(p for p in wanted - {"/"} if os.path.isdir(p)):
         if any(_within(path, k) for k in keep_set):
             visible.append(f"{path} (holds the interpreter)")
-        elif any(_within(path, d) or _within(d, path) for d in SYSTEM_DIRS) or \
-                any(_within(d, path) and d != path for d in SCRATCH_DIRS):  # e.g. /var: would need its /var/tmp
+        elif any(_within(path, d) or _within(d, path) for d in SYSTEM_DIRS) or any(
+            _within(d, path) and d != path for d in SCRATCH_DIRS
+        ):  # e.g. /var: would need its /var/tmp
             visible.append(f"{path} (a system directory)")
         else:
             hidden.add(path)
@@ -146,7 +175,13 @@ def _stage_scratch(workdir: str, scratch: list[str], tmp_mb: int) -> dict[str, i
     fds: dict[str, int] = {}
     try:
         # nr_inodes: empty files cost kernel memory that the size cap does not count
-        _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={tmp_mb}m,nr_inodes={tmp_mb * 256}")
+        _mount(
+            "tmpfs",
+            workdir,
+            "tmpfs",
+            MS_NOSUID | MS_NODEV,
+            f"mode=0700,size={tmp_mb}m,nr_inodes={tmp_mb * 256}",
+        )
         try:
             for path in [*scratch, workdir]:
                 sub = os.path.join(workdir, path.strip("/").replace("/", "-") if path != workdir else "work")
@@ -156,7 +191,9 @@ def _stage_scratch(workdir: str, scratch: list[str], tmp_mb: int) -> dict[str, i
             if os.listdir(src):  # what the parent prepared for the code
                 import shutil
 
-                shutil.copytree(f"/proc/self/fd/{src}", os.path.join(workdir, "work"), symlinks=True, dirs_exist_ok=True)
+                shutil.copytree(
+                    f"/proc/self/fd/{src}", os.path.join(workdir, "work"), symlinks=True, dirs_exist_ok=True
+                )
         except OSError:
             for fd in fds.values():
                 os.close(fd)
@@ -199,10 +236,18 @@ def isolate_paths(keep: list[str], hide: list[str], workdir: str, tmp_mb: int) -
     except OSError as exc:
         sources, failed["private tmpfs"] = {}, exc.strerror or str(exc)
     covered_scratch = [d for d in scratch if d in sources]
-    tops = sorted(set(covered_scratch) | {h for h in _outermost(hidden) if not any(_within(h, d) for d in covered_scratch)})
+    tops = sorted(
+        set(covered_scratch)
+        | {h for h in _outermost(hidden) if not any(_within(h, d) for d in covered_scratch)}
+    )
     # Opened before anything is mounted over them: afterwards they may be out of reach.
-    keep_fds = {top: [(k, os.open(k, os.O_PATH | os.O_DIRECTORY)) for k in _outermost({k for k in keep_set if _within(k, top)})]
-                for top in tops}
+    keep_fds = {
+        top: [
+            (k, os.open(k, os.O_PATH | os.O_DIRECTORY))
+            for k in _outermost({k for k in keep_set if _within(k, top)})
+        ]
+        for top in tops
+    }
     try:
         for top in tops:
             try:
@@ -217,11 +262,16 @@ def isolate_paths(keep: list[str], hide: list[str], workdir: str, tmp_mb: int) -
             os.close(fd)
     covered = [t for t in tops if t not in failed]
     shown = [h for h in _outermost(hidden) if any(_within(h, t) for t in covered)]
-    report = {"workspace": ("hidden: " + ", ".join(shown) if shown else "nothing hidden")
-                           + ("; left visible: " + ", ".join(visible) if visible else ""),
-              "tmp": (f"private: {', '.join(d for d in covered_scratch if d in covered)} and the working dir "
-                      f"share one {tmp_mb} MB tmpfs, gone after the call" if sources
-                      else "the host's (no private tmpfs); HOME and TMPDIR point at the working dir")}
+    report = {
+        "workspace": ("hidden: " + ", ".join(shown) if shown else "nothing hidden")
+        + ("; left visible: " + ", ".join(visible) if visible else ""),
+        "tmp": (
+            f"private: {', '.join(d for d in covered_scratch if d in covered)} and the working dir "
+            f"share one {tmp_mb} MB tmpfs, gone after the call"
+            if sources
+            else "the host's (no private tmpfs); HOME and TMPDIR point at the working dir"
+        ),
+    }
     if failed:
         report["filesystem_errors"] = "not covered: " + ", ".join(f"{k} ({v})" for k, v in failed.items())
     return report
@@ -229,16 +279,29 @@ def isolate_paths(keep: list[str], hide: list[str], workdir: str, tmp_mb: int) -
 
 def _remount_read_only(path: str) -> None:
     for extra in (0, MS_NOEXEC):  # a user namespace must keep locked flags such as noexec
-        if _libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra, None) == 0:
+        if (
+            _libc.mount(
+                None,
+                path.encode(),
+                None,
+                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra,
+                None,
+            )
+            == 0
+        ):
             return
 
 
 def set_limits(cfg: dict, nproc: int | None) -> None:
     cpu = int(cfg["cpu_time_s"])
     memory = int(cfg["memory_mb"]) * 1024 * 1024
-    limits = [(resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory, memory),
-              (resource.RLIMIT_FSIZE, int(cfg["max_file_mb"]) * 1024 * 1024, None),
-              (resource.RLIMIT_NOFILE, int(cfg["max_open_files"]), None), (resource.RLIMIT_CORE, 0, 0)]
+    limits = [
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_AS, memory, memory),
+        (resource.RLIMIT_FSIZE, int(cfg["max_file_mb"]) * 1024 * 1024, None),
+        (resource.RLIMIT_NOFILE, int(cfg["max_open_files"]), None),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
     if nproc is not None:
         limits.append((resource.RLIMIT_NPROC, nproc, nproc))
     for which, soft, hard in limits:
@@ -274,16 +337,23 @@ def _block_python_sockets() -> None:
 def _isolate_filesystem(flags: int, cfg: dict) -> dict[str, str]:
     """Private mounts (`isolate_paths`), and a fresh /proc inside a pid namespace."""
     if not flags & CLONE_NEWNS:
-        return {"filesystem": "shared (no mount namespace)",
-                "workspace": "visible (no mount namespace): readable wherever file permissions allow",
-                "tmp": "the host's (no mount namespace): HOME and TMPDIR point at the working dir, "
-                       "but files written to /tmp or /dev/shm outlive the call"}
+        return {
+            "filesystem": "shared (no mount namespace)",
+            "workspace": "visible (no mount namespace): readable wherever file permissions allow",
+            "tmp": "the host's (no mount namespace): HOME and TMPDIR point at the working dir, "
+            "but files written to /tmp or /dev/shm outlive the call",
+        }
     try:
-        report = {"filesystem": "private mounts", **isolate_paths(cfg["keep_paths"], cfg.get("hide_paths", []),
-                                                                  cfg["workdir"], int(cfg["tmp_mb"]))}
+        report = {
+            "filesystem": "private mounts",
+            **isolate_paths(cfg["keep_paths"], cfg.get("hide_paths", []), cfg["workdir"], int(cfg["tmp_mb"])),
+        }
     except OSError as exc:  # reported, like every layer that did not take effect
-        report = {"filesystem": f"private mounts, not isolated ({exc})", "workspace": "visible (setup failed)",
-                  "tmp": "the host's, or none if the working dir could not be mounted (setup failed)"}
+        report = {
+            "filesystem": f"private mounts, not isolated ({exc})",
+            "workspace": "visible (setup failed)",
+            "tmp": "the host's, or none if the working dir could not be mounted (setup failed)",
+        }
     if flags & CLONE_NEWPID:
         try:
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -309,7 +379,9 @@ def drop_capabilities() -> str:
         return "unchanged (not Linux)"
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-    _check(_libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")  # effective, permitted, inheritable: empty
+    _check(
+        _libc.capset(header, (ctypes.c_uint32 * 6)()), "capset"
+    )  # effective, permitted, inheritable: empty
     return "none (all dropped; no_new_privs: setuid binaries gain nothing)"
 
 
@@ -318,7 +390,10 @@ def _process_limit(cfg: dict, flags: int, drop: bool, baseline: int) -> tuple[in
     the limit is `max_processes` on top of what that uid already runs."""
     wanted = int(cfg["max_processes"])
     if drop:
-        return wanted + baseline, f"RLIMIT_NPROC {wanted} (+{baseline} already running as uid {cfg['sandbox_uid']})"
+        return (
+            wanted + baseline,
+            f"RLIMIT_NPROC {wanted} (+{baseline} already running as uid {cfg['sandbox_uid']})",
+        )
     if os.getuid() == 0:  # root, even mapped into a user namespace, ignores RLIMIT_NPROC
         return None, "not enforced (root, and the interpreter is not readable by an unprivileged user)"
     if flags & CLONE_NEWUSER:
@@ -336,11 +411,18 @@ def worker(cfg: dict, flags: int, report_fd: int) -> None:
         workdir, keep, target = cfg["workdir"], cfg["keep_paths"], int(cfg["sandbox_uid"])
         is_root = os.geteuid() == 0 and not flags & CLONE_NEWUSER
         baseline = _tasks_of(target if is_root else os.getuid())  # on the host's /proc, before a fresh one
-        iso = {"pid_namespace": "yes: leftover processes are killed with the sandbox" if flags & CLONE_NEWPID else "no",
-               "network": "none (own network namespace)" if flags & CLONE_NEWNET else "python-level guard only (bypassable)",
-               "ipc": "own IPC namespace (SysV shared memory and message queues die with it)" if flags & CLONE_NEWIPC
-                      else "the host's (SysV shared memory could outlive the call)",
-               **_isolate_filesystem(flags, cfg)}
+        iso = {
+            "pid_namespace": "yes: leftover processes are killed with the sandbox"
+            if flags & CLONE_NEWPID
+            else "no",
+            "network": "none (own network namespace)"
+            if flags & CLONE_NEWNET
+            else "python-level guard only (bypassable)",
+            "ipc": "own IPC namespace (SysV shared memory and message queues die with it)"
+            if flags & CLONE_NEWIPC
+            else "the host's (SysV shared memory could outlive the call)",
+            **_isolate_filesystem(flags, cfg),
+        }
         drop = is_root and _interpreter_accessible(keep, target)
         nproc, iso["process_limit"] = _process_limit(cfg, flags, drop, baseline)
         set_limits(cfg, nproc)
@@ -352,7 +434,9 @@ def worker(cfg: dict, flags: int, report_fd: int) -> None:
             os.setuid(target)
             iso["user"] = f"uid {target} (dropped from root)"
         else:
-            iso["user"] = f"unchanged (uid {os.getuid()})" + (", own user namespace" if flags & CLONE_NEWUSER else "")
+            iso["user"] = f"unchanged (uid {os.getuid()})" + (
+                ", own user namespace" if flags & CLONE_NEWUSER else ""
+            )
         iso["capabilities"] = drop_capabilities()  # after setgroups/setgid/setuid, which need them
         if LINUX:
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
@@ -377,7 +461,12 @@ def _run_code(source: str) -> int:
     import linecache
 
     sys.argv = ["main.py"]
-    linecache.cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")  # source lines in tracebacks
+    linecache.cache["main.py"] = (
+        len(source),
+        None,
+        source.splitlines(True),
+        "main.py",
+    )  # source lines in tracebacks
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         exec(compile(source, "main.py", "exec"), namespace)  # noqa: S102 - running it is the point
@@ -424,9 +513,11 @@ def supervise(cfg: dict, flags: int, report_fd: int) -> None:
     if pid == 0:
         worker(cfg, flags, report_fd)
     _, status, usage = os.wait4(pid, 0)
-    result = {"exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-              "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-              "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}
+    result = {
+        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+    }
     os.write(report_fd, (json.dumps(result) + "\n").encode())
     os._exit(0)
 

@@ -20,8 +20,9 @@ from workbench.types import Messages, State
 class StatefulToolEnv(ToolEnv):
     """Calls `update_tool_args(tool_name, tool_args, messages, state)` before each tool call."""
 
-    def __init__(self, tools: Sequence[Callable[..., Any]] | None = None, *, max_turns: int = 10,
-                 **kwargs: Any) -> None:  # kwargs: ToolEnv's named arguments
+    def __init__(
+        self, tools: Sequence[Callable[..., Any]] | None = None, *, max_turns: int = 10, **kwargs: Any
+    ) -> None:  # kwargs: ToolEnv's named arguments
         super().__init__(tools=tools, max_turns=max_turns, **kwargs)
         self.skipped_args: dict[str, list[str]] = {}  # by tool name, for tools added with add_tool
 
@@ -36,13 +37,15 @@ class StatefulToolEnv(ToolEnv):
         self.skipped_args.pop(tool.__name__, None)
 
     @abstractmethod
-    def update_tool_args(self, tool_name: str, tool_args: dict[str, Any], messages: Messages, state: State,
-                         **kwargs: Any) -> dict[str, Any]:
+    def update_tool_args(
+        self, tool_name: str, tool_args: dict[str, Any], messages: Messages, state: State, **kwargs: Any
+    ) -> dict[str, Any]:
         """The arguments to call `tool_name` with: the model's `tool_args` plus what the state
         supplies. May update `state` in place."""
 
-    def prepare_tool_args(self, tool_name: str, tool_args: dict[str, Any], messages: Messages,
-                          state: State) -> dict[str, Any]:
+    def prepare_tool_args(
+        self, tool_name: str, tool_args: dict[str, Any], messages: Messages, state: State
+    ) -> dict[str, Any]:
         updated = self.update_tool_args(tool_name, tool_args, messages, state)
         if not isinstance(updated, dict):
             raise TypeError(f"update_tool_args must return a dict of arguments, got {type(updated).__name__}")

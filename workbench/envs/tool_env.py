@@ -26,8 +26,14 @@ from workbench.envs.rubric import Rubric
 from workbench.envs.rubric_group import RubricGroup
 from workbench.types import Messages, State
 
-_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
-                               list: "array", dict: "object"}
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+}
 
 
 def _json_type(annotation: Any) -> dict[str, Any]:
@@ -96,10 +102,16 @@ class ToolEnv(MultiTurnEnv):
     exception types that end the rollout with an error instead of going back to the model.
     """
 
-    def __init__(self, tools: Sequence[Callable[..., Any]] | None = None, *, max_turns: int = 10,
-                 max_tool_output_chars: int = 4000, error_formatter: Callable[[Exception], str] | None = None,
-                 stop_errors: Sequence[type[Exception]] | None = None,
-                 **kwargs: Any) -> None:  # kwargs: Environment's named arguments
+    def __init__(
+        self,
+        tools: Sequence[Callable[..., Any]] | None = None,
+        *,
+        max_turns: int = 10,
+        max_tool_output_chars: int = 4000,
+        error_formatter: Callable[[Exception], str] | None = None,
+        stop_errors: Sequence[type[Exception]] | None = None,
+        **kwargs: Any,
+    ) -> None:  # kwargs: Environment's named arguments
         if kwargs.get("tool_defs"):
             raise TypeError("ToolEnv builds its tool definitions from `tools`; do not pass tool_defs")
         super().__init__(max_turns=max_turns, **kwargs)
@@ -151,8 +163,9 @@ class ToolEnv(MultiTurnEnv):
     async def is_completed(self, messages: Messages, state: State) -> bool:
         return not messages[-1].get("tool_calls")
 
-    async def call_tool(self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str = "",
-                        **kwargs: Any) -> str:
+    async def call_tool(
+        self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str = "", **kwargs: Any
+    ) -> str:
         """Run one tool; its result as text. (verifiers' signature; `tool_call_id` is unused here.)"""
         if tool_name not in self.tool_map:
             raise KeyError(f"unknown tool '{tool_name}' (available: {', '.join(self.tool_map)})")
@@ -163,8 +176,9 @@ class ToolEnv(MultiTurnEnv):
             result = await asyncio.to_thread(func, **tool_args)
         return str(result)
 
-    def prepare_tool_args(self, tool_name: str, tool_args: dict[str, Any], messages: Messages,
-                          state: State) -> dict[str, Any]:
+    def prepare_tool_args(
+        self, tool_name: str, tool_args: dict[str, Any], messages: Messages, state: State
+    ) -> dict[str, Any]:
         """Hook between parsing a call and running it (StatefulToolEnv injects arguments here).
         An exception here is an environment error: it ends the rollout."""
         return tool_args
@@ -218,9 +232,13 @@ def tool_call_counter(name: str) -> Callable[[Messages], float]:
 
 
 def _calls(completion: Messages, name: str | None) -> int:
-    return sum(1 for message in completion if message.get("role") == "assistant"
-               for call in message.get("tool_calls") or ()
-               if name is None or (call.get("function") or {}).get("name") == name)
+    return sum(
+        1
+        for message in completion
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or ()
+        if name is None or (call.get("function") or {}).get("name") == name
+    )
 
 
 def _tool_content(result: Any) -> str:

@@ -47,7 +47,21 @@ class TrajectoryStep(TypedDict):
 
 
 __all__ = [
-    "AssistantMessage", "ChatMessage", "DatasetBuilder", "GroupRewardFunc", "IndividualRewardFunc", "Info",
-    "Message", "MessageType", "Messages", "RewardFunc", "SamplingArgs", "State", "SystemMessage", "ToolCall",
-    "ToolMessage", "TrajectoryStep", "UserMessage",
+    "AssistantMessage",
+    "ChatMessage",
+    "DatasetBuilder",
+    "GroupRewardFunc",
+    "IndividualRewardFunc",
+    "Info",
+    "Message",
+    "MessageType",
+    "Messages",
+    "RewardFunc",
+    "SamplingArgs",
+    "State",
+    "SystemMessage",
+    "ToolCall",
+    "ToolMessage",
+    "TrajectoryStep",
+    "UserMessage",
 ]

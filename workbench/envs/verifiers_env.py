@@ -40,7 +40,9 @@ from workbench.types import Completion, Example, Messages, RolloutError, Samplin
 
 INSTALL = "pip install 'workbench[verifiers]'"
 SUPPORTED = "0.1.11 to 0.3.x"  # the classic rollout API (run_group, vf.Client); 0.4 has only verifiers.v1
-BRIDGE_MODEL = "workbench"  # the model name verifiers sends; the loopback server answers it with the engine's client
+BRIDGE_MODEL = (
+    "workbench"  # the model name verifiers sends; the loopback server answers it with the engine's client
+)
 INFRA_TYPES = {"APIConnectionError", "APITimeoutError", "InternalServerError", "RateLimitError"}
 
 
@@ -59,8 +61,10 @@ def wrap(env_id: str, obj: object) -> Environment:
     if is_v1_object(obj):  # verifiers.v1 (Taskset / Env): its own adapter
         return wrap_v1(env_id, obj)
     if not _supported(version) or not isinstance(obj, verifiers.Environment):
-        raise UserError(f"environment '{env_id}' needs verifiers {version}, but Workbench's adapter supports "
-                        f"verifiers {SUPPORTED} ({INSTALL} installs a supported one)")
+        raise UserError(
+            f"environment '{env_id}' needs verifiers {version}, but Workbench's adapter supports "
+            f"verifiers {SUPPORTED} ({INSTALL} installs a supported one)"
+        )
     _quiet_datasets()
     return VerifiersEnv(env_id, obj)
 
@@ -77,7 +81,9 @@ def _quiet_datasets() -> None:
 
 def _supported(version: str) -> bool:
     try:
-        major, minor, patch = (int("".join(ch for ch in part if ch.isdigit()) or 0) for part in version.split(".")[:3])
+        major, minor, patch = (
+            int("".join(ch for ch in part if ch.isdigit()) or 0) for part in version.split(".")[:3]
+        )
     except ValueError:
         return False
     return (0, 1, 11) <= (major, minor, patch) < (0, 4, 0)
@@ -116,8 +122,12 @@ class VerifiersEnv(Environment):
     """A verifiers classic `Environment` behind Workbench's environment API. See the module doc."""
 
     def __init__(self, env_id: str, vf_env: Any) -> None:
-        super().__init__(dataset=lambda: self._vf_rows("train"), eval_dataset=lambda: self._vf_rows("eval"),
-                         system_prompt=vf_env.system_prompt, sampling_args=_own_sampling_args(vf_env))
+        super().__init__(
+            dataset=lambda: self._vf_rows("train"),
+            eval_dataset=lambda: self._vf_rows("eval"),
+            system_prompt=vf_env.system_prompt,
+            sampling_args=_own_sampling_args(vf_env),
+        )
         self.env_id = env_id
         self.vf_env = vf_env
         self._loopback = _Loopback()
@@ -131,8 +141,10 @@ class VerifiersEnv(Environment):
             dataset = vf.get_eval_dataset() if split == "eval" and has_eval else vf.get_dataset()
             return [dict(row) for row in dataset]
         except Exception as exc:  # the env's own dataset code: one line, not a traceback
-            raise UserError(f"environment '{self.env_id}' could not build its {split} dataset: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise UserError(
+                f"environment '{self.env_id}' could not build its {split} dataset: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
     def format_prompt(self, row: dict[str, Any]) -> Messages:
         # verifiers already added the system prompt and few-shot; a completion-style env's prompt
@@ -162,20 +174,34 @@ class VerifiersEnv(Environment):
 
             info = json.loads(info)
         task = row.get("task")
-        return Example(example_id=index, prompt=self.format_prompt(row), answer=str(row.get("answer") or ""),
-                       info=dict(info), task=task if isinstance(task, str) else self.env_id)
+        return Example(
+            example_id=index,
+            prompt=self.format_prompt(row),
+            answer=str(row.get("answer") or ""),
+            info=dict(info),
+            task=task if isinstance(task, str) else self.env_id,
+        )
 
     # ----- a rollout: verifiers' own code, our model ----------------------------------------
     async def rollout(self, client: Client, example: Example, sampling: SamplingParams) -> RolloutOutput:
         started = time.perf_counter()
         vf_client = await self._loopback.client_for(client)
-        vf_input = {"prompt": self._vf_prompt(example.prompt), "answer": example.answer, "info": example.info,
-                    "example_id": example.example_id}
+        vf_input = {
+            "prompt": self._vf_prompt(example.prompt),
+            "answer": example.answer,
+            "info": example.info,
+            "example_id": example.example_id,
+        }
         try:
             state = await self.vf_env.rollout(vf_input, vf_client, BRIDGE_MODEL, _sampling_args(sampling))
         except Exception as exc:  # the env's own code failed (verifiers lets non-verifiers errors through)
-            return RolloutOutput(completion=[], state={}, error=RolloutError.from_exception(exc, "env"),
-                                 stop_condition="error", generation_ms=(time.perf_counter() - started) * 1000)
+            return RolloutOutput(
+                completion=[],
+                state={},
+                error=RolloutError.from_exception(exc, "env"),
+                stop_condition="error",
+                generation_ms=(time.perf_counter() - started) * 1000,
+            )
         return _output(state, (time.perf_counter() - started) * 1000)
 
     async def score_group(self, example: Example, outputs: Sequence[RolloutOutput]) -> list[RolloutScore]:
@@ -183,7 +209,11 @@ class VerifiersEnv(Environment):
         rubric = self.vf_env.rubric
         with collecting() as errors:
             if states:
-                await (rubric.score_group(states) if self.vf_env.score_rollouts else rubric.dummy_score_group(states))
+                await (
+                    rubric.score_group(states)
+                    if self.vf_env.score_rollouts
+                    else rubric.dummy_score_group(states)
+                )
                 for state in states:
                     await rubric.cleanup(state)
         weights = _weights(rubric)
@@ -211,8 +241,12 @@ def _own_sampling_args(vf_env: Any) -> dict[str, Any]:
 def _sampling_args(sampling: SamplingParams) -> dict[str, Any]:
     """Workbench's sampling settings as verifiers passes them on (extra_body for the non-OpenAI ones),
     always asking for token ids and sampled logprobs (what training needs; the vLLM fields)."""
-    args: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
-                            "max_tokens": sampling.max_tokens, "logprobs": True}
+    args: dict[str, Any] = {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_tokens": sampling.max_tokens,
+        "logprobs": True,
+    }
     if sampling.stop:
         args["stop"] = list(sampling.stop)
     if sampling.seed is not None:
@@ -237,8 +271,10 @@ def _output(state: Any, generation_ms: float) -> RolloutOutput:
         is_truncated=bool(state.get("is_truncated")),
         stop_condition=str(state.get("stop_condition") or ""),
         error=_error(state.get("error")),
-        usage={"prompt_tokens": int(usage.get("input_tokens") or 0),
-               "completion_tokens": int(usage.get("output_tokens") or 0)},
+        usage={
+            "prompt_tokens": int(usage.get("input_tokens") or 0),
+            "completion_tokens": int(usage.get("output_tokens") or 0),
+        },
         generation_ms=generation_ms,
         tokens=assemble_tokens([_step_tokens(step) for step in trajectory]),
     )
@@ -259,16 +295,22 @@ def _message(message: Any) -> dict[str, Any]:
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
     if "function" in call:
         return call
-    return {"id": call.get("id", ""), "type": "function",
-            "function": {"name": call.get("name", ""), "arguments": call.get("arguments", "")}}
+    return {
+        "id": call.get("id", ""),
+        "type": "function",
+        "function": {"name": call.get("name", ""), "arguments": call.get("arguments", "")},
+    }
 
 
 def _step_tokens(step: Any) -> TokenData | None:
     tokens = step.get("tokens") if isinstance(step, dict) else None
     if not tokens or not tokens.get("completion_ids"):
         return None
-    return TokenData(prompt_ids=list(tokens["prompt_ids"]), completion_ids=list(tokens["completion_ids"]),
-                     completion_logprobs=[float(x) for x in tokens.get("completion_logprobs") or []])
+    return TokenData(
+        prompt_ids=list(tokens["prompt_ids"]),
+        completion_ids=list(tokens["completion_ids"]),
+        completion_logprobs=[float(x) for x in tokens.get("completion_logprobs") or []],
+    )
 
 
 def _error(error: BaseException | None) -> RolloutError | None:
@@ -284,8 +326,12 @@ def _error(error: BaseException | None) -> RolloutError | None:
     model = any(isinstance(e, ModelError) for e in chain)
     infra = any(type(e).__name__ in INFRA_TYPES or (getattr(e, "status_code", 0) or 0) >= 500 for e in chain)
     message = " <- ".join(f"{type(e).__name__}: {e}" for e in chain)[:2000]
-    return RolloutError(type=type(error).__name__, message=message, where="inference" if model else "env",
-                        infrastructure=model and infra)
+    return RolloutError(
+        type=type(error).__name__,
+        message=message,
+        where="inference" if model else "env",
+        infrastructure=model and infra,
+    )
 
 
 def _weights(rubric: Any) -> dict[str, float]:
@@ -310,8 +356,9 @@ class _Loopback:
     def model(self) -> str:
         return BRIDGE_MODEL
 
-    async def chat(self, messages: Messages, *, sampling: SamplingParams,
-                   tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+    async def chat(
+        self, messages: Messages, *, sampling: SamplingParams, tools: list[dict[str, Any]] | None = None
+    ) -> list[Completion]:
         assert self._target is not None
         return await self._target.chat(messages, sampling=sampling, tools=tools)
 
@@ -337,5 +384,7 @@ class _Loopback:
 
         loopback = await serve_loopback(self, BRIDGE_MODEL)  # type: ignore[arg-type]  # a Client in all but name
         # Retries and timeouts are the engine client's (behind the server): none on this side.
-        native = AsyncOpenAI(base_url=loopback.base_url, api_key="workbench", max_retries=0, timeout=24 * 3600.0)
+        native = AsyncOpenAI(
+            base_url=loopback.base_url, api_key="workbench", max_retries=0, timeout=24 * 3600.0
+        )
         return OpenAIChatCompletionsClient(native)

@@ -44,11 +44,13 @@ def record_reward_errors(rubric: Any) -> None:
     individual = getattr(rubric, "_call_individual_reward_func", None)
     group = getattr(rubric, "_call_group_reward_func", None)
     if individual is not None:
+
         async def call_individual(func: Callable[..., Any], state: dict[str, Any]) -> float:
             return await individual(func=_recording(func, [state]), state=state)
 
         rubric._call_individual_reward_func = call_individual
     if group is not None:
+
         async def call_group(func: Callable[..., Any], states: list[dict[str, Any]]) -> list[float]:
             return await group(func=_recording(func, states), states=states)
 

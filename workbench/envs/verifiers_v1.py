@@ -121,8 +121,10 @@ def _env_config(taskset_id: str, taskset_config: dict[str, Any]) -> Any:
     for name, field in config_cls.model_fields.items():
         if not isinstance(field.default, vf.AgentConfig):
             continue
-        seat: dict[str, Any] = {"runtime": {"type": "subprocess"},
-                                "max_turns": field.default.max_turns or MAX_TURNS}
+        seat: dict[str, Any] = {
+            "runtime": {"type": "subprocess"},
+            "max_turns": field.default.max_turns or MAX_TURNS,
+        }
         if field.default.harness is None:  # a seat the env pinned keeps its own harness
             seat["harness"] = {"id": harness}
         seats[name] = seat
@@ -141,12 +143,16 @@ def wrap_v1(env_id: str, obj: object) -> V1Env:
         try:
             env = vf.load_environment(_env_config(taskset_id, obj.config.model_dump(exclude={"id"})))  # type: ignore[attr-defined]
         except Exception as exc:
-            raise UserError(f"environment '{env_id}': verifiers could not build an env for taskset "
-                            f"'{taskset_id}': {type(exc).__name__}: {exc}") from exc
+            raise UserError(
+                f"environment '{env_id}': verifiers could not build an env for taskset "
+                f"'{taskset_id}': {type(exc).__name__}: {exc}"
+            ) from exc
         env.taskset = obj  # this very taskset: its tasks, its config
         return V1Env(env_id, env)
-    raise UserError(f"environment '{env_id}' is a verifiers v1 {type(obj).__name__}; Workbench runs a v1 "
-                    f"Env or Taskset (a package exporting its Taskset subclass through __all__)")
+    raise UserError(
+        f"environment '{env_id}' is a verifiers v1 {type(obj).__name__}; Workbench runs a v1 "
+        f"Env or Taskset (a package exporting its Taskset subclass through __all__)"
+    )
 
 
 class V1Env(Environment):
@@ -170,22 +176,32 @@ class V1Env(Environment):
                 tasks = itertools.islice(iter(taskset), MAX_TASKS) if taskset.INFINITE else iter(taskset)
                 self._tasks = list(tasks)
             except Exception as exc:  # the taskset's own loading code: one line, not a traceback
-                raise UserError(f"environment '{self.env_id}' could not load its tasks: "
-                                f"{type(exc).__name__}: {exc}") from exc
+                raise UserError(
+                    f"environment '{self.env_id}' could not load its tasks: {type(exc).__name__}: {exc}"
+                ) from exc
         return self._tasks
 
     def _task_rows(self) -> list[dict[str, Any]]:
         return [_row(task) for task in self.tasks()]
 
     def example_from_row(self, index: int, row: dict[str, Any]) -> Example:
-        return Example(example_id=index, prompt=[dict(m) for m in row["prompt"]], answer=row["answer"],
-                       info=dict(row["info"]), task=self.env_id)
+        return Example(
+            example_id=index,
+            prompt=[dict(m) for m in row["prompt"]],
+            answer=row["answer"],
+            info=dict(row["info"]),
+            task=self.env_id,
+        )
 
     def _task_for(self, example: Example) -> Any:
         """The example's task; with the system prompt the example carries when it differs
         (GEPA rewrites system prompts)."""
         task = self.tasks()[example.example_id]
-        system = example.prompt[0].get("content") if example.prompt and example.prompt[0].get("role") == "system" else None
+        system = (
+            example.prompt[0].get("content")
+            if example.prompt and example.prompt[0].get("role") == "system"
+            else None
+        )
         if isinstance(system, str) and system != (task.data.system_prompt or ""):
             task = task.with_system_prompt(system)
         return task
@@ -199,12 +215,20 @@ class V1Env(Environment):
         try:
             base_url = await self._loopback.client_for(client)
             await self._serving.ready()
-            ctx = ModelContext(model=BRIDGE_MODEL, sampling=_sampling(sampling),
-                               client=EvalClientConfig(base_url=base_url, api_key_var="WORKBENCH_LOOPBACK_KEY"))
+            ctx = ModelContext(
+                model=BRIDGE_MODEL,
+                sampling=_sampling(sampling),
+                client=EvalClientConfig(base_url=base_url, api_key_var="WORKBENCH_LOOPBACK_KEY"),
+            )
             episode = await self.vf_env.run_slot(RunSlot(self._task_for(example)), ctx)
         except Exception as exc:  # verifiers records its own failures; this is one it could not
-            return RolloutOutput(completion=[], state={}, error=RolloutError.from_exception(exc, "env"),
-                                 stop_condition="error", generation_ms=(time.perf_counter() - started) * 1000)
+            return RolloutOutput(
+                completion=[],
+                state={},
+                error=RolloutError.from_exception(exc, "env"),
+                stop_condition="error",
+                generation_ms=(time.perf_counter() - started) * 1000,
+            )
         turns = {trace.id: self._loopback.take(trace.id) for trace in episode.traces}
         return _output(episode, turns, (time.perf_counter() - started) * 1000)
 
@@ -240,8 +264,9 @@ def _sampling(sampling: SamplingParams) -> Any:
         extra["stop"] = list(sampling.stop)
     if sampling.seed is not None:
         extra["seed"] = sampling.seed
-    return SamplingConfig(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
-                          **extra)
+    return SamplingConfig(
+        temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, **extra
+    )
 
 
 def _policy_trace(episode: Any) -> Any | None:
@@ -254,19 +279,29 @@ def _policy_trace(episode: Any) -> Any | None:
 def _output(episode: Any, turns: dict[str, list[TokenData | None]], generation_ms: float) -> RolloutOutput:
     trace = _policy_trace(episode)
     if trace is None:  # the env's run() failed before any agent ran
-        return RolloutOutput(completion=[], state={}, error=_error(episode.last_error), stop_condition="error",
-                             generation_ms=generation_ms)
+        return RolloutOutput(
+            completion=[],
+            state={},
+            error=_error(episode.last_error),
+            stop_condition="error",
+            generation_ms=generation_ms,
+        )
     usage = trace.usage
     steps = turns.get(trace.id) or []
     return RolloutOutput(
         completion=_completion(trace),
-        state={**trace.to_record(), "state": trace.state.model_dump(mode="json")},  # scoring and -C columns read it
+        state={
+            **trace.to_record(),
+            "state": trace.state.model_dump(mode="json"),
+        },  # scoring and -C columns read it
         num_turns=trace.num_turns,
         is_truncated=trace.is_truncated,
         stop_condition=str(trace.stop_condition or ""),
         error=_error(trace.last_error or (None if episode.ok else episode.last_error)),
-        usage={"prompt_tokens": (usage.prompt_tokens + (usage.cached_input_tokens or 0)) if usage else 0,
-               "completion_tokens": usage.completion_tokens if usage else 0},
+        usage={
+            "prompt_tokens": (usage.prompt_tokens + (usage.cached_input_tokens or 0)) if usage else 0,
+            "completion_tokens": usage.completion_tokens if usage else 0,
+        },
         generation_ms=generation_ms,
         # a turn whose tokens are missing (or an extra recorded call) leaves the rollout without tokens
         tokens=assemble_tokens(steps) if len(steps) == trace.num_turns else None,
@@ -299,8 +334,12 @@ def _error(error: Any) -> RolloutError | None:
     else:
         where = "env"
     message = f"{error.type}: {error.message}"[:2000]
-    return RolloutError(type=error.type, message=message, where=where,
-                        infrastructure=where == "inference" and (status == 429 or status >= 500))
+    return RolloutError(
+        type=error.type,
+        message=message,
+        where=where,
+        infrastructure=where == "inference" and (status == 429 or status >= 500),
+    )
 
 
 def _score(state: dict[str, Any]) -> RolloutScore:
@@ -329,8 +368,9 @@ class _V1Loopback(_Loopback):
         super().__init__()
         self._turns: dict[str, list[TokenData | None]] = {}
 
-    async def chat(self, messages: Messages, *, sampling: SamplingParams,
-                   tools: list[dict[str, Any]] | None = None) -> list[Completion]:
+    async def chat(
+        self, messages: Messages, *, sampling: SamplingParams, tools: list[dict[str, Any]] | None = None
+    ) -> list[Completion]:
         completions = await super().chat(messages, sampling=sampling, tools=tools)
         session = _session.get()
         if session is not None and completions:
@@ -398,7 +438,11 @@ def _use_this_python(harness: Any) -> None:
 
     source = getattr(sys.modules.get(type(harness).__module__), "PROGRAM_SOURCE", None)
     cache = getattr(SubprocessRuntime, "_interpreters", None)
-    if not isinstance(source, str) or not isinstance(cache, dict) or not _installed(_script_dependencies(source)):
+    if (
+        not isinstance(source, str)
+        or not isinstance(cache, dict)
+        or not _installed(_script_dependencies(source))
+    ):
         return
     digest = hashlib.sha256(source.encode()).hexdigest()
     path = Path(SubprocessRuntime.scripts_dir) / f"{digest}.py"

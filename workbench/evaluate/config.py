@@ -22,22 +22,51 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     env_id: str = Field(description="Environment id: 'reverse-text', 'owner/name', or a module name.")
-    env_args: dict[str, Any] = Field(default_factory=dict, description="Arguments for the env's load_environment (-a).")
-    model: str = Field("tiny", description="'tiny', a local model folder or checkpoint, a Hugging Face id, an endpoint id, or the served model name with -b (-m).")
+    env_args: dict[str, Any] = Field(
+        default_factory=dict, description="Arguments for the env's load_environment (-a)."
+    )
+    model: str = Field(
+        "tiny",
+        description="'tiny', a local model folder or checkpoint, a Hugging Face id, an endpoint id, or the served model name with -b (-m).",
+    )
     num_examples: int = Field(5, description="Examples from the eval split; -1 for all (-n).")
-    example_offset: int = Field(0, ge=0, description="Skip this many examples at the start of the eval split (held-out checks: `gepa verify` starts past the examples GEPA validated on).")
-    rollouts_per_example: int = Field(3, ge=1, description="Rollouts per example; groups give reward variance (-r).")
+    example_offset: int = Field(
+        0,
+        ge=0,
+        description="Skip this many examples at the start of the eval split (held-out checks: `gepa verify` starts past the examples GEPA validated on).",
+    )
+    rollouts_per_example: int = Field(
+        3, ge=1, description="Rollouts per example; groups give reward variance (-r)."
+    )
     max_concurrent: int = Field(32, ge=1, description="Rollouts in flight at once (-c).")
     max_tokens: int | None = Field(None, ge=1, description="Max tokens per model turn (-t).")
     temperature: float | None = Field(None, ge=0, description="Sampling temperature (-T).")
-    sampling_args: dict[str, Any] = Field(default_factory=dict, description="Extra sampling settings as JSON (-S), e.g. top_p, top_k, stop.")
+    sampling_args: dict[str, Any] = Field(
+        default_factory=dict, description="Extra sampling settings as JSON (-S), e.g. top_p, top_k, stop."
+    )
     api_base_url: str | None = Field(None, description="Base URL of an OpenAI-compatible server (-b).")
-    api_key_var: str | None = Field(None, description="Name of the environment variable holding the API key (-k).")
-    endpoints_path: str | None = Field(None, description="Endpoint registry (-e); default configs/endpoints.toml.")
-    request_timeout: float | None = Field(None, gt=0, description="Seconds a model server may stay silent before a request is retried (--timeout); default: the endpoint's, else 60.")
-    request_tries: int | None = Field(None, ge=1, description="Tries per model request before a rollout counts as a server failure (--tries); default: the endpoint's, else 5.")
-    state_columns: list[str] = Field(default_factory=list, description="Rollout state keys saved with each rollout (-C).")
-    seed: int | None = Field(0, description="Sampling seed; each rollout gets a distinct seed derived from it.")
+    api_key_var: str | None = Field(
+        None, description="Name of the environment variable holding the API key (-k)."
+    )
+    endpoints_path: str | None = Field(
+        None, description="Endpoint registry (-e); default configs/endpoints.toml."
+    )
+    request_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds a model server may stay silent before a request is retried (--timeout); default: the endpoint's, else 60.",
+    )
+    request_tries: int | None = Field(
+        None,
+        ge=1,
+        description="Tries per model request before a rollout counts as a server failure (--tries); default: the endpoint's, else 5.",
+    )
+    state_columns: list[str] = Field(
+        default_factory=list, description="Rollout state keys saved with each rollout (-C)."
+    )
+    seed: int | None = Field(
+        0, description="Sampling seed; each rollout gets a distinct seed derived from it."
+    )
     verbose: bool = Field(False, description="Print every rollout (-v).")
     save_results: bool = Field(True, description="Results are always saved; accepted for compatibility (-s).")
 

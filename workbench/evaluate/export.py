@@ -32,15 +32,22 @@ def rollout_rows(groups: list[Group]) -> list[dict[str, Any]]:
             final = next((m for m in reversed(r.completion) if m.get("role") == "assistant"), {})
             last = final.get("content") or ""
             row: dict[str, Any] = {
-                "example_id": r.example_id, "rollout_index": r.rollout_index, "task": r.task,
-                "reward": r.reward, "group_mean": group.mean, "group_std": group.std,
+                "example_id": r.example_id,
+                "rollout_index": r.rollout_index,
+                "task": r.task,
+                "reward": r.reward,
+                "group_mean": group.mean,
+                "group_std": group.std,
                 **{f"reward.{k}": v for k, v in r.rewards.items()},
                 **{f"metric.{k}": v for k, v in r.metrics.items()},
-                "num_turns": r.num_turns, "is_truncated": r.is_truncated, "stop_condition": r.stop_condition,
+                "num_turns": r.num_turns,
+                "is_truncated": r.is_truncated,
+                "stop_condition": r.stop_condition,
                 "error": None if r.error is None else f"{r.error.where}:{r.error.type}: {r.error.message}",
                 "prompt_tokens": r.usage.get("prompt_tokens", 0),
                 "completion_tokens": r.usage.get("completion_tokens", 0),
-                "answer": r.answer, "last_response": last,
+                "answer": r.answer,
+                "last_response": last,
             }
             if final.get("reasoning_content"):  # a thinking model: its answer and, apart, its thinking
                 row["last_reasoning"] = final["reasoning_content"]

@@ -27,21 +27,29 @@ class PromptCheck:
     difference: PairedDifference
 
 
-def compare_env_args(config: EvalConfig, overlays: tuple[dict[str, Any], dict[str, Any]], labels: tuple[str, str],
-                     reporter: Reporter) -> PromptCheck:
+def compare_env_args(
+    config: EvalConfig,
+    overlays: tuple[dict[str, Any], dict[str, Any]],
+    labels: tuple[str, str],
+    reporter: Reporter,
+) -> PromptCheck:
     """Evaluate `config` twice, its env_args overlaid with each of `overlays` in turn (A first; an
     overlay's keys replace the config's), then the paired difference of B over A. A run that did
     not finish (Ctrl-C, a server that went away) is no result: UserError names its folder."""
     runs, means = [], []
     for overlay, label in zip(overlays, labels, strict=True):
-        reporter.message(f"evaluating the {label} {_what(overlay)} on {config.num_examples} examples "
-                         f"(from example {config.example_offset})")
+        reporter.message(
+            f"evaluating the {label} {_what(overlay)} on {config.num_examples} examples "
+            f"(from example {config.example_offset})"
+        )
         result = run_eval(config.model_copy(update={"env_args": {**config.env_args, **overlay}}), reporter)
         if result.status != "finished":
             raise UserError(f"the {label} {_what(overlay)}'s evaluation {result.status}: {result.run_dir}")
         runs.append(result.run_dir)
         means.append(result.group_means())
-    return PromptCheck(labels, (runs[0], runs[1]), paired_difference(means[0], means[1], seed=config.seed or 0))
+    return PromptCheck(
+        labels, (runs[0], runs[1]), paired_difference(means[0], means[1], seed=config.seed or 0)
+    )
 
 
 def _what(overlay: dict[str, Any]) -> str:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 from workbench import __version__
@@ -31,7 +31,15 @@ from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
 from workbench.store.results import RESULTS, ResultsWriter, compact_results, iter_groups, read_groups
 from workbench.store.runs import (
-    RUN_LOG, EvalRun, RunLog, create_run_dir, locate_resume, now_iso, read_run_metadata, read_saved, write_run_metadata,
+    RUN_LOG,
+    EvalRun,
+    RunLog,
+    create_run_dir,
+    locate_resume,
+    now_iso,
+    read_run_metadata,
+    read_saved,
+    write_run_metadata,
 )
 from workbench.types import Example, Group, SamplingParams
 from workbench.workspace import eval_runs_dir, new_run_id
@@ -52,7 +60,9 @@ class EvalResult:
         """Every saved group of the run, by example id, read from results.jsonl when first asked
         (the run itself keeps none in memory). Loads the whole run: see `group_means`."""
         if self._groups is None:
-            self._groups = sorted(read_groups(self.run_dir, self.rollouts_per_example), key=lambda g: g.example_id)
+            self._groups = sorted(
+                read_groups(self.run_dir, self.rollouts_per_example), key=lambda g: g.example_id
+            )
         return self._groups
 
     def group_means(self) -> dict[int, float]:
@@ -62,37 +72,53 @@ class EvalResult:
 
 def find_resume_dir(resume: str, config: EvalConfig | None) -> Path:
     """'latest' (needs env and model), a run folder path or a run id."""
-    return locate_resume(resume, "eval", eval_runs_dir(config.env_id, config.model) if config is not None else None)
+    return locate_resume(
+        resume, "eval", eval_runs_dir(config.env_id, config.model) if config is not None else None
+    )
 
 
-def run_eval(config: EvalConfig, reporter: Reporter | None = None, *, resume: str | None = None,
-             client: Client | None = None) -> EvalResult:
+def run_eval(
+    config: EvalConfig,
+    reporter: Reporter | None = None,
+    *,
+    resume: str | None = None,
+    client: Client | None = None,
+) -> EvalResult:
     """Blocking entry point (the CLI's). Raises KeyboardInterrupt after saving on Ctrl-C."""
     return asyncio.run(run_eval_async(config, reporter or NullReporter(), resume=resume, client=client))
 
 
-async def run_eval_async(config: EvalConfig, reporter: Reporter, *, resume: str | None = None,
-                         client: Client | None = None) -> EvalResult:
+async def run_eval_async(
+    config: EvalConfig, reporter: Reporter, *, resume: str | None = None, client: Client | None = None
+) -> EvalResult:
     run_dir: Path
     if resume is not None:
         run_dir = find_resume_dir(resume, config)
         saved = read_run_metadata(run_dir, "eval")
-        config = EvalConfig.model_validate({**saved.config, "max_concurrent": config.max_concurrent,
-                                            "verbose": config.verbose})
+        config = EvalConfig.model_validate(
+            {**saved.config, "max_concurrent": config.max_concurrent, "verbose": config.verbose}
+        )
     env = load_environment(config.env_id, **config.env_args)
     sampling = sampling_for(config, env.sampling_args)
     examples = eval_examples(env, config.num_examples, config.example_offset)
     if not examples:
-        raise UserError(f"environment '{config.env_id}' has no eval examples past the first {config.example_offset}")
+        raise UserError(
+            f"environment '{config.env_id}' has no eval examples past the first {config.example_offset}"
+        )
     if config.num_examples > len(examples):
         reporter.message(f"the eval split has only {len(examples)} examples; using all of them")
     owns_client = client is None
     if client is None:
         from workbench.inference.resolve import make_client
 
-        client = make_client(config.model, base_url=config.api_base_url, api_key_var=config.api_key_var,
-                             endpoints_file=config.endpoints_path, timeout_s=config.request_timeout,
-                             tries=config.request_tries)
+        client = make_client(
+            config.model,
+            base_url=config.api_base_url,
+            api_key_var=config.api_key_var,
+            endpoints_file=config.endpoints_path,
+            timeout_s=config.request_timeout,
+            tries=config.request_tries,
+        )
     try:
         await preflight(client)
         if resume is None:
@@ -144,8 +170,15 @@ def eval_examples(env: Environment, n: int, offset: int) -> Sequence[Example]:
     return examples
 
 
-async def _run(config: EvalConfig, env: Environment, client: Client, examples: Sequence[Example],
-               sampling: SamplingParams, run_dir: Path, reporter: Reporter) -> EvalResult:
+async def _run(
+    config: EvalConfig,
+    env: Environment,
+    client: Client,
+    examples: Sequence[Example],
+    sampling: SamplingParams,
+    run_dir: Path,
+    reporter: Reporter,
+) -> EvalResult:
     r = config.rollouts_per_example
     # A resume streams what is saved: complete groups are kept (and counted), a partial group
     # (interrupted) or one the server failed is no result and is redone.
@@ -169,17 +202,25 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: S
     todo = (e for e in examples if e.example_id not in done_ids) if done_ids else examples
     create_run_dir(run_dir)
     metadata = EvalRun(
-        run_id=run_dir.name, env_id=config.env_id, model=config.model, workbench_version=__version__,
-        config=config.model_dump(mode="json"), num_examples=len(examples), rollouts_per_example=r,
-        total_rollouts=len(examples) * r, completed_rollouts=done * r,
+        run_id=run_dir.name,
+        env_id=config.env_id,
+        model=config.model,
+        workbench_version=__version__,
+        config=config.model_dump(mode="json"),
+        num_examples=len(examples),
+        rollouts_per_example=r,
+        total_rollouts=len(examples) * r,
+        completed_rollouts=done * r,
     )
     if (saved := read_saved(run_dir, "eval")) is not None:
         metadata.created_at = saved.created_at or metadata.created_at
         metadata.elapsed_s = saved.elapsed_s or 0.0
     write_run_metadata(run_dir, metadata)
     log = RunLog(run_dir / RUN_LOG)
-    log.write(f"{'resume' if done else 'start'} env={config.env_id} model={config.model} "
-              f"examples={len(examples)} r={r} done_groups={done}")
+    log.write(
+        f"{'resume' if done else 'start'} env={config.env_id} model={config.model} "
+        f"examples={len(examples)} r={r} done_groups={done}"
+    )
     writer = ResultsWriter(run_dir)
     started = time.monotonic()
     last_meta = 0.0
@@ -195,8 +236,10 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: S
         metadata.completed_rollouts = finished * r
         for rollout in group.rollouts:
             if rollout.error is not None:
-                log.write(f"example {group.example_id} rollout {rollout.rollout_index}: "
-                          f"{rollout.error.where} error {rollout.error.type}: {rollout.error.message[:300]}")
+                log.write(
+                    f"example {group.example_id} rollout {rollout.rollout_index}: "
+                    f"{rollout.error.where} error {rollout.error.type}: {rollout.error.message[:300]}"
+                )
         reporter.group_done(group, {"reward_mean": reward_sum / counted if counted else 0.0})
         if time.monotonic() - last_meta > METADATA_INTERVAL_S:
             last_meta = time.monotonic()
@@ -211,9 +254,17 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: S
     reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, done * r)
     status = "failed"
     try:
-        await run_rollouts(env, client, todo, rollouts_per_example=r, sampling=sampling,
-                           max_concurrent=config.max_concurrent, on_group=on_group,
-                           state_columns=config.state_columns, notify=notify)
+        await run_rollouts(
+            env,
+            client,
+            todo,
+            rollouts_per_example=r,
+            sampling=sampling,
+            max_concurrent=config.max_concurrent,
+            on_group=on_group,
+            state_columns=config.state_columns,
+            notify=notify,
+        )
         status = "finished"
     except asyncio.CancelledError:
         status = "stopped"
@@ -221,8 +272,10 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: S
     except ServerGone as exc:
         metadata.error = f"gave up: {exc}"
         kept = summary_stats.rollouts
-        raise UserError(f"gave up: {exc}; {kept} of {len(examples) * r} rollouts are saved; "
-                        f"once the server answers again: workbench eval run -R {run_dir}") from exc
+        raise UserError(
+            f"gave up: {exc}; {kept} of {len(examples) * r} rollouts are saved; "
+            f"once the server answers again: workbench eval run -R {run_dir}"
+        ) from exc
     except Exception as exc:
         metadata.error = f"{type(exc).__name__}: {exc}"
         raise
@@ -233,11 +286,14 @@ async def _run(config: EvalConfig, env: Environment, client: Client, examples: S
         summary = summary_stats.summary(elapsed)
         if status == "finished" and summary.get("infrastructure_failures"):
             status = "failed"  # a server failure is never a finished result
-            metadata.error = (f"{summary['infrastructure_failures']} rollout(s) in {summary['incomplete_groups']} group(s) "
-                              f"failed on the model server (connection, timeout, 5xx after retries)")
+            metadata.error = (
+                f"{summary['infrastructure_failures']} rollout(s) in {summary['incomplete_groups']} group(s) "
+                f"failed on the model server (connection, timeout, 5xx after retries)"
+            )
         metadata.status, metadata.updated_at, metadata.summary = status, now_iso(), summary
         metadata.elapsed_s, metadata.reward_mean = elapsed, summary.get("reward_mean")
         write_run_metadata(run_dir, metadata)
-        log.write(f"{status}: {finished}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}")
+        log.write(
+            f"{status}: {finished}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}"
+        )
     return EvalResult(run_dir, status, summary, r)
-

@@ -21,9 +21,23 @@ from workbench.errors import UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.evaluate.service import run_eval
 from workbench.events import NullReporter, Reporter
-from workbench.store.checkpoints import CHECKPOINTS, checkpoint_step, list_checkpoints, read_step_info, resolve_latest_run
+from workbench.store.checkpoints import (
+    CHECKPOINTS,
+    checkpoint_step,
+    list_checkpoints,
+    read_step_info,
+    resolve_latest_run,
+)
 from workbench.store.runs import now_iso
-from workbench.store.sweeps import BASE, SweepKey, SweepPoint, append_point, points_for, step_label, write_table
+from workbench.store.sweeps import (
+    BASE,
+    SweepKey,
+    SweepPoint,
+    append_point,
+    points_for,
+    step_label,
+    write_table,
+)
 
 
 @dataclass
@@ -47,8 +61,10 @@ def training_run_folder(model: str) -> Path:
     if path.name.startswith("step_") and path.parent.name == CHECKPOINTS:
         path = path.parent.parent  # a checkpoint folder: its run
     if not (path / CHECKPOINTS).is_dir():
-        raise UserError(f"--checkpoints needs a training run folder for -m (outputs/runs/<run> or outputs/runs/latest); "
-                        f"'{model}' has no {CHECKPOINTS}/ folder")
+        raise UserError(
+            f"--checkpoints needs a training run folder for -m (outputs/runs/<run> or outputs/runs/latest); "
+            f"'{model}' has no {CHECKPOINTS}/ folder"
+        )
     return path
 
 
@@ -63,11 +79,15 @@ def sweep_targets(run_dir: Path, checkpoints: str, include_base: bool) -> list[S
         try:
             steps = sorted({int(part) for part in checkpoints.split(",") if part.strip()})
         except ValueError:
-            raise UserError(f"--checkpoints takes 'all' or steps such as 10,50,100, got '{checkpoints}'") from None
+            raise UserError(
+                f"--checkpoints takes 'all' or steps such as 10,50,100, got '{checkpoints}'"
+            ) from None
         missing = [s for s in steps if s not in found]
         if missing or not steps:
-            raise UserError(f"no checkpoint of step {', '.join(map(str, missing)) or '(none given)'} in {run_dir} "
-                            f"(checkpoints: {', '.join(map(str, sorted(found)))})")
+            raise UserError(
+                f"no checkpoint of step {', '.join(map(str, missing)) or '(none given)'} in {run_dir} "
+                f"(checkpoints: {', '.join(map(str, sorted(found)))})"
+            )
     targets = [SweepTarget(step, str(found[step])) for step in steps]
     if include_base:
         base = read_step_info(found[min(found)]).get("base_model")
@@ -79,9 +99,15 @@ def sweep_targets(run_dir: Path, checkpoints: str, include_base: bool) -> list[S
 
 def sweep_key(config: EvalConfig) -> SweepKey:
     sampling = {"max_tokens": config.max_tokens, "temperature": config.temperature, **config.sampling_args}
-    return SweepKey(env_id=config.env_id, env_args=config.env_args, num_examples=config.num_examples,
-                    rollouts_per_example=config.rollouts_per_example, seed=config.seed,
-                    sampling={k: v for k, v in sampling.items() if v is not None}, server=config.api_base_url)
+    return SweepKey(
+        env_id=config.env_id,
+        env_args=config.env_args,
+        num_examples=config.num_examples,
+        rollouts_per_example=config.rollouts_per_example,
+        seed=config.seed,
+        sampling={k: v for k, v in sampling.items() if v is not None},
+        server=config.api_base_url,
+    )
 
 
 class ServerLoader:
@@ -104,7 +130,9 @@ class ServerLoader:
         import json
         import urllib.request
 
-        request = urllib.request.Request(f"{self.base_url}/models", headers={"Authorization": f"Bearer {self.key}"} if self.key else {})
+        request = urllib.request.Request(
+            f"{self.base_url}/models", headers={"Authorization": f"Bearer {self.key}"} if self.key else {}
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 models = json.loads(response.read())["data"]
@@ -131,12 +159,15 @@ class ServerLoader:
                 return name
             asyncio.run(self.sync.update_weights(path))
         except InferenceError as exc:
-            raise UserError(f"{step_label(target.step)}: {self.base_url} did not take the checkpoint's weights: {exc}") from exc
+            raise UserError(
+                f"{step_label(target.step)}: {self.base_url} did not take the checkpoint's weights: {exc}"
+            ) from exc
         return self.base
 
 
-def run_sweep(config: EvalConfig, checkpoints: str, *, include_base: bool = True,
-              reporter: Reporter | None = None) -> SweepResult:
+def run_sweep(
+    config: EvalConfig, checkpoints: str, *, include_base: bool = True, reporter: Reporter | None = None
+) -> SweepResult:
     """Evaluate each target of the run named by `config.model` in turn (blocking). Ctrl-C
     (KeyboardInterrupt) keeps the points finished so far; a rerun skips them."""
     reporter = reporter or NullReporter()
@@ -150,19 +181,29 @@ def run_sweep(config: EvalConfig, checkpoints: str, *, include_base: bool = True
         if target.step in saved and Path(saved[target.step].eval_run).is_dir():
             point = saved[target.step]
             skipped.append(target.step)
-            reporter.message(f"{step_label(target.step)}: already evaluated with these settings "
-                             f"(reward {point.reward_mean:.3f}, {point.eval_run})")
+            reporter.message(
+                f"{step_label(target.step)}: already evaluated with these settings "
+                f"(reward {point.reward_mean:.3f}, {point.eval_run})"
+            )
         else:
             if config.api_base_url and server is None:
                 server = ServerLoader(config, run_dir)
             model = server.model_for(target) if server is not None else target.model
             result = run_eval(config.model_copy(update={"model": model}), reporter)
             if result.status != "finished" or result.summary.get("infrastructure_failures"):
-                raise UserError(f"{step_label(target.step)}: the evaluation did not finish ({result.status}); "
-                                f"its rollouts are in {result.run_dir}")
-            point = SweepPoint(key=key, step=target.step, model=target.model, eval_run=str(result.run_dir),
-                               reward_mean=float(result.summary.get("reward_mean", 0.0)),
-                               reward_std=result.summary.get("reward_std"), finished_at=now_iso())
+                raise UserError(
+                    f"{step_label(target.step)}: the evaluation did not finish ({result.status}); "
+                    f"its rollouts are in {result.run_dir}"
+                )
+            point = SweepPoint(
+                key=key,
+                step=target.step,
+                model=target.model,
+                eval_run=str(result.run_dir),
+                reward_mean=float(result.summary.get("reward_mean", 0.0)),
+                reward_std=result.summary.get("reward_std"),
+                finished_at=now_iso(),
+            )
             append_point(run_dir, point)
         points.append(point)
     return SweepResult(run_dir, points, skipped, write_table(run_dir, points))

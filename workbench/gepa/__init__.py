@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 __all__ = ["GepaConfig", "GepaResult", "run_gepa"]
 
 
-def run_gepa(config: GepaConfig, reporter: Reporter | None = None, *, resume: str | None = None) -> GepaResult:
+def run_gepa(
+    config: GepaConfig, reporter: Reporter | None = None, *, resume: str | None = None
+) -> GepaResult:
     """Run (or with `resume`, continue) a GEPA optimization; blocking. See workbench.gepa.service."""
     from workbench.gepa.service import run_gepa as _run_gepa
 

@@ -26,15 +26,25 @@ from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
 from workbench.gepa.scoring import Budget, BudgetSpent, Candidate, CandidateScorer, DataItem, ServerFailures
 from workbench.types import Message, Messages, Rollout
 
-__all__ = ["Budget", "BudgetSpent", "DataItem", "ServerFailures", "WorkbenchAdapter"]  # re-exported for callers
+__all__ = [
+    "Budget",
+    "BudgetSpent",
+    "DataItem",
+    "ServerFailures",
+    "WorkbenchAdapter",
+]  # re-exported for callers
 
-FIELD_CHARS = 3000  # per reflective-dataset field: enough to judge an answer, bounded for the reflection prompt
+FIELD_CHARS = (
+    3000  # per reflective-dataset field: enough to judge an answer, bounded for the reflection prompt
+)
 
 
 class WorkbenchAdapter:
     """GEPAAdapter[DataItem, Rollout, dict] over `CandidateScorer`. See module doc."""
 
-    propose_new_texts: ProposalFn | None = None  # reflection goes through the reflection strategy (reflection.py)
+    propose_new_texts: ProposalFn | None = (
+        None  # reflection goes through the reflection strategy (reflection.py)
+    )
 
     def __init__(self, scorer: CandidateScorer, perfect_score: float | None = 1.0) -> None:
         self.scorer = scorer
@@ -51,20 +61,24 @@ class WorkbenchAdapter:
         (and then discards the result): answer that one call from the saved scores instead."""
         self._replay = (prompt, dict(scores_by_index))
 
-    def _replayed(self, batch: list[DataItem], prompt: str,
-                  capture_traces: bool) -> EvaluationBatch[Rollout, dict[str, Any]] | None:
+    def _replayed(
+        self, batch: list[DataItem], prompt: str, capture_traces: bool
+    ) -> EvaluationBatch[Rollout, dict[str, Any]] | None:
         if self._replay is None or capture_traces or prompt != self._replay[0]:
             return None
         scores = self._replay[1]
         if not all(item.split == "eval" and item.index in scores for item in batch):
             return None
         self._replay = None
-        return EvaluationBatch(outputs=[{"example_id": i.index, "replayed": True} for i in batch],
-                               scores=[float(scores[i.index]) for i in batch])
+        return EvaluationBatch(
+            outputs=[{"example_id": i.index, "replayed": True} for i in batch],
+            scores=[float(scores[i.index]) for i in batch],
+        )
 
     # ----- GEPAAdapter ----------------------------------------------------------------------
-    def evaluate(self, batch: list[DataItem], candidate: dict[str, str],
-                 capture_traces: bool = False) -> EvaluationBatch[Rollout, dict[str, Any]]:
+    def evaluate(
+        self, batch: list[DataItem], candidate: dict[str, str], capture_traces: bool = False
+    ) -> EvaluationBatch[Rollout, dict[str, Any]]:
         prompt = candidate[SYSTEM_PROMPT_COMPONENT]
         replayed = self._replayed(batch, prompt, capture_traces)
         if replayed is not None:
@@ -76,8 +90,12 @@ class WorkbenchAdapter:
             trajectories=rollouts if capture_traces else None,
         )
 
-    def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: EvaluationBatch[Rollout, dict[str, Any]],
-                                components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:
+    def make_reflective_dataset(
+        self,
+        candidate: dict[str, str],
+        eval_batch: EvaluationBatch[Rollout, dict[str, Any]],
+        components_to_update: list[str],
+    ) -> dict[str, list[dict[str, Any]]]:
         rollouts: list[Rollout] = eval_batch.trajectories or []
         records = [reflective_record(r, self.perfect_score) for r in rollouts]
         return {name: records for name in components_to_update}
@@ -86,9 +104,13 @@ class WorkbenchAdapter:
 # ----- what GEPA and the reflection model see ---------------------------------------------------
 def output_record(rollout: Rollout, split: str) -> dict[str, Any]:
     """A small JSON-friendly summary of one rollout (gepa stores and writes outputs as it likes)."""
-    return {"example_id": rollout.example_id, "split": split, "reward": rollout.reward,
-            "completion": clip(render_messages(rollout.completion)),
-            "error": None if rollout.error is None else f"{rollout.error.type}: {rollout.error.message}"}
+    return {
+        "example_id": rollout.example_id,
+        "split": split,
+        "reward": rollout.reward,
+        "completion": clip(render_messages(rollout.completion)),
+        "error": None if rollout.error is None else f"{rollout.error.type}: {rollout.error.message}",
+    }
 
 
 def reflective_record(rollout: Rollout, perfect_score: float | None) -> dict[str, Any]:
@@ -102,9 +124,13 @@ def reflective_record(rollout: Rollout, perfect_score: float | None) -> dict[str
         record["Expected Answer"] = clip(rollout.answer)
     metrics = {k: v for k, v in rollout.metrics.items() if k not in rollout.rewards}
     scores = {"reward": rollout.reward, **rollout.rewards, **metrics}
-    record["Scores"] = {name: f"{value:.3f}" if isinstance(value, float) else str(value) for name, value in scores.items()}
+    record["Scores"] = {
+        name: f"{value:.3f}" if isinstance(value, float) else str(value) for name, value in scores.items()
+    }
     if rollout.error is not None:
-        record["Error"] = f"{rollout.error.where} error {rollout.error.type}: {clip(rollout.error.message, 1000)}"
+        record["Error"] = (
+            f"{rollout.error.where} error {rollout.error.type}: {clip(rollout.error.message, 1000)}"
+        )
     if rollout.state_columns:
         record["State"] = {k: clip(repr(v), 1000) for k, v in rollout.state_columns.items()}
     record["Feedback"] = feedback_text(rollout, perfect_score)
@@ -116,10 +142,17 @@ def feedback_text(rollout: Rollout, perfect_score: float | None) -> str:
     best = f" (a perfect answer scores {perfect_score:g})" if perfect_score is not None else ""
     parts = [f"This answer scored {rollout.reward:.3f}{best}."]
     if rollout.rewards:
-        parts.append("Reward functions: " + ", ".join(f"{k} = {v:.3f}" for k, v in rollout.rewards.items()) + ".")
+        parts.append(
+            "Reward functions: " + ", ".join(f"{k} = {v:.3f}" for k, v in rollout.rewards.items()) + "."
+        )
     if metrics := {k: v for k, v in rollout.metrics.items() if k not in rollout.rewards}:
-        parts.append("Logged metrics (not part of the reward): "
-                     + ", ".join(f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}" for k, v in metrics.items()) + ".")
+        parts.append(
+            "Logged metrics (not part of the reward): "
+            + ", ".join(
+                f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}" for k, v in metrics.items()
+            )
+            + "."
+        )
     if rollout.answer:
         parts.append(f"The expected answer is: {clip(rollout.answer, 500)}")
     if rollout.error is not None:

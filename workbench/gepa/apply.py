@@ -36,7 +36,9 @@ class Applied:
     previous: Any  # the value it replaced (None when it was not a literal; apply_prompt: not a plain string)
     reason: str = ""  # why nothing was written
     arg: str = ARG  # the load_environment parameter whose default this is
-    changed: bool = True  # False: the default already was the new value, so that expression was left as it was
+    changed: bool = (
+        True  # False: the default already was the new value, so that expression was left as it was
+    )
 
 
 def env_source_file(env_id: str) -> tuple[Path | None, str]:
@@ -45,7 +47,10 @@ def env_source_file(env_id: str) -> tuple[Path | None, str]:
     if source is None:
         raise UserError(f"unknown environment '{env_id}'")
     if source.origin != "workspace" or source.path is None:
-        return None, f"'{env_id}' is {'an installed package' if source.origin == 'installed' else 'bundled with workbench'}, not a file of this workspace"
+        return (
+            None,
+            f"'{env_id}' is {'an installed package' if source.origin == 'installed' else 'bundled with workbench'}, not a file of this workspace",
+        )
     for path in (source.path / f"{source.name}.py", source.path / source.name / "__init__.py"):
         if path.is_file():
             return path, ""
@@ -85,7 +90,9 @@ def _default_node(tree: ast.Module, arg_name: str = ARG) -> ast.expr | None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "load_environment":
             args = node.args
             positional = [*args.posonlyargs, *args.args]
-            for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True):
+            for arg, default in zip(
+                positional[len(positional) - len(args.defaults) :], args.defaults, strict=True
+            ):
                 if arg.arg == arg_name:
                     return default
             for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
@@ -98,7 +105,9 @@ def _constant_value(tree: ast.Module, name: str) -> ast.expr | None:
     """The value of the last module-level `name = ...` (or `name: str = ...`)."""
     found = None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
             found = node.value
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
             found = node.value
@@ -114,14 +123,13 @@ def _offsets(source: str) -> list[int]:
 
 
 def _span(offsets: list[int], node: ast.expr) -> tuple[int, int]:
-    return (offsets[node.lineno - 1] + node.col_offset,
-            offsets[node.end_lineno - 1] + node.end_col_offset)  # type: ignore[operator]
+    return (offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset)  # type: ignore[operator]
 
 
 def _column(source: str, node: ast.expr) -> int:
     """The column, in characters, where `node` starts."""
     line = source.splitlines()[node.lineno - 1].encode()
-    return len(line[:node.col_offset].decode())
+    return len(line[: node.col_offset].decode())
 
 
 def _replace(source: str, node: ast.expr, text: str) -> str:
@@ -182,26 +190,44 @@ def apply_defaults(env_id: str, values: dict[str, Any]) -> list[Applied]:
         if isinstance(found, str):
             return [Applied(None, "", None, found, arg=arg)]
         targets.append(found)
-    if len({(t.node.lineno, t.node.col_offset) for t in targets}) < len(targets):  # two arguments, one constant
+    if len({(t.node.lineno, t.node.col_offset) for t in targets}) < len(
+        targets
+    ):  # two arguments, one constant
         raise UserError(f"{', '.join(values)} share one default in {path}; set them by hand")
     previous = {t.arg: _literal(t.node) for t in targets}
     changed = [t for t in targets if previous[t.arg] != values[t.arg]]
     updated = source
     # from the end of the file backwards, so the offsets of the nodes still to rewrite stay valid
     for target in sorted(changed, key=lambda t: (t.node.lineno, t.node.col_offset), reverse=True):
-        updated = _replace(updated, target.node, value_literal(values[target.arg], _column(source, target.node)))
+        updated = _replace(
+            updated, target.node, value_literal(values[target.arg], _column(source, target.node))
+        )
     if changed:
         check = ast.parse(updated)
         for target in targets:  # never write a file that says something else
             if _new_value(check, target) != values[target.arg]:
                 raise UserError(f"could not rewrite {target.name} in {path} safely; set it by hand")
         write_text_atomic(path, updated)
-    return [Applied(path, t.name, None if previous[t.arg] is _NOT_LITERAL else previous[t.arg], arg=t.arg,
-                    changed=t in changed) for t in targets]
+    return [
+        Applied(
+            path,
+            t.name,
+            None if previous[t.arg] is _NOT_LITERAL else previous[t.arg],
+            arg=t.arg,
+            changed=t in changed,
+        )
+        for t in targets
+    ]
 
 
 def apply_prompt(env_id: str, prompt: str) -> Applied:
     """Rewrite the env's default system prompt to `prompt` (see the module doc)."""
     applied = apply_defaults(env_id, {ARG: prompt})[0]
-    return Applied(applied.path, applied.target, applied.previous if isinstance(applied.previous, str) else None,
-                   applied.reason, applied.arg, applied.changed)
+    return Applied(
+        applied.path,
+        applied.target,
+        applied.previous if isinstance(applied.previous, str) else None,
+        applied.reason,
+        applied.arg,
+        applied.changed,
+    )

@@ -37,60 +37,118 @@ DEFAULT_MIPRO_CANDIDATES = 3  # the seed + 2 proposals, 3 demo sets: the smalles
 @dataclass(frozen=True)
 class DspyPlan:
     optimizer: str
-    candidates: int  # bootstrap: shuffled candidate programs (n); miprov2: instruction and demo-set candidates (c)
+    candidates: (
+        int  # bootstrap: shuffled candidate programs (n); miprov2: instruction and demo-set candidates (c)
+    )
     trials: int  # miprov2: Bayesian-search trials (k); bootstrap: 0
     bound: int  # metric calls at most
     breakdown: str  # the bound, spelled out
 
 
-def plan_calls(optimizer: str, max_calls: int, num_train: int, num_val: int,
-               num_candidates: int | None, num_trials: int | None) -> DspyPlan:
+def plan_calls(
+    optimizer: str,
+    max_calls: int,
+    num_train: int,
+    num_val: int,
+    num_candidates: int | None,
+    num_trials: int | None,
+) -> DspyPlan:
     """Settings that fit `max_calls`; UserError (one line) when even the smallest search does not."""
     t, v = num_train, num_val
     if optimizer == "bootstrap":
         smallest = t + 2 * v
         if max_calls < smallest:
-            raise UserError(f"-B {max_calls} is too small for --optimizer bootstrap: one bootstrap pass over {t} train "
-                            f"examples plus scoring the seed and one candidate on {v} validation examples takes up to "
-                            f"{smallest} metric calls; raise -B or lower -n/-N")
-        n = min((max_calls - smallest) // (t + v), DEFAULT_BOOTSTRAP_PROGRAMS if num_candidates is None else num_candidates)
+            raise UserError(
+                f"-B {max_calls} is too small for --optimizer bootstrap: one bootstrap pass over {t} train "
+                f"examples plus scoring the seed and one candidate on {v} validation examples takes up to "
+                f"{smallest} metric calls; raise -B or lower -n/-N"
+            )
+        n = min(
+            (max_calls - smallest) // (t + v),
+            DEFAULT_BOOTSTRAP_PROGRAMS if num_candidates is None else num_candidates,
+        )
         bound = (n + 1) * t + (n + 2) * v
-        return DspyPlan(optimizer, n, 0, bound, f"{n + 1} bootstrap passes × ≤{t} train + {n + 2} candidates × {v} validation")
+        return DspyPlan(
+            optimizer,
+            n,
+            0,
+            bound,
+            f"{n + 1} bootstrap passes × ≤{t} train + {n + 2} candidates × {v} validation",
+        )
     if optimizer == "miprov2":
         c = DEFAULT_MIPRO_CANDIDATES if num_candidates is None else num_candidates
         if c < 2:
             raise UserError("--optimizer miprov2 needs at least 2 candidates (the seed and one proposal)")
         most_trials = (max_calls - (c - 1) * t) // v - 1
         if most_trials < 1:
-            raise UserError(f"-B {max_calls} is too small for --optimizer miprov2: {c - 1} bootstrap passes over {t} "
-                            f"train examples plus the seed and one trial on {v} validation examples take up to "
-                            f"{(c - 1) * t + 2 * v} metric calls; raise -B or lower -n/-N/num_candidates")
+            raise UserError(
+                f"-B {max_calls} is too small for --optimizer miprov2: {c - 1} bootstrap passes over {t} "
+                f"train examples plus the seed and one trial on {v} validation examples take up to "
+                f"{(c - 1) * t + 2 * v} metric calls; raise -B or lower -n/-N/num_candidates"
+            )
         k = min(most_trials, c * c if num_trials is None else num_trials)
         bound = (c - 1) * t + (k + 1) * v
-        return DspyPlan(optimizer, c, k, bound, f"{c - 1} bootstrap passes × ≤{t} train + {k + 1} evaluations × {v} validation")
+        return DspyPlan(
+            optimizer,
+            c,
+            k,
+            bound,
+            f"{c - 1} bootstrap passes × ≤{t} train + {k + 1} evaluations × {v} validation",
+        )
     raise UserError(f"unknown optimizer '{optimizer}': choose {', '.join(OPTIMIZERS)}")
 
 
 ProposalEvent = Callable[[str, str, str], None]  # (status proposed|unusable|error, detail, reply)
 
 
-def compile_program(dspy: ModuleType, plan: DspyPlan, student: Any, trainset: list[Any], valset: list[Any], *,
-                    metric: Callable[..., float], max_demos: int, demo_threshold: float | None, threads: int,
-                    seed: int, prompt_lm: Any = None, on_proposal: ProposalEvent | None = None) -> Any:
+def compile_program(
+    dspy: ModuleType,
+    plan: DspyPlan,
+    student: Any,
+    trainset: list[Any],
+    valset: list[Any],
+    *,
+    metric: Callable[..., float],
+    max_demos: int,
+    demo_threshold: float | None,
+    threads: int,
+    seed: int,
+    prompt_lm: Any = None,
+    on_proposal: ProposalEvent | None = None,
+) -> Any:
     """The optimized program (its predictor holds the best instructions and demos)."""
     if plan.optimizer == "bootstrap":
         optimizer = dspy.BootstrapFewShotWithRandomSearch(
-            metric=metric, metric_threshold=demo_threshold, max_bootstrapped_demos=max_demos,
-            max_labeled_demos=0, num_candidate_programs=plan.candidates, num_threads=threads)
+            metric=metric,
+            metric_threshold=demo_threshold,
+            max_bootstrapped_demos=max_demos,
+            max_labeled_demos=0,
+            num_candidate_programs=plan.candidates,
+            num_threads=threads,
+        )
         # seed -2 would be "labeled demos only": none here, so it would re-score the seed prompt
         restrict = [-3, -1, *range(plan.candidates)]
         return optimizer.compile(student, trainset=trainset, valset=valset, restrict=restrict)
     optimizer = _safe_mipro(dspy, on_proposal)(
-        metric=metric, prompt_model=prompt_lm, task_model=prompt_lm, auto=None, num_candidates=plan.candidates,
-        max_bootstrapped_demos=max_demos, max_labeled_demos=0, num_threads=threads,
-        metric_threshold=demo_threshold, seed=seed)
-    return optimizer.compile(student, trainset=trainset, valset=valset, num_trials=plan.trials, minibatch=False,
-                             program_aware_proposer=False)  # our program's source says nothing about the task
+        metric=metric,
+        prompt_model=prompt_lm,
+        task_model=prompt_lm,
+        auto=None,
+        num_candidates=plan.candidates,
+        max_bootstrapped_demos=max_demos,
+        max_labeled_demos=0,
+        num_threads=threads,
+        metric_threshold=demo_threshold,
+        seed=seed,
+    )
+    return optimizer.compile(
+        student,
+        trainset=trainset,
+        valset=valset,
+        num_trials=plan.trials,
+        minibatch=False,
+        program_aware_proposer=False,
+    )  # our program's source says nothing about the task
 
 
 def _safe_mipro(dspy: ModuleType, on_proposal: ProposalEvent | None) -> type:
@@ -106,7 +164,9 @@ def _safe_mipro(dspy: ModuleType, on_proposal: ProposalEvent | None) -> type:
             on_proposal(status, detail, reply)
 
     class SafeProposer(GroundedProposer):  # type: ignore[misc]
-        def propose_instruction_for_predictor(self, program: Any, predictor: Any, *args: Any, **kwargs: Any) -> str:
+        def propose_instruction_for_predictor(
+            self, program: Any, predictor: Any, *args: Any, **kwargs: Any
+        ) -> str:
             current = get_signature(predictor).instructions
             try:
                 text = super().propose_instruction_for_predictor(program, predictor, *args, **kwargs)

@@ -31,8 +31,10 @@ def demo_turns(rollout: Rollout) -> list[Message]:
         if own_prompt[i].get("role") == "user":
             own_prompt = own_prompt[i:]
             break
-    return [{k: m[k] for k in ("role", "content", "tool_calls", "tool_call_id") if m.get(k) is not None}
-            for m in [*own_prompt, *rollout.completion]]
+    return [
+        {k: m[k] for k in ("role", "content", "tool_calls", "tool_call_id") if m.get(k) is not None}
+        for m in [*own_prompt, *rollout.completion]
+    ]
 
 
 def render_into_prompt(system_prompt: str, few_shot: Sequence[Message]) -> str:
@@ -41,7 +43,9 @@ def render_into_prompt(system_prompt: str, few_shot: Sequence[Message]) -> str:
         return system_prompt
     lines = [system_prompt.rstrip(), "", EXAMPLES_HEADER]
     for message in few_shot:
-        role = {"user": "Input", "assistant": "Output"}.get(str(message.get("role")), str(message.get("role")))
+        role = {"user": "Input", "assistant": "Output"}.get(
+            str(message.get("role")), str(message.get("role"))
+        )
         lines.append(f"{role}: {message.get('content') or ''}")
     return "\n".join(lines)
 
@@ -70,8 +74,12 @@ def make_program_class(dspy: ModuleType) -> type:
         def forward(self, question: str, example_id: int, split: str) -> Any:
             rollout = self.scorer.target.score([DataItem(split, example_id)], self.candidate())[0]
             text = str(rollout.completion[-1].get("content") or "") if rollout.completion else ""
-            prediction = dspy.Prediction(completion=text, turns=demo_turns(rollout), reward=float(rollout.reward))
-            if dspy.settings.trace is not None:  # what Predict.__call__ records: how bootstrapping finds demos
+            prediction = dspy.Prediction(
+                completion=text, turns=demo_turns(rollout), reward=float(rollout.reward)
+            )
+            if (
+                dspy.settings.trace is not None
+            ):  # what Predict.__call__ records: how bootstrapping finds demos
                 inputs = {"question": question, "example_id": example_id, "split": split}
                 dspy.settings.trace.append((self.prompt, inputs, prediction))
             return prediction
@@ -97,8 +105,12 @@ def metric(example: Any, prediction: Any, trace: Any = None) -> float:
 def to_examples(dspy: ModuleType, rows: Sequence[dict[str, Any]], items: Sequence[DataItem]) -> list[Any]:
     """DataItems as dspy.Examples. `question` is only shown to DSPy's proposer; the rollout
     itself is built from the env's row (`example_id`, `split`)."""
-    return [dspy.Example(question=_question(rows[item.index]), example_id=item.index, split=item.split)
-            .with_inputs("question", "example_id", "split") for item in items]
+    return [
+        dspy.Example(
+            question=_question(rows[item.index]), example_id=item.index, split=item.split
+        ).with_inputs("question", "example_id", "split")
+        for item in items
+    ]
 
 
 def _question(row: dict[str, Any]) -> str:

@@ -35,8 +35,15 @@ def candidate_key(candidate: Candidate) -> str:
 class DspyRecorder(RunRecorder):
     """Candidates and their validation scores from the scorer → the run folder (module doc)."""
 
-    def __init__(self, run_dir: Path, metadata: GepaRun, reporter: Reporter, budget: Budget,
-                 seed: Candidate, num_val: int) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        metadata: GepaRun,
+        reporter: Reporter,
+        budget: Budget,
+        seed: Candidate,
+        num_val: int,
+    ) -> None:
         super().__init__(run_dir, metadata, reporter, budget)
         self.num_val = num_val
         self._lock = threading.RLock()  # DSPy scores from several threads
@@ -58,7 +65,11 @@ class DspyRecorder(RunRecorder):
 
     # ----- from the scorer and the optimizer ---------------------------------------------------
     def scored(self, candidate: Candidate, items: Sequence[DataItem], rollouts: list[Rollout]) -> None:
-        val = [(item.index, float(r.reward)) for item, r in zip(items, rollouts, strict=True) if item.split == "eval"]
+        val = [
+            (item.index, float(r.reward))
+            for item, r in zip(items, rollouts, strict=True)
+            if item.split == "eval"
+        ]
         if not val:  # bootstrap passes score train examples: demos, not candidates
             return
         with self._lock:
@@ -66,15 +77,19 @@ class DspyRecorder(RunRecorder):
             was_complete = len(self._scores[index]) >= self.num_val
             self._scores[index].update(val)
             if not was_complete and len(self._scores[index]) >= self.num_val:
-                self.log.write(f"candidate {index}: validation score {_mean(self._scores[index]):.4f} "
-                               f"({len(candidate.few_shot) // 2 or 'no'} demos as turns)")
+                self.log.write(
+                    f"candidate {index}: validation score {_mean(self._scores[index]):.4f} "
+                    f"({len(candidate.few_shot) // 2 or 'no'} demos as turns)"
+                )
                 self.refresh()
                 self.write()
 
     def proposal(self, status: str, detail: str, reply: str) -> None:
         """An instruction proposal of MIPROv2's prompt model, counted as GEPA counts reflections."""
         detail = reply if status == "proposed" else " ".join(detail.split())  # DSPy's errors span lines
-        self.reflection_event(ReflectionEvent(status, "system_prompt", detail, "" if status == "proposed" else reply[:300]))
+        self.reflection_event(
+            ReflectionEvent(status, "system_prompt", detail, "" if status == "proposed" else reply[:300])
+        )
 
     def dspy_line(self, line: str) -> None:
         self.log.write(f"dspy: {line}")
@@ -100,25 +115,50 @@ class DspyRecorder(RunRecorder):
         with self._lock:
             super().write(status)
             if self.metadata.demos_as == "turns" and self.snapshot is not None:
-                write_text_atomic(self.run_dir / BEST_FEW_SHOT, json.dumps(self.metadata.best_few_shot, indent=1) + "\n")
+                write_text_atomic(
+                    self.run_dir / BEST_FEW_SHOT, json.dumps(self.metadata.best_few_shot, indent=1) + "\n"
+                )
 
     def _snapshot(self) -> Snapshot:
         scored = [i for i, scores in enumerate(self._scores) if scores]
-        candidates = [{"index": i, "val_score": _mean(self._scores[i]) if self._scores[i] else None, "val_examples": len(self._scores[i]),
-                       "parents": [], "discovered_at_calls": self._found_at[i],
-                       "prompt": self._candidates[i].system_prompt, "few_shot": list(self._candidates[i].few_shot)}
-                      for i in range(len(self._candidates))]
+        candidates = [
+            {
+                "index": i,
+                "val_score": _mean(self._scores[i]) if self._scores[i] else None,
+                "val_examples": len(self._scores[i]),
+                "parents": [],
+                "discovered_at_calls": self._found_at[i],
+                "prompt": self._candidates[i].system_prompt,
+                "few_shot": list(self._candidates[i].few_shot),
+            }
+            for i in range(len(self._candidates))
+        ]
         complete = [i for i in scored if len(self._scores[i]) >= self.num_val] or scored or [0]
-        best = self._chosen if self._chosen is not None else max(complete, key=lambda i: (_mean(self._scores[i]), -i))
+        best = (
+            self._chosen
+            if self._chosen is not None
+            else max(complete, key=lambda i: (_mean(self._scores[i]), -i))
+        )
         frontier = []
         for example in sorted({e for i in complete for e in self._scores[i]}):
             reached = {i: self._scores[i][example] for i in complete if example in self._scores[i]}
             top = max(reached.values())
             winners = [i for i, score in reached.items() if score == top]
-            frontier.append({"example_id": example, "best_score": top, "candidates": winners,
-                             "prompts": [self._candidates[i].system_prompt for i in winners]})
-        return Snapshot(iterations=len(scored), metric_calls=self.budget.used, candidates=candidates,
-                        best_index=best, frontier=frontier)
+            frontier.append(
+                {
+                    "example_id": example,
+                    "best_score": top,
+                    "candidates": winners,
+                    "prompts": [self._candidates[i].system_prompt for i in winners],
+                }
+            )
+        return Snapshot(
+            iterations=len(scored),
+            metric_calls=self.budget.used,
+            candidates=candidates,
+            best_index=best,
+            frontier=frontier,
+        )
 
 
 def _mean(scores: dict[int, float]) -> float:

@@ -32,8 +32,14 @@ from workbench.gepa.dspy_recorder import DspyRecorder
 from workbench.gepa.dspy_support import import_dspy, quiet_dspy
 from workbench.gepa.prompted_env import PromptedEnvs
 from workbench.gepa.scoring import Budget, Candidate, CandidateScorer
-from workbench.gepa.service import (GepaResult, datasets, make_clients, reflection_sampling_for, resolve_run_folder,
-                                    run_metadata)
+from workbench.gepa.service import (
+    GepaResult,
+    datasets,
+    make_clients,
+    reflection_sampling_for,
+    resolve_run_folder,
+    run_metadata,
+)
 
 PROMPT_MODEL_NAME = "workbench-prompt-model"  # what DSPy's LM asks the loopback server for
 
@@ -45,8 +51,14 @@ def run_dspy(config: GepaConfig, reporter: Reporter) -> GepaResult:
     run_dir, config, _ = resolve_run_folder(config, None)
     envs = PromptedEnvs(config.env_id, config.env_args)
     trainset, valset = datasets(envs, config, reporter)
-    plan = plan_calls(config.optimizer, config.max_calls, len(trainset), len(valset),
-                      config.num_candidates, config.num_trials)
+    plan = plan_calls(
+        config.optimizer,
+        config.max_calls,
+        len(trainset),
+        len(valset),
+        config.num_candidates,
+        config.num_trials,
+    )
     sampling = sampling_for(config, envs.sampling_args)
     policy, reflection = make_clients(config)
     clients = [policy] if reflection is policy or config.optimizer == "bootstrap" else [policy, reflection]
@@ -61,8 +73,15 @@ def run_dspy(config: GepaConfig, reporter: Reporter) -> GepaResult:
 
                 loopback = bridge.run(serve_loopback(reflection, PROMPT_MODEL_NAME))
                 prompt_lm = _prompt_lm(dspy, config, loopback.base_url)
-            scorer = CandidateScorer(envs, policy, bridge, sampling, budget=Budget(config.max_calls),
-                                     max_concurrent=config.max_concurrent, state_columns=config.state_columns)
+            scorer = CandidateScorer(
+                envs,
+                policy,
+                bridge,
+                sampling,
+                budget=Budget(config.max_calls),
+                max_concurrent=config.max_concurrent,
+                state_columns=config.state_columns,
+            )
             return _optimize(dspy, config, plan, envs, scorer, trainset, valset, prompt_lm, run_dir, reporter)
         finally:
             if loopback is not None:
@@ -79,12 +98,30 @@ def _prompt_lm(dspy: Any, config: GepaConfig, base_url: str) -> Any:
     sampling = reflection_sampling_for(config)
     # num_retries=0: Workbench's client retries behind the loopback; engine lm15 is DSPy's own
     # OpenAI client (litellm, its fallback, would read OPENAI_* variables and phone home).
-    return dspy.LM(f"openai/{PROMPT_MODEL_NAME}", api_base=base_url, api_key="workbench", cache=False,
-                   num_retries=0, engine="lm15", temperature=sampling.temperature, max_tokens=sampling.max_tokens)
+    return dspy.LM(
+        f"openai/{PROMPT_MODEL_NAME}",
+        api_base=base_url,
+        api_key="workbench",
+        cache=False,
+        num_retries=0,
+        engine="lm15",
+        temperature=sampling.temperature,
+        max_tokens=sampling.max_tokens,
+    )
 
 
-def _optimize(dspy: Any, config: GepaConfig, plan: DspyPlan, envs: PromptedEnvs, scorer: CandidateScorer,
-              trainset: list[Any], valset: list[Any], prompt_lm: Any, run_dir: Any, reporter: Reporter) -> GepaResult:
+def _optimize(
+    dspy: Any,
+    config: GepaConfig,
+    plan: DspyPlan,
+    envs: PromptedEnvs,
+    scorer: CandidateScorer,
+    trainset: list[Any],
+    valset: list[Any],
+    prompt_lm: Any,
+    run_dir: Any,
+    reporter: Reporter,
+) -> GepaResult:
     seed = Candidate(envs.seed_prompt)
     metadata = run_metadata(config, run_dir, None, seed.system_prompt, len(trainset), len(valset))
     metadata.optimizer, metadata.optimizer_version = config.optimizer, version("dspy")
@@ -96,16 +133,29 @@ def _optimize(dspy: Any, config: GepaConfig, plan: DspyPlan, envs: PromptedEnvs,
     train = to_examples(dspy, envs.rows("train"), trainset)
     val = to_examples(dspy, envs.rows("eval"), valset)
     recorder.write("running")
-    recorder.log.write(f"start {config.optimizer} env={config.env_id} model={config.model} train={len(train)} "
-                       f"val={len(val)} budget={config.max_calls} plan: {plan.breakdown} (≤{plan.bound} calls); "
-                       f"demos as {metadata.demos_as}")
+    recorder.log.write(
+        f"start {config.optimizer} env={config.env_id} model={config.model} train={len(train)} "
+        f"val={len(val)} budget={config.max_calls} plan: {plan.breakdown} (≤{plan.bound} calls); "
+        f"demos as {metadata.demos_as}"
+    )
     reporter.start(f"{config.optimizer} {config.env_id} · {config.model}", plan.bound, 0)
     status, best = "failed", seed
     try:
         with stop_on_interrupt(scorer), quiet_dspy(recorder.dspy_line), dspy.context(lm=prompt_lm):
-            program = compile_program(dspy, plan, student, train, val, metric=metric, max_demos=config.max_demos,
-                                      demo_threshold=config.demo_threshold, threads=config.max_concurrent,
-                                      seed=config.seed, prompt_lm=prompt_lm, on_proposal=recorder.proposal)
+            program = compile_program(
+                dspy,
+                plan,
+                student,
+                train,
+                val,
+                metric=metric,
+                max_demos=config.max_demos,
+                demo_threshold=config.demo_threshold,
+                threads=config.max_concurrent,
+                seed=config.seed,
+                prompt_lm=prompt_lm,
+                on_proposal=recorder.proposal,
+            )
         if scorer.stop.is_set():  # DSPy's evaluation swallows a Ctrl-C and returns what it has
             raise KeyboardInterrupt
         best = program.candidate()
@@ -131,10 +181,20 @@ def _optimize(dspy: Any, config: GepaConfig, plan: DspyPlan, envs: PromptedEnvs,
     snap = recorder.snapshot
     assert snap is not None  # refreshed above
     return GepaResult(
-        run_dir=run_dir, status=status, seed_prompt=seed.system_prompt, seed_score=snap.seed_score,
-        best_score=snap.best_score, best_prompt=snap.best_prompt, metric_calls_used=scorer.scored_calls,
-        max_calls=config.max_calls, num_candidates=len(snap.candidates), iterations=snap.iterations,
-        error=metadata.error, optimizer=config.optimizer, best_few_shot=list(metadata.best_few_shot))
+        run_dir=run_dir,
+        status=status,
+        seed_prompt=seed.system_prompt,
+        seed_score=snap.seed_score,
+        best_score=snap.best_score,
+        best_prompt=snap.best_prompt,
+        metric_calls_used=scorer.scored_calls,
+        max_calls=config.max_calls,
+        num_candidates=len(snap.candidates),
+        iterations=snap.iterations,
+        error=metadata.error,
+        optimizer=config.optimizer,
+        best_few_shot=list(metadata.best_few_shot),
+    )
 
 
 @contextlib.contextmanager
@@ -161,9 +221,13 @@ def stop_on_interrupt(scorer: CandidateScorer) -> Iterator[None]:
 def _check_scores_are_whole(scorer: CandidateScorer) -> None:
     """DSPy scores a call that raised as 0: a server failure must not become a result."""
     if scorer.server_gone is not None:
-        raise UserError(f"gave up: {scorer.server_gone}; the scores so far are saved, the run is not finished")
+        raise UserError(
+            f"gave up: {scorer.server_gone}; the scores so far are saved, the run is not finished"
+        )
     if scorer.server_failures:
-        raise UserError(f"{scorer.server_failures} metric calls failed on the model server and DSPy counted them as "
-                        "0: the run is not saved as finished; run it again once the server is healthy")
+        raise UserError(
+            f"{scorer.server_failures} metric calls failed on the model server and DSPy counted them as "
+            "0: the run is not saved as finished; run it again once the server is healthy"
+        )
     if scorer.budget.exhausted:  # the plan's bound is an upper bound: this is a bug, not a user error
         raise RuntimeError("the metric-call budget was reached before the optimizer finished")

@@ -20,6 +20,8 @@ def held_out_start(run: GepaRun, train_rows: list[Any], eval_rows: list[Any]) ->
     start = max(run.num_val, run.num_train) if one_split else run.num_val
     if start >= len(eval_rows):
         used = f"the first {start} (validation{' and training' if one_split else ''})"
-        raise UserError(f"no held-out examples: {run.env_id}'s eval split has {len(eval_rows)} examples and the GEPA "
-                        f"run used {used}; run GEPA with a smaller -N to keep some aside")
+        raise UserError(
+            f"no held-out examples: {run.env_id}'s eval split has {len(eval_rows)} examples and the GEPA "
+            f"run used {used}; run GEPA with a smaller -N to keep some aside"
+        )
     return start

@@ -73,16 +73,26 @@ def build_plan(config: GepaConfig) -> Plan:
     val = "all" if c.num_val == -1 else c.num_val
 
     data = PlanSection("Data")
-    data.add("train", f"{'all' if c.num_train == -1 else c.num_train} examples of the train split (reflection minibatches)")
+    data.add(
+        "train",
+        f"{'all' if c.num_train == -1 else c.num_train} examples of the train split (reflection minibatches)",
+    )
     data.add("validation", f"{val} examples of the eval split (Pareto frontier, best prompt)")
-    data.add("perfect score", "none (no minibatch is skipped)" if c.perfect_score is None
-             else f"{c.perfect_score:g} (minibatches already perfect are skipped)")
+    data.add(
+        "perfect score",
+        "none (no minibatch is skipped)"
+        if c.perfect_score is None
+        else f"{c.perfect_score:g} (minibatches already perfect are skipped)",
+    )
     data.add("candidate selection", c.candidate_selection)
     data.add("state columns", ", ".join(c.state_columns) or "none")
 
     sampling = PlanSection("Sampling")
     policy = {"max_tokens": c.max_tokens, "temperature": c.temperature, **c.sampling_args}
-    sampling.add("policy", " · ".join(f"{k} {v}" for k, v in policy.items() if v is not None) or "env and workbench defaults")
+    sampling.add(
+        "policy",
+        " · ".join(f"{k} {v}" for k, v in policy.items() if v is not None) or "env and workbench defaults",
+    )
     sampling.add("policy concurrency", f"{c.max_concurrent} rollouts in flight")
     reflection = {"max_tokens": DEFAULT_REFLECTION_MAX_TOKENS, **c.reflection_sampling_args}
     sampling.add("reflection", " · ".join(f"{k} {v}" for k, v in reflection.items()))
@@ -90,9 +100,14 @@ def build_plan(config: GepaConfig) -> Plan:
     out = PlanSection("Outputs")
     if c.optimizer == "gepa":
         out.add("files", "best_prompt.txt, pareto_frontier.jsonl, metadata.json, run.log")
-        out.add("resumable state", "gepa_state/ (the gepa library's run_dir): resume with --resume RUN_FOLDER")
+        out.add(
+            "resumable state", "gepa_state/ (the gepa library's run_dir): resume with --resume RUN_FOLDER"
+        )
     else:
-        out.add("files", "best_prompt.txt, best_few_shot.json (demos as turns), pareto_frontier.jsonl, metadata.json, run.log")
+        out.add(
+            "files",
+            "best_prompt.txt, best_few_shot.json (demos as turns), pareto_frontier.jsonl, metadata.json, run.log",
+        )
         out.add("resumable state", "none: a DSPy run cannot be resumed (Ctrl-C keeps what was scored)")
     return Plan([run, budget, data, sampling, out], notes, warnings)
 
@@ -103,12 +118,17 @@ def gepa_budget(c: GepaConfig, warnings: list[str]) -> PlanSection:
     val = "all" if c.num_val == -1 else c.num_val
     budget.add("seed evaluation", f"{val} calls (every validation example)")
     per_try = 2 * c.minibatch_size
-    budget.add("per iteration", f"{per_try} calls (parent and proposal on a minibatch of {c.minibatch_size}) "
-                                f"+ {val} when the proposal is accepted")
+    budget.add(
+        "per iteration",
+        f"{per_try} calls (parent and proposal on a minibatch of {c.minibatch_size}) "
+        f"+ {val} when the proposal is accepted",
+    )
     if c.num_val != -1:
         if c.max_calls < c.num_val:
-            warnings.append(f"max_calls ({c.max_calls}) is below num_val ({c.num_val}): the seed prompt's "
-                            f"evaluation alone needs {c.num_val} calls")
+            warnings.append(
+                f"max_calls ({c.max_calls}) is below num_val ({c.num_val}): the seed prompt's "
+                f"evaluation alone needs {c.num_val} calls"
+            )
         else:
             budget.add("iterations", f"at most {(c.max_calls - c.num_val) // per_try}")
     return budget
@@ -125,8 +145,11 @@ def dspy_budget(c: GepaConfig, warnings: list[str]) -> PlanSection:
     budget.add("max_calls", c.max_calls)
     if find_spec("dspy") is None:
         warnings.append(f"--optimizer {c.optimizer} needs DSPy, which is not installed: {INSTALL}")
-    budget.add("demonstrations", f"up to {c.max_demos} per candidate, from rollouts with reward "
-                                 f"{'above 0' if c.demo_threshold is None else f'>= {c.demo_threshold:g}'}")
+    budget.add(
+        "demonstrations",
+        f"up to {c.max_demos} per candidate, from rollouts with reward "
+        f"{'above 0' if c.demo_threshold is None else f'>= {c.demo_threshold:g}'}",
+    )
     if c.num_train == -1 or c.num_val == -1:
         budget.add("search", "sized from the split sizes when the run starts")
         return budget
@@ -138,7 +161,10 @@ def dspy_budget(c: GepaConfig, warnings: list[str]) -> PlanSection:
     if plan.optimizer == "bootstrap":
         budget.add("search", f"the seed prompt, 1 bootstrapped demo set and {plan.candidates} shuffled ones")
     else:
-        budget.add("search", f"{plan.candidates} instructions (the seed + {plan.candidates - 1} proposed by the reflection "
-                             f"model) × {plan.candidates} demo sets, {plan.trials} trials")
+        budget.add(
+            "search",
+            f"{plan.candidates} instructions (the seed + {plan.candidates - 1} proposed by the reflection "
+            f"model) × {plan.candidates} demo sets, {plan.trials} trials",
+        )
     budget.add("at most", f"{plan.bound} calls: {plan.breakdown}")
     return budget

@@ -41,9 +41,11 @@ def require_system_prompt_arg(env_id: str) -> None:
     params = inspect.signature(load_environment_factory(env_id)).parameters
     if SYSTEM_PROMPT_COMPONENT in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
         return
-    raise UserError(f"environment '{env_id}' cannot be prompt-optimized: its load_environment() has no "
-                    f"`system_prompt` argument (GEPA evolves the system prompt; add `system_prompt: str = ...` "
-                    f"and pass it to the Environment)")
+    raise UserError(
+        f"environment '{env_id}' cannot be prompt-optimized: its load_environment() has no "
+        f"`system_prompt` argument (GEPA evolves the system prompt; add `system_prompt: str = ...` "
+        f"and pass it to the Environment)"
+    )
 
 
 class PromptedEnvs:
@@ -70,8 +72,10 @@ class PromptedEnvs:
             raise UserError(f"environment '{self.env_id}' has no examples")
         probe = self.env_for(_PROBE).example_from_row(0, rows[0])
         if _PROBE not in repr(probe.prompt):
-            raise UserError(f"environment '{self.env_id}' accepts `system_prompt` but does not put it in its "
-                            f"prompts, so GEPA has nothing to optimize")
+            raise UserError(
+                f"environment '{self.env_id}' accepts `system_prompt` but does not put it in its "
+                f"prompts, so GEPA has nothing to optimize"
+            )
         self._envs.pop((_PROBE, ""), None)
 
     def rows(self, split: str) -> list[dict[str, Any]]:
@@ -95,8 +99,10 @@ class PromptedEnvs:
         args: dict[str, Any] = {**self.env_args, SYSTEM_PROMPT_COMPONENT: prompt}
         if few_shot:
             if not self.takes_few_shot:
-                raise UserError(f"environment '{self.env_id}' has no `few_shot` argument: render demonstrations "
-                                f"into the system prompt instead")
+                raise UserError(
+                    f"environment '{self.env_id}' has no `few_shot` argument: render demonstrations "
+                    f"into the system prompt instead"
+                )
             args[FEW_SHOT_ARG] = [dict(m) for m in few_shot]
         env = load_environment(self.env_id, **args)
         self._envs[key] = env
@@ -108,8 +114,9 @@ class PromptedEnvs:
             self._envs.pop(oldest)
         return env
 
-    def examples(self, prompt: str, split: str, indices: list[int],
-                 few_shot: Sequence[Message] = ()) -> tuple[Environment, list[Example]]:
+    def examples(
+        self, prompt: str, split: str, indices: list[int], few_shot: Sequence[Message] = ()
+    ) -> tuple[Environment, list[Example]]:
         """The env for `prompt` (+ `few_shot`) and its examples for rows `indices` of `split` (ids = row indices)."""
         env = self.env_for(prompt, few_shot)
         rows = self.rows(split)

@@ -20,9 +20,9 @@ import orjson
 
 from workbench.errors import ServerGone
 from workbench.events import Reporter
-from workbench.gepa.scoring import Budget, BudgetSpent, CandidateScorer
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
 from workbench.gepa.reflection import ReflectionEvent
+from workbench.gepa.scoring import Budget, BudgetSpent, CandidateScorer
 from workbench.store.files import write_text_atomic
 from workbench.store.runs import RUN_LOG, GepaRun, RunLog, now_iso, write_run_metadata
 from workbench.types import Group
@@ -61,21 +61,34 @@ def snapshot_of(state: Any) -> Snapshot:
     candidates = []
     for i, program in enumerate(state.program_candidates):
         scores = state.prog_candidate_val_subscores[i]
-        candidates.append({
-            "index": i,
-            "val_score": sum(scores.values()) / len(scores) if scores else None,
-            "val_examples": len(scores),
-            "parents": [p for p in state.parent_program_for_candidate[i] if p is not None],
-            "discovered_at_calls": state.num_metric_calls_by_discovery[i],
-            "prompt": program[SYSTEM_PROMPT_COMPONENT],
-        })
+        candidates.append(
+            {
+                "index": i,
+                "val_score": sum(scores.values()) / len(scores) if scores else None,
+                "val_examples": len(scores),
+                "parents": [p for p in state.parent_program_for_candidate[i] if p is not None],
+                "discovered_at_calls": state.num_metric_calls_by_discovery[i],
+                "prompt": program[SYSTEM_PROMPT_COMPONENT],
+            }
+        )
     frontier = []
     for val_id in sorted(state.pareto_front_valset, key=lambda v: (str(type(v)), v)):
         programs = sorted(state.program_at_pareto_front_valset.get(val_id, ()))
-        frontier.append({"example_id": val_id, "best_score": state.pareto_front_valset[val_id], "candidates": programs,
-                         "prompts": [state.program_candidates[p][SYSTEM_PROMPT_COMPONENT] for p in programs]})
-    return Snapshot(iterations=state.i + 1, metric_calls=state.total_num_evals, candidates=candidates,
-                    best_index=max(FullEvaluationPolicy().get_best_program(state), 0), frontier=frontier)
+        frontier.append(
+            {
+                "example_id": val_id,
+                "best_score": state.pareto_front_valset[val_id],
+                "candidates": programs,
+                "prompts": [state.program_candidates[p][SYSTEM_PROMPT_COMPONENT] for p in programs],
+            }
+        )
+    return Snapshot(
+        iterations=state.i + 1,
+        metric_calls=state.total_num_evals,
+        candidates=candidates,
+        best_index=max(FullEvaluationPolicy().get_best_program(state), 0),
+        frontier=frontier,
+    )
 
 
 class GepaLog(RunLog):
@@ -94,8 +107,14 @@ def one_line(text: str) -> str:
 class RunRecorder:
     """gepa callbacks (on_*) plus the adapter's and reflector's events → files, log, reporter."""
 
-    def __init__(self, run_dir: Path, metadata: GepaRun, reporter: Reporter, budget: Budget,
-                 scorer: CandidateScorer | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        metadata: GepaRun,
+        reporter: Reporter,
+        budget: Budget,
+        scorer: CandidateScorer | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.metadata = metadata
         self.reporter = reporter
@@ -116,8 +135,10 @@ class RunRecorder:
         self.reporter.group_done(group, {"reward_mean": best if best is not None else group.mean})
         for rollout in group.rollouts:
             if rollout.error is not None:
-                self.log.write(f"example {group.example_id}: {rollout.error.where} error {rollout.error.type}: "
-                               f"{one_line(rollout.error.message[:300])}")
+                self.log.write(
+                    f"example {group.example_id}: {rollout.error.where} error {rollout.error.type}: "
+                    f"{one_line(rollout.error.message[:300])}"
+                )
 
     def notice(self, line: str) -> None:
         """A retry worth knowing of (a stall, a server restarting): to the log and the user."""
@@ -128,15 +149,23 @@ class RunRecorder:
         counts = self.metadata.reflections
         counts[event.status] = counts.get(event.status, 0) + 1
         reply = f"; reply: {event.reply!r}" if event.reply else ""
-        self.log.write(f"iteration {self.iteration}: reflection {event.status}: {one_line(event.detail[:2000])}{reply}")
+        self.log.write(
+            f"iteration {self.iteration}: reflection {event.status}: {one_line(event.detail[:2000])}{reply}"
+        )
         if event.status != "proposed":
             self._event("reflection_" + event.status, event.detail + reply)
-            what = "no usable prompt in the reflection reply" if event.status == "unusable" else "reflection call failed"
+            what = (
+                "no usable prompt in the reflection reply"
+                if event.status == "unusable"
+                else "reflection call failed"
+            )
             self.reporter.message(f"iteration {self.iteration}: {what} ({event.detail[:160]}); skipped")
 
     def _event(self, kind: str, detail: str) -> None:
         events = self.metadata.events
-        events.append({"iteration": self.iteration, "kind": kind, "detail": detail[:1000], "at_calls": self.budget.used})
+        events.append(
+            {"iteration": self.iteration, "kind": kind, "detail": detail[:1000], "at_calls": self.budget.used}
+        )
         del events[:-RECENT_EVENTS]
 
     # ----- gepa callbacks ---------------------------------------------------------------------
@@ -155,7 +184,9 @@ class RunRecorder:
     def on_valset_evaluated(self, event: dict[str, Any]) -> None:
         score = event["average_score"]
         if event["iteration"] == 0:
-            self.log.write(f"seed prompt: validation score {score:.4f} over {event['num_examples_evaluated']} examples")
+            self.log.write(
+                f"seed prompt: validation score {score:.4f} over {event['num_examples_evaluated']} examples"
+            )
             return
         best = " (new best)" if event["is_best_program"] else ""
         line = f"iteration {event['iteration']}: candidate {event['candidate_idx']} accepted, validation score {score:.4f}{best}"
@@ -175,8 +206,10 @@ class RunRecorder:
         self.metadata.iteration_errors += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
         self._event("iteration_error", self.last_error)
-        self.log.write(f"iteration {event['iteration']}: error {self.last_error}\n"
-                       + "".join(traceback.format_exception(exc)))
+        self.log.write(
+            f"iteration {event['iteration']}: error {self.last_error}\n"
+            + "".join(traceback.format_exception(exc))
+        )
         going = "stopping" if isinstance(exc, ServerGone) else "recorded; going on"
         self.reporter.message(f"iteration {event['iteration']}: error {self.last_error[:200]} ({going})")
 
@@ -188,14 +221,20 @@ class RunRecorder:
         """Stop before an iteration that cannot afford its first minibatch, once the best prompt is
         perfect on every validation example (nothing left to gain), or after repeated failures."""
         self.take_snapshot(state)
-        if self.budget.exhausted or self.budget.remaining < minibatch_size or self.error_streak >= MAX_ERROR_STREAK:
+        if (
+            self.budget.exhausted
+            or self.budget.remaining < minibatch_size
+            or self.error_streak >= MAX_ERROR_STREAK
+        ):
             return True
         if self.scorer is not None and self.scorer.server_gone is not None:
             return True
         best = self.snapshot.best_score if self.snapshot else None
         if perfect_score is not None and best is not None and best >= perfect_score:
             if not self.metadata.stopped_early:
-                self.metadata.stopped_early = "the best prompt reaches the perfect score on every validation example"
+                self.metadata.stopped_early = (
+                    "the best prompt reaches the perfect score on every validation example"
+                )
                 self.log.write(f"stopping early: {self.metadata.stopped_early}")
             return True
         return False
@@ -212,8 +251,10 @@ class RunRecorder:
         self.write(status)
         snap = self.snapshot
         seed, best = (snap.seed_score, snap.best_score) if snap else (None, None)
-        self.log.write(f"{status}: {self.calls_used()}/{self.budget.max_calls} metric calls, "
-                       f"seed {_fmt(seed)} -> best {_fmt(best)}")
+        self.log.write(
+            f"{status}: {self.calls_used()}/{self.budget.max_calls} metric calls, "
+            f"seed {_fmt(seed)} -> best {_fmt(best)}"
+        )
 
     def write(self, status: str | None = None) -> None:
         meta = self.metadata
@@ -228,14 +269,22 @@ class RunRecorder:
             meta.rollout_errors = self.scorer.rollout_errors
         snap = self.snapshot
         if snap is not None:
-            meta.iterations, meta.seed_score, meta.best_score = snap.iterations, snap.seed_score, snap.best_score
-            meta.best_candidate, meta.num_candidates, meta.candidates = snap.best_index, len(snap.candidates), snap.candidates
+            meta.iterations, meta.seed_score, meta.best_score = (
+                snap.iterations,
+                snap.seed_score,
+                snap.best_score,
+            )
+            meta.best_candidate, meta.num_candidates, meta.candidates = (
+                snap.best_index,
+                len(snap.candidates),
+                snap.candidates,
+            )
             write_text_atomic(self.run_dir / "best_prompt.txt", snap.best_prompt + "\n")
-            write_text_atomic(self.run_dir / "pareto_frontier.jsonl",
-                        "".join(orjson.dumps(row).decode() + "\n" for row in snap.frontier))
+            write_text_atomic(
+                self.run_dir / "pareto_frontier.jsonl",
+                "".join(orjson.dumps(row).decode() + "\n" for row in snap.frontier),
+            )
         write_run_metadata(self.run_dir, meta)
-
-
 
 
 def _fmt(score: float | None) -> str:

@@ -40,8 +40,9 @@ class ReflectionEvent:
 class ReflectionModel:
     """`prompt (str or chat messages) -> reply text` over a workbench `Client`."""
 
-    def __init__(self, client: Client, bridge: AsyncBridge, sampling: SamplingParams,
-                 retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, client: Client, bridge: AsyncBridge, sampling: SamplingParams, retry: RetryPolicy | None = None
+    ) -> None:
         self.client = RetryingClient(client, retry)
         self.bridge = bridge
         self.sampling = sampling
@@ -72,9 +73,12 @@ def extract_prompt(reply: str, current: str) -> tuple[str | None, str]:
 class Reflector:
     """gepa `ReflectionLM` strategy: one reflection call per component, checked, every outcome recorded."""
 
-    def __init__(self, lm: Callable[[str | list[dict[str, Any]]], str],
-                 on_event: Callable[[ReflectionEvent], None] | None = None,
-                 prompt_template: str | None = None) -> None:
+    def __init__(
+        self,
+        lm: Callable[[str | list[dict[str, Any]]], str],
+        on_event: Callable[[ReflectionEvent], None] | None = None,
+        prompt_template: str | None = None,
+    ) -> None:
         self.lm = lm
         self.on_event = on_event
         self.prompt_template = prompt_template
@@ -85,22 +89,30 @@ class Reflector:
         if self.on_event is not None:
             self.on_event(event)
 
-    def reflect(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
-                components_to_update: list[str]) -> tuple[ReflectionProposal, Reflector]:
+    def reflect(
+        self,
+        candidate: dict[str, str],
+        reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+        components_to_update: list[str],
+    ) -> tuple[ReflectionProposal, Reflector]:
         proposal = ReflectionProposal(new_texts={}, prompts={}, raw_lm_outputs={})
         for name in components_to_update:
             records = reflective_dataset.get(name)
             if not records:
                 continue
-            prompt = InstructionProposalSignature.prompt_renderer({
-                "current_instruction_doc": candidate[name],
-                "dataset_with_feedback": [dict(r) for r in records],
-                "prompt_template": self.prompt_template,
-            })
+            prompt = InstructionProposalSignature.prompt_renderer(
+                {
+                    "current_instruction_doc": candidate[name],
+                    "dataset_with_feedback": [dict(r) for r in records],
+                    "prompt_template": self.prompt_template,
+                }
+            )
             try:
                 reply = self.lm(prompt)
             except Exception as exc:  # endpoint down, bad auth, timeout after retries: recorded, not fatal
-                self._record(ReflectionEvent("error", name, f"{type(exc).__name__}: {str(exc)[:REPLY_EXCERPT_CHARS]}"))
+                self._record(
+                    ReflectionEvent("error", name, f"{type(exc).__name__}: {str(exc)[:REPLY_EXCERPT_CHARS]}")
+                )
                 continue
             text, problem = extract_prompt(reply, candidate[name])
             if text is None:

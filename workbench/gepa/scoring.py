@@ -81,7 +81,9 @@ class Budget:
         with self._lock:
             if self.used + calls > self.max_calls:
                 self.exhausted = True
-                raise BudgetSpent(f"{calls} more metric calls would pass the budget ({self.used} of {self.max_calls} used)")
+                raise BudgetSpent(
+                    f"{calls} more metric calls would pass the budget ({self.used} of {self.max_calls} used)"
+                )
             self.used += calls
 
     def refund(self, calls: int) -> None:
@@ -93,10 +95,21 @@ class Budget:
 class CandidateScorer:
     """Scores candidates on DataItems (see module doc). Counts rollouts and their errors."""
 
-    def __init__(self, envs: PromptedEnvs, client: Any, bridge: AsyncBridge, sampling: SamplingParams, *,
-                 budget: Budget, max_concurrent: int = 32, state_columns: Sequence[str] = (),
-                 retry: RetryPolicy | None = None, on_group: Callable[[Group], None] | None = None,
-                 notify: Notify | None = None, on_scored: OnScored | None = None) -> None:
+    def __init__(
+        self,
+        envs: PromptedEnvs,
+        client: Any,
+        bridge: AsyncBridge,
+        sampling: SamplingParams,
+        *,
+        budget: Budget,
+        max_concurrent: int = 32,
+        state_columns: Sequence[str] = (),
+        retry: RetryPolicy | None = None,
+        on_group: Callable[[Group], None] | None = None,
+        notify: Notify | None = None,
+        on_scored: OnScored | None = None,
+    ) -> None:
         self.envs = envs
         self.client = client
         self.bridge = bridge
@@ -138,8 +151,10 @@ class CandidateScorer:
         if lost := sum(r.error is not None and r.error.infrastructure for r in rollouts):
             self.budget.refund(len(batch))
             self.server_failures += 1
-            raise ServerFailures(f"{lost} of {len(rollouts)} rollouts failed on the model server (connection, "
-                                 "timeout, 5xx after retries): this evaluation is not scored")
+            raise ServerFailures(
+                f"{lost} of {len(rollouts)} rollouts failed on the model server (connection, "
+                "timeout, 5xx after retries): this evaluation is not scored"
+            )
         with self._lock:
             self.scored_calls += len(batch)
         if self.on_scored is not None:
@@ -167,12 +182,28 @@ class CandidateScorer:
 
         try:
             env, examples = self.envs.examples(candidate.system_prompt, split, indices, candidate.few_shot)
-            self.bridge.run(run_rollouts(env, self.client, examples, rollouts_per_example=1, sampling=self.sampling,
-                                         max_concurrent=self.max_concurrent, on_group=on_group,
-                                         state_columns=self.state_columns, retry=self.retry, notify=self.notify))
-        except (ServerGone, concurrent.futures.CancelledError):  # a stop is not the env's error: never a score
+            self.bridge.run(
+                run_rollouts(
+                    env,
+                    self.client,
+                    examples,
+                    rollouts_per_example=1,
+                    sampling=self.sampling,
+                    max_concurrent=self.max_concurrent,
+                    on_group=on_group,
+                    state_columns=self.state_columns,
+                    retry=self.retry,
+                    notify=self.notify,
+                )
+            )
+        except (
+            ServerGone,
+            concurrent.futures.CancelledError,
+        ):  # a stop is not the env's error: never a score
             raise
-        except Exception as exc:  # the env refuses this candidate (rollout errors are recorded by the engine itself)
+        except (
+            Exception
+        ) as exc:  # the env refuses this candidate (rollout errors are recorded by the engine itself)
             error = RolloutError.from_exception(exc, "env")
             seen = {r.example_id for r in collected}
             for i in indices:
@@ -189,5 +220,12 @@ async def _deliver(on_group: Callable[[Group], None], group: Group) -> None:
 def failed_rollout(index: int, row: dict[str, Any], error: RolloutError) -> Rollout:
     """A rollout that could not run (the env failed to load with the candidate prompt)."""
     prompt = [{"role": "user", "content": str(row.get("question", row.get("prompt", "")))}]
-    return Rollout(example_id=index, rollout_index=0, prompt=prompt, answer=str(row.get("answer", "")),
-                   reward=0.0, error=error, stop_condition="error")
+    return Rollout(
+        example_id=index,
+        rollout_index=0,
+        prompt=prompt,
+        answer=str(row.get("answer", "")),
+        reward=0.0,
+        error=error,
+        stop_condition="error",
+    )

@@ -64,7 +64,9 @@ class AdapterSet:
     def __init__(self, model: Any) -> None:
         if hasattr(model, "peft_config"):
             # The trainer's own PeftModel: its adapter is being trained, not served by name.
-            raise AdapterError("this model already carries peft adapters; runtime LoRA loading needs a plain base model")
+            raise AdapterError(
+                "this model already carries peft adapters; runtime LoRA loading needs a plain base model"
+            )
         self._model = model  # the plain HF model that generation calls; peft injects into it
         self._peft: Any = None  # the PeftModel wrapper, created on the first load
         self._current: dict[str, str] = {}  # public name -> internal version

@@ -38,25 +38,34 @@ def end_of_turn(tokenizer: Any) -> tuple[str, int]:
     return text, token_id
 
 
-def continuation_text(tokenizer: Any, new_messages: Messages, tools: list[dict[str, Any]] | None = None) -> str:
+def continuation_text(
+    tokenizer: Any, new_messages: Messages, tools: list[dict[str, Any]] | None = None
+) -> str:
     """What the chat template writes after an assistant turn's end-of-turn marker for
     `new_messages`, followed by the generation prompt for the next assistant turn."""
     eos_text, _ = end_of_turn(tokenizer)
     stand_in = [{"role": "user", "content": "."}, {"role": "assistant", "content": _SENTINEL}]
-    text = tokenizer.apply_chat_template(stand_in + list(new_messages), tools=tools or None, tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        stand_in + list(new_messages), tools=tools or None, tokenize=False, add_generation_prompt=True
+    )
     at = text.find(_SENTINEL)
     end = text.find(eos_text, at) if at >= 0 else -1
     if end < 0:
         raise ContinuationError(f"the chat template does not close an assistant turn with {eos_text}")
-    return text[end + len(eos_text):]
+    return text[end + len(eos_text) :]
 
 
-def continuation_ids(tokenizer: Any, previous_completion: list[int], new_messages: Messages,
-                     tools: list[dict[str, Any]] | None = None) -> list[int]:
+def continuation_ids(
+    tokenizer: Any,
+    previous_completion: list[int],
+    new_messages: Messages,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
     """Ids to append to a turn's prompt + sampled ids before the next turn is generated: the
     end-of-turn token when the sampler stopped without it (a stop string), then the template's
     continuation. Call with the tokenizer guarded against concurrent use."""
     _, eos_id = end_of_turn(tokenizer)
     closing = [] if previous_completion and previous_completion[-1] == eos_id else [eos_id]
-    return closing + tokenizer.encode(continuation_text(tokenizer, new_messages, tools), add_special_tokens=False)
+    return closing + tokenizer.encode(
+        continuation_text(tokenizer, new_messages, tools), add_special_tokens=False
+    )

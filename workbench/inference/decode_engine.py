@@ -44,7 +44,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.inference.generation import (
-    BatchCounters, GenerationRow, RowResult, _TextStopper, penalize, record_token, sample_next, stop_strings,
+    BatchCounters,
+    GenerationRow,
+    RowResult,
+    _TextStopper,
+    penalize,
+    record_token,
+    sample_next,
+    stop_strings,
 )
 from workbench.inference.lean_model import ForwardBatch, LeanModel, SharedPrefix
 
@@ -82,8 +89,20 @@ class _SlotTensors:
 
     # What `move` carries: not `logits`, which a move (finished rows leaving, after sampling)
     # always precedes a forward pass that rewrites them for every live slot.
-    FIELDS = ("position", "offset", "steps", "temperature", "top_p", "top_k", "min_p", "penalty", "seeded",
-              "seeded_uniforms", "prompts", "seen")
+    FIELDS = (
+        "position",
+        "offset",
+        "steps",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "penalty",
+        "seeded",
+        "seeded_uniforms",
+        "prompts",
+        "seen",
+    )
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -104,27 +123,49 @@ class _SlotTensors:
         self.seen: Any = None  # [slots, vocab] bool, only once a row uses a repetition penalty
         self.index: Any = None  # arange(capacity): slot ids for cache writes and row indexing
 
-    def resize(self, capacity: int, vocab: int, live: int, *, uniform_width: int = 0, prompt_width: int = 0,
-               seen: bool = False) -> None:
+    def resize(
+        self,
+        capacity: int,
+        vocab: int,
+        live: int,
+        *,
+        uniform_width: int = 0,
+        prompt_width: int = 0,
+        seen: bool = False,
+    ) -> None:
         """At least `capacity` slots and the given widths, keeping the first `live` slots."""
         import torch
 
         self.vocab = vocab
         if capacity > self.capacity or self.position is None:
-            specs = {"position": torch.long, "offset": torch.long, "steps": torch.long, "temperature": torch.float32,
-                     "top_p": torch.float32, "top_k": torch.long, "min_p": torch.float32, "penalty": torch.float32,
-                     "seeded": torch.bool}
+            specs = {
+                "position": torch.long,
+                "offset": torch.long,
+                "steps": torch.long,
+                "temperature": torch.float32,
+                "top_p": torch.float32,
+                "top_k": torch.long,
+                "min_p": torch.float32,
+                "penalty": torch.float32,
+                "seeded": torch.bool,
+            }
             for name, dtype in specs.items():
                 setattr(self, name, _regrow(getattr(self, name), (capacity,), dtype, self.device, live))
             self.logits = _regrow(self.logits, (capacity, vocab), torch.float32, self.device, live)
             self.index = torch.arange(capacity, device=self.device)
             self.capacity = capacity
         width = self.seeded_uniforms.shape[1] if self.seeded_uniforms is not None else 0
-        self.seeded_uniforms = _regrow(self.seeded_uniforms, (self.capacity, max(uniform_width, width, 1)),
-                                       torch.float32, self.device, live)
+        self.seeded_uniforms = _regrow(
+            self.seeded_uniforms,
+            (self.capacity, max(uniform_width, width, 1)),
+            torch.float32,
+            self.device,
+            live,
+        )
         width = self.prompts.shape[1] if self.prompts is not None else 0
-        self.prompts = _regrow(self.prompts, (self.capacity, max(prompt_width, width, 1)), torch.long, self.device,
-                               live, fill=-1)
+        self.prompts = _regrow(
+            self.prompts, (self.capacity, max(prompt_width, width, 1)), torch.long, self.device, live, fill=-1
+        )
         if seen or self.seen is not None:
             self.seen = _regrow(self.seen, (self.capacity, vocab), torch.bool, self.device, live)
 
@@ -140,9 +181,17 @@ class DecodeEngine:
     """Live rows of one decode session; see the module docstring. Not thread-safe: one thread
     drives it, with the model's weights held still (the caller's lock) for the whole session."""
 
-    def __init__(self, model: LeanModel, tokenizer: Any, *, stop_token_ids: set[int], max_rows: int,
-                 counters: BatchCounters | None = None, tokenizer_lock: AbstractContextManager[Any] | None = None,
-                 reuse: DecodeEngine | None = None) -> None:
+    def __init__(
+        self,
+        model: LeanModel,
+        tokenizer: Any,
+        *,
+        stop_token_ids: set[int],
+        max_rows: int,
+        counters: BatchCounters | None = None,
+        tokenizer_lock: AbstractContextManager[Any] | None = None,
+        reuse: DecodeEngine | None = None,
+    ) -> None:
         """`reuse`: a finished engine whose buffers (cache, slot tensors) this one takes over when
         they fit the model, so back-to-back sessions allocate (and page-fault) nothing new."""
         self.model = model
@@ -151,7 +200,12 @@ class DecodeEngine:
         self.counters = counters or BatchCounters()
         self.stopper = _TextStopper(tokenizer, tokenizer_lock or nullcontext())
         self.vocab = _vocab(model)
-        if reuse is not None and not reuse.live_rows and reuse.cache.fits(model) and reuse.vocab == self.vocab:
+        if (
+            reuse is not None
+            and not reuse.live_rows
+            and reuse.cache.fits(model)
+            and reuse.vocab == self.vocab
+        ):
             # Stale keys/values and prompts in free slots are never read: every admitted row
             # gets its prompt, its prefix and its sampling tensors written first.
             self.cache, self.slots = reuse.cache, reuse.slots
@@ -213,17 +267,29 @@ class DecodeEngine:
         offsets = self._choose_prefix(prompts, new, first, duplicated=len(specs) > len(prompts))
         starts = self._copy_from_live_rows(prompts, new, first, offsets)
         self._prefill(prompts, starts, offsets, first)
-        duplicates = order[len(prompts):]
+        duplicates = order[len(prompts) :]
         if duplicates:
             dst = torch.arange(first + len(prompts), first + len(specs), device=self.model.device)
             src = torch.tensor([first + row_to_unique[i] for i in duplicates], device=self.model.device)
-            self.cache.copy_slots([(slot, first + row_to_unique[i], len(prompts[row_to_unique[i]]) - offsets[row_to_unique[i]])
-                                   for slot, i in enumerate(duplicates, start=first + len(prompts))])
+            self.cache.copy_slots(
+                [
+                    (
+                        slot,
+                        first + row_to_unique[i],
+                        len(prompts[row_to_unique[i]]) - offsets[row_to_unique[i]],
+                    )
+                    for slot, i in enumerate(duplicates, start=first + len(prompts))
+                ]
+            )
             self.slots.logits[dst] = self.slots.logits[src]
-            self.slots.prompts[dst] = self.slots.prompts[src]  # a stale prompt here would fake a shared prefix
+            self.slots.prompts[dst] = self.slots.prompts[
+                src
+            ]  # a stale prompt here would fake a shared prefix
         base = next(self._orders)
         self._orders = itertools.count(base + len(specs))
-        for slot, i in enumerate(order, start=first):  # admission order is the caller's row order, not the slot order
+        for slot, i in enumerate(
+            order, start=first
+        ):  # admission order is the caller's row order, not the slot order
             self._admit(slot, specs[i], tags[i], base + i, offsets[row_to_unique[i]])
         self._membership_changed()
 
@@ -234,7 +300,9 @@ class DecodeEngine:
             capacity = min(self.max_rows, max(rows, 2 * self.cache.slots))
         self.cache.reserve(capacity, length, keep_slots=live, keep_length=self._slot_length())
         self.slots.resize(
-            capacity, self.vocab, live,
+            capacity,
+            self.vocab,
+            live,
             uniform_width=max((s.max_new_tokens for s in specs if s.seed is not None), default=0),
             prompt_width=max(len(s.prompt_ids) for s in specs),
             seen=any(_penalty(s) != 1.0 for s in specs),
@@ -254,7 +322,9 @@ class DecodeEngine:
         self.slots.prompts[first : first + len(prompts), width:] = -1
         return new
 
-    def _choose_prefix(self, prompts: list[tuple[int, ...]], new: Any, first: int, *, duplicated: bool) -> list[int]:
+    def _choose_prefix(
+        self, prompts: list[tuple[int, ...]], new: Any, first: int, *, duplicated: bool
+    ) -> list[int]:
         """Each new prompt's offset: the shared prefix's length if the prompt extends it, else 0.
         When no live row uses a shared prefix, a new one is made from the longest prefix these
         prompts share with each other (an RL group's whole prompt but its last token) or with a
@@ -287,12 +357,16 @@ class DecodeEngine:
         if donor >= 0:
             cache.data[:, :, 0, :, :length] = self.cache.data[:, :, donor, :, :length]
         else:
-            batch = ForwardBatch.prefill([(0, 0, list(self._prefix_tokens))], 0, self.model.device, logits=False)
+            batch = ForwardBatch.prefill(
+                [(0, 0, list(self._prefix_tokens))], 0, self.model.device, logits=False
+            )
             self.model.forward(cache, batch)
             self.counters.forward_passes += 1
         return SharedPrefix(cache, length)
 
-    def _copy_from_live_rows(self, prompts: list[tuple[int, ...]], new: Any, first: int, offsets: list[int]) -> list[int]:
+    def _copy_from_live_rows(
+        self, prompts: list[tuple[int, ...]], new: Any, first: int, offsets: list[int]
+    ) -> list[int]:
         """Copy into the new slots the keys/values of the longest prefix each prompt shares with a
         live row of the same offset (prefix reuse across joins); returns, per prompt, the first
         position still to run (always < its length: the last token gives the first logits)."""
@@ -302,7 +376,9 @@ class DecodeEngine:
         if not first:
             return starts
         shared = _shared_with_live(new, self.slots.prompts[:first, : new.shape[1]])
-        same_offset = self.slots.offset[:first].unsqueeze(0) == torch.tensor(offsets, device=shared.device).unsqueeze(1)
+        same_offset = self.slots.offset[:first].unsqueeze(0) == torch.tensor(
+            offsets, device=shared.device
+        ).unsqueeze(1)
         best, donor = shared.masked_fill(~same_offset, 0).max(dim=1)
         moves = []
         for i, (length, slot) in enumerate(zip(best.tolist(), donor.tolist())):
@@ -313,7 +389,9 @@ class DecodeEngine:
         self.cache.copy_slots([(dst, src, starts[dst - first] - offsets[dst - first]) for dst, src in moves])
         return starts
 
-    def _prefill(self, prompts: list[tuple[int, ...]], starts: list[int], offsets: list[int], first: int) -> None:
+    def _prefill(
+        self, prompts: list[tuple[int, ...]], starts: list[int], offsets: list[int], first: int
+    ) -> None:
         """Run each prompt from its start, in chunks; the last position's logits go to `slots.logits`."""
         shared = self.prefix.length if self.prefix is not None else 0
         index = 0
@@ -333,7 +411,9 @@ class DecodeEngine:
             pieces = [(starts[i], offsets[i], list(prompts[i][starts[i] :])) for i in chunk]
             batch = ForwardBatch.prefill(pieces, first + index, self.model.device)
             prefix = self.prefix if any(offsets[i] for i in chunk) else None
-            self.slots.logits[first + index : first + index + count] = self.model.forward(self.cache, batch, prefix)
+            self.slots.logits[first + index : first + index + count] = self.model.forward(
+                self.cache, batch, prefix
+            )
             self.counters.forward_passes += 1
             self.counters.prefill_rows += count
             index += count
@@ -357,7 +437,9 @@ class DecodeEngine:
         s.seeded[slot] = spec.seed is not None
         if spec.seed is not None:
             generator = torch.Generator().manual_seed(spec.seed)
-            s.seeded_uniforms[slot, : spec.max_new_tokens] = torch.rand(spec.max_new_tokens, generator=generator)
+            s.seeded_uniforms[slot, : spec.max_new_tokens] = torch.rand(
+                spec.max_new_tokens, generator=generator
+            )
         if s.seen is not None:
             s.seen[slot] = False
             if penalty != 1.0:  # vLLM's rule: prompt tokens count as repeated too
@@ -392,16 +474,27 @@ class DecodeEngine:
         logits = s.logits[:n]
         penalized = penalize(logits, s.seen[:n], s.penalty[:n]) if self._penalty_rows else None
         tokens, logprobs = sample_next(
-            logits, s.temperature[:n], s.top_p[:n], s.top_k[:n], self._uniforms(n),
-            min_p=s.min_p[:n] if self._min_p_rows else None, sampling_logits=penalized,
-            greedy=None if self._greedy_rows else False, truncated=None if self._truncated_rows else False,
+            logits,
+            s.temperature[:n],
+            s.top_p[:n],
+            s.top_k[:n],
+            self._uniforms(n),
+            min_p=s.min_p[:n] if self._min_p_rows else None,
+            sampling_logits=penalized,
+            greedy=None if self._greedy_rows else False,
+            truncated=None if self._truncated_rows else False,
         )
         if self._penalty_rows:
             s.seen[s.index[:n], tokens] = True
         if self._seeded_rows:  # steps index a seeded row's own uniforms; nothing else reads them
             s.steps[:n] += 1
-        finished = [i for i, (row, token, logprob) in enumerate(zip(self.rows, tokens.tolist(), logprobs.tolist()))
-                    if record_token(row.spec, row.result, token, logprob, self.stop_token_ids, self.stopper, row.stops)]
+        finished = [
+            i
+            for i, (row, token, logprob) in enumerate(zip(self.rows, tokens.tolist(), logprobs.tolist()))
+            if record_token(
+                row.spec, row.result, token, logprob, self.stop_token_ids, self.stopper, row.stops
+            )
+        ]
         self._longest += 1  # every live row has one more token
         self._longest_slot += 1
         return tokens, finished
@@ -428,11 +521,19 @@ class DecodeEngine:
         if key_length > self.cache.length:
             self.cache.reserve(self.cache.slots, key_length, keep_slots=n, keep_length=key_length - 1)
         position = s.position[:n]
-        batch = ForwardBatch.decode(tokens, position, position - s.offset[:n], s.index[:n], key_length,
-                                    prefix_rows=self._prefix_mask, max_position=self._longest - 1)
+        batch = ForwardBatch.decode(
+            tokens,
+            position,
+            position - s.offset[:n],
+            s.index[:n],
+            key_length,
+            prefix_rows=self._prefix_mask,
+            max_position=self._longest - 1,
+        )
         # Weights are held still for the session (see the class): no need to look for changes.
-        s.logits[:n] = self.model.forward(self.cache, batch, self.prefix if self._prefix_rows else None,
-                                          check_weights=False)
+        s.logits[:n] = self.model.forward(
+            self.cache, batch, self.prefix if self._prefix_rows else None, check_weights=False
+        )
         position += 1
         self.counters.forward_passes += 1
 
@@ -462,7 +563,9 @@ class DecodeEngine:
             self._membership_changed()
             return tokens[:keep]
         # The movers' last sampled token is not in the cache yet: slot_length - 1 indices.
-        self.cache.copy_slots([(hole, mover, self.rows[mover].slot_length - 1) for hole, mover in zip(holes, movers)])
+        self.cache.copy_slots(
+            [(hole, mover, self.rows[mover].slot_length - 1) for hole, mover in zip(holes, movers)]
+        )
         device = self.model.device
         self.slots.move(torch.tensor(holes, device=device), torch.tensor(movers, device=device))
         self.rows = [self.rows[i] for i in order]
@@ -482,7 +585,9 @@ class DecodeEngine:
                 rank[slot] = position
             self._rank = torch.tensor(rank)
         uses = [row.offset > 0 for row in self.rows]
-        self._prefix_mask = None if all(uses) or not any(uses) else torch.tensor(uses, device=self.model.device)
+        self._prefix_mask = (
+            None if all(uses) or not any(uses) else torch.tensor(uses, device=self.model.device)
+        )
         # Kept up to date by `_sample` until the next change: no per-row loop in a decode step.
         self._longest = max((row.length for row in self.rows), default=0)
         self._longest_slot = self._slot_length()

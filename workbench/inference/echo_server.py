@@ -64,15 +64,31 @@ class EchoEndpoint:
         return response.status, body if isinstance(body, bytes) else b""
 
 
-async def serve_echo(client: Client, *, host: str = "127.0.0.1", port: int = 8000, stop: asyncio.Event,
-                     on_ready: Callable[[str], None] | None = None, served_model_name: str | None = None) -> None:
+async def serve_echo(
+    client: Client,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None] | None = None,
+    served_model_name: str | None = None,
+) -> None:
     """Serve `client` (normally an `EchoClient`) until `stop` is set; `on_ready` gets the base URL."""
-    await serve(EchoEndpoint(client, served_model_name or client.model), host=host, port=port, stop=stop,
-                on_ready=on_ready)
+    await serve(
+        EchoEndpoint(client, served_model_name or client.model),
+        host=host,
+        port=port,
+        stop=stop,
+        on_ready=on_ready,
+    )
 
 
-def run_echo_server(host: str = "127.0.0.1", port: int = 8000, model: str = "echo",
-                    mode: Literal["reverse", "echo"] = "reverse") -> None:
+def run_echo_server(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    model: str = "echo",
+    mode: Literal["reverse", "echo"] = "reverse",
+) -> None:
     """Serve an `EchoClient` until SIGINT/SIGTERM (blocking); prints the URL once ready."""
 
     def announce(url: str) -> None:

@@ -72,7 +72,9 @@ class Endpoint(BaseModel):
     def _check_key(cls, key: str | None) -> str | None:
         # Never echo the value: if it is not a variable name it may be a real secret.
         if key is not None and not _ENV_VAR_NAME.match(key):
-            raise ValueError("must be the NAME of an environment variable (like OPENAI_API_KEY), not the key itself")
+            raise ValueError(
+                "must be the NAME of an environment variable (like OPENAI_API_KEY), not the key itself"
+            )
         return key
 
     @property
@@ -129,13 +131,17 @@ def load_endpoints(path: str | Path = DEFAULT_PATH) -> dict[str, list[Endpoint]]
             line = _key_line(lines, 0, len(lines), name) or next(
                 (i + 1 for i, text_line in enumerate(lines) if header.match(text_line)), 1
             )
-            hint = "did you mean 'endpoint'?" if difflib.get_close_matches(name, [_TABLE], cutoff=0.5) else (
-                "the file holds only [[endpoint]] tables"
+            hint = (
+                "did you mean 'endpoint'?"
+                if difflib.get_close_matches(name, [_TABLE], cutoff=0.5)
+                else ("the file holds only [[endpoint]] tables")
             )
             raise UserError(f"{path}:{line}: unknown table '{name}' ({hint})")
     entries = data.get(_TABLE, [])
     if not isinstance(entries, list):
-        line = next((i + 1 for i, text_line in enumerate(lines) if re.match(r"^\s*\[\s*endpoint\s*\]", text_line)), 1)
+        line = next(
+            (i + 1 for i, text_line in enumerate(lines) if re.match(r"^\s*\[\s*endpoint\s*\]", text_line)), 1
+        )
         raise UserError(f"{path}:{line}: write [[endpoint]] (double brackets: one table per endpoint)")
 
     spans = _entry_spans(lines)
@@ -148,7 +154,9 @@ def load_endpoints(path: str | Path = DEFAULT_PATH) -> dict[str, list[Endpoint]]
         for key in entry:
             if key not in _FIELDS:
                 line = _key_line(lines, start, end, key) or header_line
-                raise UserError(f"{path}:{line}: unknown key '{key}' in [[endpoint]] ({_suggestion(key, _FIELDS)})")
+                raise UserError(
+                    f"{path}:{line}: unknown key '{key}' in [[endpoint]] ({_suggestion(key, _FIELDS)})"
+                )
         try:
             endpoint = Endpoint.model_validate(entry)
         except ValidationError as exc:

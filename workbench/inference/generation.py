@@ -93,10 +93,23 @@ def generate_batch(
     if lean_model is None:
         if lean:
             raise ValueError(f"the lean decode path does not support {type(model).__name__}")
-        return generate_batch_hf(model, tokenizer, rows, stop_token_ids=stop_token_ids, pad_token_id=pad_token_id,
-                                 counters=counters, tokenizer_lock=tokenizer_lock)
-    engine = DecodeEngine(lean_model, tokenizer, stop_token_ids=stop_token_ids, max_rows=len(rows),
-                          counters=counters, tokenizer_lock=tokenizer_lock)
+        return generate_batch_hf(
+            model,
+            tokenizer,
+            rows,
+            stop_token_ids=stop_token_ids,
+            pad_token_id=pad_token_id,
+            counters=counters,
+            tokenizer_lock=tokenizer_lock,
+        )
+    engine = DecodeEngine(
+        lean_model,
+        tokenizer,
+        stop_token_ids=stop_token_ids,
+        max_rows=len(rows),
+        counters=counters,
+        tokenizer_lock=tokenizer_lock,
+    )
     results: list[RowResult | None] = [None] * len(rows)
     engine.add(rows, list(range(len(rows))))
     while engine.live_rows:
@@ -130,12 +143,25 @@ def generate_batch_hf(
         params = _RowParams.build(rows, device, logits.shape[-1])
         while True:
             tokens, logprobs = sample_next(
-                logits, params.temperature, params.top_p, params.top_k, params.uniforms(len(active), device),
-                min_p=params.min_p, sampling_logits=params.penalized(logits),
+                logits,
+                params.temperature,
+                params.top_p,
+                params.top_k,
+                params.uniforms(len(active), device),
+                min_p=params.min_p,
+                sampling_logits=params.penalized(logits),
             )
             params.mark_seen(tokens)
-            finished = _record_step(rows, results, active.tolist(), tokens.tolist(), logprobs.tolist(), stop_token_ids,
-                                    decoder, stops)
+            finished = _record_step(
+                rows,
+                results,
+                active.tolist(),
+                tokens.tolist(),
+                logprobs.tolist(),
+                stop_token_ids,
+                decoder,
+                stops,
+            )
             if finished:
                 keep = [i for i, row in enumerate(active.tolist()) if row not in finished]
                 if not keep:
@@ -163,9 +189,18 @@ def generate_batch_hf(
     return results
 
 
-def sample_next(logits: Any, temperature: Any, top_p: Any, top_k: Any, uniforms: Any, *,
-                min_p: Any = None, sampling_logits: Any = None, greedy: bool | None = None,
-                truncated: bool | None = None) -> tuple[Any, Any]:
+def sample_next(
+    logits: Any,
+    temperature: Any,
+    top_p: Any,
+    top_k: Any,
+    uniforms: Any,
+    *,
+    min_p: Any = None,
+    sampling_logits: Any = None,
+    greedy: bool | None = None,
+    truncated: bool | None = None,
+) -> tuple[Any, Any]:
     """Sample one token per row; returns (tokens, logprobs under log_softmax(logits / T)).
 
     `temperature` 0 = greedy; `top_k` <= 0 = off; `uniforms` in [0, 1), one per row;
@@ -236,7 +271,9 @@ def penalize(logits: Any, seen: Any, penalty: Any) -> Any:
     return torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
 
 
-def _prefill(model: Any, rows: Sequence[GenerationRow], pad_token_id: int, device: Any, counters: BatchCounters) -> tuple[Any, Any, Any]:
+def _prefill(
+    model: Any, rows: Sequence[GenerationRow], pad_token_id: int, device: Any, counters: BatchCounters
+) -> tuple[Any, Any, Any]:
     """Run the prompts (each distinct prompt once); returns last logits, cache and mask per row."""
     import torch
     from transformers import DynamicCache
@@ -307,7 +344,9 @@ class _RowParams:
             params.repetition_penalty = torch.tensor(penalty, device=device)
             params.seen = torch.zeros((len(rows), vocab), dtype=torch.bool, device=device)
             for i, row in enumerate(rows):  # vLLM's rule: prompt tokens count as repeated too
-                ids = torch.tensor([t for t in row.prompt_ids if 0 <= t < vocab], dtype=torch.long, device=device)
+                ids = torch.tensor(
+                    [t for t in row.prompt_ids if 0 <= t < vocab], dtype=torch.long, device=device
+                )
                 params.seen[i, ids] = True
         return params
 
@@ -315,10 +354,15 @@ class _RowParams:
         import torch
 
         index = torch.tensor(keep, device=self.temperature.device)
-        pick = (lambda t: None if t is None else t[index])
+        pick = lambda t: None if t is None else t[index]
         return _RowParams(
-            self.temperature[index], self.top_p[index], self.top_k[index], [self.generators[i] for i in keep],
-            pick(self.min_p), pick(self.repetition_penalty), pick(self.seen),
+            self.temperature[index],
+            self.top_p[index],
+            self.top_k[index],
+            [self.generators[i] for i in keep],
+            pick(self.min_p),
+            pick(self.repetition_penalty),
+            pick(self.seen),
         )
 
     def penalized(self, logits: Any) -> Any:
@@ -373,8 +417,15 @@ def stop_strings(row: GenerationRow) -> list[str]:
     return [s for s in row.sampling.stop if s]
 
 
-def record_token(row: GenerationRow, result: RowResult, token: int, logprob: float, stop_token_ids: set[int],
-                 stopper: _TextStopper, stops: list[str]) -> bool:
+def record_token(
+    row: GenerationRow,
+    result: RowResult,
+    token: int,
+    logprob: float,
+    stop_token_ids: set[int],
+    stopper: _TextStopper,
+    stops: list[str],
+) -> bool:
     """Append one sampled token to `result`; True when the row is finished."""
     result.completion_ids.append(token)
     result.logprobs.append(logprob)
@@ -402,5 +453,8 @@ def _record_step(
     stops: list[list[str]],
 ) -> set[int]:
     """Append each active row's new token; return the rows that finished this step."""
-    return {row for row, token, logprob in zip(active, tokens, logprobs)
-            if record_token(rows[row], results[row], token, logprob, stop_token_ids, stopper, stops[row])}
+    return {
+        row
+        for row, token, logprob in zip(active, tokens, logprobs)
+        if record_token(rows[row], results[row], token, logprob, stop_token_ids, stopper, stops[row])
+    }

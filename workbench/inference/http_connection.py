@@ -59,7 +59,12 @@ class Connection(asyncio.Protocol):
 
     @property
     def usable(self) -> bool:
-        return not self.closed and self.keep_alive and self.transport is not None and not self.transport.is_closing()
+        return (
+            not self.closed
+            and self.keep_alive
+            and self.transport is not None
+            and not self.transport.is_closing()
+        )
 
     # ----- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -171,7 +176,7 @@ class Connection(asyncio.Protocol):
                 return
             size = int(bytes(buf[:line_end]).split(b";", 1)[0].strip(), 16)
             if size == 0:  # the last chunk, then optional trailers, then an empty line
-                rest = buf[line_end + 2:]
+                rest = buf[line_end + 2 :]
                 if rest.startswith(b"\r\n"):
                     trailing = 2
                 else:

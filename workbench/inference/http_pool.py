@@ -59,8 +59,14 @@ class HttpPool:
     Bound to the event loop of its first request; a later loop (a second `asyncio.run`) starts
     afresh, as the old loop's sockets cannot be used from it. See the module doc."""
 
-    def __init__(self, origin: str, headers: Mapping[str, str], *, max_connections: int = 256,
-                 connect_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        origin: str,
+        headers: Mapping[str, str],
+        *,
+        max_connections: int = 256,
+        connect_timeout_s: float = 30.0,
+    ) -> None:
         url = URL(origin)
         self.host = url.raw_host or ""
         self.port = url.port or 80
@@ -171,8 +177,9 @@ class HttpPool:
         assert self._loop is not None
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await self._loop.create_connection(lambda: Connection(self._loop, self._idle_closed),
-                                                             self.host, self.port)
+                _, conn = await self._loop.create_connection(
+                    lambda: Connection(self._loop, self._idle_closed), self.host, self.port
+                )
             conn.generation = self._generation
         except BaseException as exc:
             self._free_slot()

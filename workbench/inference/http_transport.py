@@ -58,7 +58,9 @@ class AiohttpTransport:
             # A session is bound to the loop it was made in; a new loop (e.g. a second
             # asyncio.run) needs a new session. The old loop's session cannot be closed
             # from here, so it is dropped.
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, keepalive_timeout=60)
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0, keepalive_timeout=60
+            )
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers=self._headers,
@@ -87,11 +89,15 @@ class AiohttpTransport:
 class LeanTransport:
     """`HttpPool`, with aiohttp behind it for the URLs that redirect (the pool does not follow)."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], *, max_connections: int,
-                 connect_timeout_s: float) -> None:
-        self.pool = http_pool.HttpPool(base_url, headers, max_connections=max_connections,
-                                       connect_timeout_s=connect_timeout_s)
-        self._fallback = AiohttpTransport(headers, max_connections=max_connections, connect_timeout_s=connect_timeout_s)
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str], *, max_connections: int, connect_timeout_s: float
+    ) -> None:
+        self.pool = http_pool.HttpPool(
+            base_url, headers, max_connections=max_connections, connect_timeout_s=connect_timeout_s
+        )
+        self._fallback = AiohttpTransport(
+            headers, max_connections=max_connections, connect_timeout_s=connect_timeout_s
+        )
         self._redirected: set[str] = set()  # URLs sent to aiohttp
 
     def __repr__(self) -> str:
@@ -113,8 +119,14 @@ class LeanTransport:
         await self._fallback.close()
 
 
-def transport_for(base_url: str, headers: Mapping[str, str], *, max_connections: int, connect_timeout_s: float,
-                  kind: TransportKind = "auto") -> Transport:
+def transport_for(
+    base_url: str,
+    headers: Mapping[str, str],
+    *,
+    max_connections: int,
+    connect_timeout_s: float,
+    kind: TransportKind = "auto",
+) -> Transport:
     """The lean pool where it can serve `base_url` (kind "auto"), else aiohttp. Kind "lean"
     insists on the pool (a ValueError where it cannot), "aiohttp" on aiohttp."""
     lean_ok = http_pool.supports(base_url, headers)
@@ -122,5 +134,7 @@ def transport_for(base_url: str, headers: Mapping[str, str], *, max_connections:
         # The URL is not shown: it may carry credentials.
         raise ValueError("the lean HTTP client serves plain http:// URLs without credentials only")
     if kind != "aiohttp" and lean_ok:
-        return LeanTransport(base_url, headers, max_connections=max_connections, connect_timeout_s=connect_timeout_s)
+        return LeanTransport(
+            base_url, headers, max_connections=max_connections, connect_timeout_s=connect_timeout_s
+        )
     return AiohttpTransport(headers, max_connections=max_connections, connect_timeout_s=connect_timeout_s)

@@ -40,8 +40,11 @@ class KVCache:
         new_slots = max(slots, self.slots)
         new_length = max(round_up(length, 64), self.length * 2 if length > self.length else self.length)
         # Zeros, not empty: masked-out keys still enter q.k, and NaN garbage would survive the mask.
-        data = torch.zeros((self.layers, 2, new_slots, self.kv_heads, new_length, self.head_dim),
-                           dtype=self.dtype, device=self.device)
+        data = torch.zeros(
+            (self.layers, 2, new_slots, self.kv_heads, new_length, self.head_dim),
+            dtype=self.dtype,
+            device=self.device,
+        )
         if self.data is not None and keep_slots and keep_length:
             data[:, :, :keep_slots, :, :keep_length] = self.data[:, :, :keep_slots, :, :keep_length]
         self.data, self.slots, self.length = data, new_slots, new_length
@@ -58,7 +61,12 @@ class KVCache:
     def fits(self, model: Any) -> bool:
         """Whether this cache has `model`'s shape, dtype and device (so it can be reused)."""
         return (self.layers, self.kv_heads, self.head_dim, self.dtype, self.device) == (
-            len(model.layers), model.kv_heads, model.head_dim, model.dtype, model.device)
+            len(model.layers),
+            model.kv_heads,
+            model.head_dim,
+            model.dtype,
+            model.device,
+        )
 
     def copy_slots(self, moves: Sequence[tuple[int, int, int]]) -> None:
         """For each (dst, src, length), slot dst takes the first `length` positions of slot src;
@@ -82,8 +90,10 @@ class SharedPrefix:
         [kv_heads, length, head_dim]: views made once, not per decode step."""
         if not self._views:
             data, length = self.cache.data, self.length
-            self._views = [(data[i, 0, 0, :, :length].transpose(1, 2), data[i, 1, 0, :, :length])
-                           for i in range(self.cache.layers)]
+            self._views = [
+                (data[i, 0, 0, :, :length].transpose(1, 2), data[i, 1, 0, :, :length])
+                for i in range(self.cache.layers)
+            ]
         return self._views[index]
 
 
@@ -109,15 +119,35 @@ class ForwardBatch:
     max_position: int | None = None  # max(positions) when the caller knows it (saves a device sync)
 
     @classmethod
-    def decode(cls, tokens: Any, positions: Any, cache_index: Any, slots: Any, key_length: int,
-               prefix_rows: Any = None, max_position: int | None = None) -> ForwardBatch:
+    def decode(
+        cls,
+        tokens: Any,
+        positions: Any,
+        cache_index: Any,
+        slots: Any,
+        key_length: int,
+        prefix_rows: Any = None,
+        max_position: int | None = None,
+    ) -> ForwardBatch:
         """One new token for each of the rows in slots [0, len(tokens))."""
-        return cls(tokens, positions, slots, cache_index, 0, tokens.shape[0], 1, key_length, cache_index.unsqueeze(1),
-                   prefix_rows=prefix_rows, max_position=max_position)
+        return cls(
+            tokens,
+            positions,
+            slots,
+            cache_index,
+            0,
+            tokens.shape[0],
+            1,
+            key_length,
+            cache_index.unsqueeze(1),
+            prefix_rows=prefix_rows,
+            max_position=max_position,
+        )
 
     @classmethod
-    def prefill(cls, pieces: list[tuple[int, int, list[int]]], first_slot: int, device: Any, *,
-                logits: bool = True) -> ForwardBatch:
+    def prefill(
+        cls, pieces: list[tuple[int, int, list[int]]], first_slot: int, device: Any, *, logits: bool = True
+    ) -> ForwardBatch:
         """Row i (slot first_slot + i) runs `pieces[i] = (start, offset, ids)`: ids at positions
         start, start + 1, ... of a row whose slot begins at position `offset`."""
         import torch
@@ -144,11 +174,21 @@ class ForwardBatch:
         def tensor(values: list[Any]) -> Any:
             return torch.tensor(values, dtype=torch.long, device=device)
 
-        return cls(tensor(tokens), tensor(positions), tensor(slots), tensor(cache_index), first_slot, len(pieces), width,
-                   max(start - offset + len(ids) for start, offset, ids in pieces), tensor(query_index),
-                   tensor(scatter) if width > 1 else None, last,
-                   None if all(with_prefix) else torch.tensor(with_prefix, device=device),
-                   max(positions))
+        return cls(
+            tensor(tokens),
+            tensor(positions),
+            tensor(slots),
+            tensor(cache_index),
+            first_slot,
+            len(pieces),
+            width,
+            max(start - offset + len(ids) for start, offset, ids in pieces),
+            tensor(query_index),
+            tensor(scatter) if width > 1 else None,
+            last,
+            None if all(with_prefix) else torch.tensor(with_prefix, device=device),
+            max(positions),
+        )
 
 
 def round_up(value: int, multiple: int) -> int:

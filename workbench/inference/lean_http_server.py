@@ -34,8 +34,9 @@ Handler = Callable[[Request], Awaitable[tuple[int, bytes]]]
 
 def json_error(status: int, message: str) -> tuple[int, bytes]:
     """An OpenAI-style error answer."""
-    return status, orjson.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                           "code": status}})
+    return status, orjson.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": status}}
+    )
 
 
 def _status_line(status: int) -> bytes:
@@ -142,15 +143,32 @@ class _ServerConnection(asyncio.Protocol):
             return
         head = _STATUS_LINES.get(status) or _status_line(status)
         close = b"" if keep_alive else b"Connection: close\r\n"
-        transport.write(b"".join((head, b"Content-Type: application/json\r\nContent-Length: ",
-                                  str(len(body)).encode(), b"\r\n", close, b"\r\n", body)))
+        transport.write(
+            b"".join(
+                (
+                    head,
+                    b"Content-Type: application/json\r\nContent-Length: ",
+                    str(len(body)).encode(),
+                    b"\r\n",
+                    close,
+                    b"\r\n",
+                    body,
+                )
+            )
+        )
         if not keep_alive:
             self._closing = True
             transport.close()
 
 
-async def serve(handler: Handler, *, host: str, port: int, stop: asyncio.Event,
-                on_ready: Callable[[str], None] | None = None) -> None:
+async def serve(
+    handler: Handler,
+    *,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
     """Serve `handler` on host:port until `stop` is set; `on_ready` gets `http://host:PORT`."""
     loop = asyncio.get_running_loop()
     connections: set[_ServerConnection] = set()

@@ -97,8 +97,12 @@ class _Fused:
     def __init__(self, modules: list[Any], rows: Any = None) -> None:
         self.modules = modules
         self.rows = rows
-        self.sources: list[tuple[dict[str, Any], str, Any, int]] = []  # (module._parameters, name, tensor, version)
-        self.weight_t: Any = None  # [in, out]: a plain (NN) matmul is a little faster than x @ W.t() at decode sizes
+        self.sources: list[
+            tuple[dict[str, Any], str, Any, int]
+        ] = []  # (module._parameters, name, tensor, version)
+        self.weight_t: Any = (
+            None  # [in, out]: a plain (NN) matmul is a little faster than x @ W.t() at decode sizes
+        )
         self.bias: Any = None
         self.refresh()
 
@@ -109,13 +113,17 @@ class _Fused:
         if not all(type(m) is torch.nn.Linear for m in modules):
             return False
         weights = [m.weight for m in modules]
-        return (len({(w.shape[1], w.dtype, w.device) for w in weights}) == 1
-                and len({m.bias is None for m in modules}) == 1)
+        return (
+            len({(w.shape[1], w.dtype, w.device) for w in weights}) == 1
+            and len({m.bias is None for m in modules}) == 1
+        )
 
     def stale(self) -> bool:
         # `_parameters` directly: nn.Module.__getattr__ would cost more than the check itself.
-        return any(params.get(name) is not tensor or _version(tensor) != version
-                   for params, name, tensor, version in self.sources)
+        return any(
+            params.get(name) is not tensor or _version(tensor) != version
+            for params, name, tensor, version in self.sources
+        )
 
     def refresh(self) -> None:
         import torch
@@ -127,8 +135,11 @@ class _Fused:
                 weight = weight[self.rows]
                 self.bias = None if self.bias is None else self.bias[self.rows]
             self.weight_t = weight.t().contiguous()
-        self.sources = [(m._parameters, name, m._parameters.get(name), _version(m._parameters.get(name)))
-                        for m in self.modules for name in ("weight", "bias")]
+        self.sources = [
+            (m._parameters, name, m._parameters.get(name), _version(m._parameters.get(name)))
+            for m in self.modules
+            for name in ("weight", "bias")
+        ]
 
     def __call__(self, x: Any) -> Any:
         import torch
@@ -153,11 +164,22 @@ class LeanModel:
         self.norm = decoder.norm
         self.lm_head = lm.lm_head
         self.rotary = decoder.rotary_emb
-        self.layers = [_Layer(
-            layer.input_layernorm, layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
-            layer.self_attn.o_proj, getattr(layer.self_attn, "q_norm", None), getattr(layer.self_attn, "k_norm", None),
-            layer.post_attention_layernorm, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj,
-        ) for layer in decoder.layers]
+        self.layers = [
+            _Layer(
+                layer.input_layernorm,
+                layer.self_attn.q_proj,
+                layer.self_attn.k_proj,
+                layer.self_attn.v_proj,
+                layer.self_attn.o_proj,
+                getattr(layer.self_attn, "q_norm", None),
+                getattr(layer.self_attn, "k_norm", None),
+                layer.post_attention_layernorm,
+                layer.mlp.gate_proj,
+                layer.mlp.up_proj,
+                layer.mlp.down_proj,
+            )
+            for layer in decoder.layers
+        ]
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -190,14 +212,22 @@ class LeanModel:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype=self.dtype, device=self.device)
 
     def _fuse(self) -> None:
-        stacked = [(layer, name, modules) for layer in self.layers
-                   for name, modules in (("qkv", [layer.q, layer.k, layer.v]), ("gate_up", [layer.gate, layer.up]))]
-        alone = [(layer, name, [module]) for layer in self.layers
-                 for name, module in (("o_copy", layer.o), ("down_copy", layer.down))]
+        stacked = [
+            (layer, name, modules)
+            for layer in self.layers
+            for name, modules in (("qkv", [layer.q, layer.k, layer.v]), ("gate_up", [layer.gate, layer.up]))
+        ]
+        alone = [
+            (layer, name, [module])
+            for layer in self.layers
+            for name, module in (("o_copy", layer.o), ("down_copy", layer.down))
+        ]
         budget = self.FUSE_MAX_BYTES
         for groups in (stacked, alone):  # q/k/v and gate/up first (they save ops); o and down if they fit too
             groups = [group for group in groups if _Fused.applies(group[2])]
-            size = sum(m.weight.numel() * m.weight.element_size() for _, _, modules in groups for m in modules)
+            size = sum(
+                m.weight.numel() * m.weight.element_size() for _, _, modules in groups for m in modules
+            )
             if size > budget:
                 return
             budget -= size
@@ -226,8 +256,14 @@ class LeanModel:
                     else:  # a bias appeared on one of them, or a dtype changed: unfused from now on
                         setattr(layer, name, None)
 
-    def forward(self, cache: KVCache, batch: ForwardBatch, prefix: SharedPrefix | None = None, *,
-                check_weights: bool = True) -> Any:
+    def forward(
+        self,
+        cache: KVCache,
+        batch: ForwardBatch,
+        prefix: SharedPrefix | None = None,
+        *,
+        check_weights: bool = True,
+    ) -> Any:
         """Run `batch`, writing its keys/values into `cache`; returns float32 logits [rows, vocab]
         at each row's last token (every token for a decode batch), or None for `batch.last` = -1.
         With `prefix`, rows flagged in `batch.prefix_rows` (all when None) also attend to the
@@ -247,9 +283,15 @@ class LeanModel:
         # Made per pass and indexed per layer (not kept, not `unbind`): outside inference mode,
         # autograd rejects in-place writes to older views and to `unbind`'s.
         layer_rows = cache.data.view(len(self.layers), -1, self.head_dim)
-        own = cache.data[:, :, live, :, : batch.key_length]  # [layers, 2, rows, kv_heads, keys, head_dim] views
-        if width == 1:  # per layer, keys transposed [rows * kv_heads, d, keys] and values [rows * kv_heads, keys, d]
-            own = list(zip(own[:, 0].flatten(1, 2).transpose(2, 3).unbind(0), own[:, 1].flatten(1, 2).unbind(0)))
+        own = cache.data[
+            :, :, live, :, : batch.key_length
+        ]  # [layers, 2, rows, kv_heads, keys, head_dim] views
+        if (
+            width == 1
+        ):  # per layer, keys transposed [rows * kv_heads, d, keys] and values [rows * kv_heads, keys, d]
+            own = list(
+                zip(own[:, 0].flatten(1, 2).transpose(2, 3).unbind(0), own[:, 1].flatten(1, 2).unbind(0))
+            )
         x = _embed(self.embed, batch.tokens)  # [N, hidden]: packed, no padding
         last_layer = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
@@ -327,11 +369,16 @@ class LeanModel:
         pre = zero.view(1, 1, 1)
         if with_prefix and batch.prefix_rows is not None:
             groups = self.heads // kv
-            pre = torch.where(batch.prefix_rows, zero, minus_inf).repeat_interleave(groups).view(1, rows * groups, 1)
+            pre = (
+                torch.where(batch.prefix_rows, zero, minus_inf)
+                .repeat_interleave(groups)
+                .view(1, rows * groups, 1)
+            )
         return own, pre
 
-    def _attend_one(self, q: Any, own_kt: Any, own_v: Any, bias: tuple[Any, Any], prefix: SharedPrefix | None,
-                    layer: int) -> Any:
+    def _attend_one(
+        self, q: Any, own_kt: Any, own_v: Any, bias: tuple[Any, Any], prefix: SharedPrefix | None, layer: int
+    ) -> Any:
         """Attention of one query per row (`q` [rows, heads, d]) over the row's own keys (`own_kt`
         [rows * kv_heads, d, keys], transposed, and `own_v` [rows * kv_heads, keys, d]: views of its
         cache slot) and, with `prefix`, the shared prefix's keys, read once for all rows ("cascade"
@@ -345,14 +392,22 @@ class LeanModel:
         groups, keys = self.heads // kv, own_v.shape[1]
         own_bias, prefix_bias = bias
         # Query head h = kv * groups + g uses key head kv (HF's repeat_kv order).
-        scores = torch.baddbmm(own_bias, q.reshape(rows * kv, groups, dim), own_kt, alpha=self.scale)  # [rows * kv, groups, keys]
+        scores = torch.baddbmm(
+            own_bias, q.reshape(rows * kv, groups, dim), own_kt, alpha=self.scale
+        )  # [rows * kv, groups, keys]
         if prefix is None:
             return torch.bmm(_softmax(scores, own_v.dtype), own_v).view(rows, self.heads * dim)
         length = prefix.length
         pre_kt, pre_v = prefix.layer(layer)
-        by_kv = q.transpose(0, 1) if groups == 1 else q.view(rows, kv, groups, dim).transpose(0, 1).reshape(kv, rows * groups, dim)
+        by_kv = (
+            q.transpose(0, 1)
+            if groups == 1
+            else q.view(rows, kv, groups, dim).transpose(0, 1).reshape(kv, rows * groups, dim)
+        )
         pre = torch.baddbmm(prefix_bias, by_kv, pre_kt, alpha=self.scale)  # [kv, rows * groups, prefix]
-        both = torch.cat((pre.view(kv, rows, groups, length).transpose(0, 1), scores.view(rows, kv, groups, keys)), dim=-1)
+        both = torch.cat(
+            (pre.view(kv, rows, groups, length).transpose(0, 1), scores.view(rows, kv, groups, keys)), dim=-1
+        )
         probs = _softmax(both, own_v.dtype)  # [rows, kv, groups, prefix + keys]
         out = torch.bmm(probs[..., length:].view(rows * kv, groups, keys), own_v).view(rows, kv, groups, dim)
         pre_probs = probs[..., :length].transpose(0, 1)  # [kv, rows, groups, prefix]
@@ -360,8 +415,16 @@ class LeanModel:
         pre_out = torch.bmm(pre_probs, pre_v).view(kv, rows, groups, dim)
         return (out + pre_out.transpose(0, 1)).view(rows, self.heads * dim)
 
-    def _attend_rows(self, q: Any, own_k: Any, own_v: Any, mask: Any, batch: ForwardBatch, prefix: SharedPrefix | None,
-                     layer: int) -> Any:
+    def _attend_rows(
+        self,
+        q: Any,
+        own_k: Any,
+        own_v: Any,
+        mask: Any,
+        batch: ForwardBatch,
+        prefix: SharedPrefix | None,
+        layer: int,
+    ) -> Any:
         """Prefill attention (several queries per row) with SDPA: packed `q` [N, heads, d] goes to
         [rows, width] and back. Returns [N, heads * d]."""
         import torch.nn.functional as F
@@ -375,13 +438,18 @@ class LeanModel:
         if prefix is not None:  # a one-off per-row copy of the prefix keys is cheaper here
             keys_k, keys_v, keys_mask = _with_prefix(own_k, own_v, mask, prefix, layer, batch.prefix_rows)
         attention = F.scaled_dot_product_attention(
-            q.transpose(1, 2), keys_k, keys_v, attn_mask=keys_mask, scale=self.scale,
+            q.transpose(1, 2),
+            keys_k,
+            keys_v,
+            attn_mask=keys_mask,
+            scale=self.scale,
             enable_gqa=self.kv_heads != self.heads,
         ).transpose(1, 2)
         return attention.reshape(rows * width, self.heads * self.head_dim)[batch.scatter]
 
-    def _attend_rows_cascade(self, q: Any, own_k: Any, own_v: Any, mask: Any, batch: ForwardBatch, prefix: SharedPrefix,
-                             layer: int) -> Any:
+    def _attend_rows_cascade(
+        self, q: Any, own_k: Any, own_v: Any, mask: Any, batch: ForwardBatch, prefix: SharedPrefix, layer: int
+    ) -> Any:
         """`_attend_rows` with a shared prefix on the CPU, without a per-row copy of the prefix keys:
         attention over the rows' own keys (padded queries) and over the prefix keys (all packed
         queries as one batch) separately, each with its log-sum-exp from the CPU flash kernel, then
@@ -390,13 +458,20 @@ class LeanModel:
 
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
         rows, width, heads, dim = batch.rows, batch.width, self.heads, self.head_dim
-        padded = q.new_zeros((rows * width, heads, dim)).index_copy_(0, batch.scatter, q).view(rows, width, heads, dim)
+        padded = (
+            q.new_zeros((rows * width, heads, dim))
+            .index_copy_(0, batch.scatter, q)
+            .view(rows, width, heads, dim)
+        )
         bias = torch.where(mask, self._zero, self._minus_inf)  # the kernel takes additive masks only
         own, own_lse = flash(padded.transpose(1, 2), own_k, own_v, attn_mask=bias, scale=self.scale)
         own = own.transpose(1, 2).reshape(rows * width, heads, dim)[batch.scatter]  # [N, heads, d]
         own_lse = own_lse.transpose(1, 2).reshape(rows * width, heads)[batch.scatter]  # [N, heads]
         length = prefix.length
-        pre_k, pre_v = prefix.cache.data[layer, 0, :1, :, :length], prefix.cache.data[layer, 1, :1, :, :length]
+        pre_k, pre_v = (
+            prefix.cache.data[layer, 0, :1, :, :length],
+            prefix.cache.data[layer, 1, :1, :, :length],
+        )
         pre, pre_lse = flash(q.transpose(0, 1).unsqueeze(0), pre_k, pre_v, scale=self.scale)
         pre, pre_lse = pre[0].transpose(0, 1), pre_lse[0].transpose(0, 1)  # [N, heads, d], [N, heads]
         if batch.prefix_rows is not None:  # rows without the prefix: its keys do not exist for them
@@ -439,7 +514,9 @@ class LeanModel:
         return self._rope[positions]
 
 
-def _with_prefix(own_k: Any, own_v: Any, mask: Any, prefix: SharedPrefix, layer: int, prefix_rows: Any) -> tuple[Any, Any, Any]:
+def _with_prefix(
+    own_k: Any, own_v: Any, mask: Any, prefix: SharedPrefix, layer: int, prefix_rows: Any
+) -> tuple[Any, Any, Any]:
     """Keys, values and mask with the shared prefix in front of each row's own (for SDPA)."""
     import torch
 

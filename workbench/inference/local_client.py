@@ -46,7 +46,12 @@ from workbench.inference.decode_engine import DecodeEngine
 from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch_hf
 from workbench.inference.lean_model import LeanModel
 from workbench.inference.prompt_cache import RenderedPrompts
-from workbench.inference.reasoning import prompt_ends_in_thinking, reasoning_message, resolve_reasoning_parser, think_token_ids
+from workbench.inference.reasoning import (
+    prompt_ends_in_thinking,
+    reasoning_message,
+    resolve_reasoning_parser,
+    think_token_ids,
+)
 from workbench.inference.tool_parsing import parse_hermes_tool_calls
 from workbench.types import Completion, Messages, SamplingParams, TokenData
 
@@ -57,7 +62,9 @@ class LocalClientStats:
 
     requests: int = 0
     rows: int = 0  # sequences decoded (a request with n=3 is 3 rows)
-    batches: int = 0  # decode batches run (< requests when batching works); a group joining a running one counts
+    batches: int = (
+        0  # decode batches run (< requests when batching works); a group joining a running one counts
+    )
     forward_passes: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -130,11 +137,23 @@ class LocalClient:
         self._engine: DecodeEngine | None = None  # the last decode session's, for its buffers
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int = 64,
-                   reasoning_parser: str | None = "auto") -> LocalClient:
+    def from_model(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        *,
+        model_name: str,
+        max_batch_size: int = 64,
+        reasoning_parser: str | None = "auto",
+    ) -> LocalClient:
         """Wrap an already loaded model (e.g. the trainer's policy) without copying it."""
-        return cls(model_name, model_name=model_name, max_batch_size=max_batch_size,
-                   reasoning_parser=reasoning_parser, _loaded=(model, tokenizer))
+        return cls(
+            model_name,
+            model_name=model_name,
+            max_batch_size=max_batch_size,
+            reasoning_parser=reasoning_parser,
+            _loaded=(model, tokenizer),
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -216,11 +235,18 @@ class LocalClient:
             prompt_ids = self.render_prompt_ids(messages, tools)
         except Exception as exc:  # a template error is the caller's input, not a transient fault
             raise InferenceError(f"could not apply the chat template: {exc}", transient=False) from exc
-        return await self.complete_ids(prompt_ids, sampling=sampling, parse_tools=bool(tools), adapter=adapter)
+        return await self.complete_ids(
+            prompt_ids, sampling=sampling, parse_tools=bool(tools), adapter=adapter
+        )
 
     async def continue_chat(
-        self, previous: TokenData, new_messages: Messages, *, sampling: SamplingParams,
-        tools: list[dict[str, Any]] | None = None, adapter: str | None = None,
+        self,
+        previous: TokenData,
+        new_messages: Messages,
+        *,
+        sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+        adapter: str | None = None,
     ) -> list[Completion]:
         """Tokens in: the next turn after `previous` (a turn's prompt ids + the ids it sampled),
         with the environment's `new_messages` rendered by the chat template (see chat_tokens)."""
@@ -230,10 +256,17 @@ class LocalClient:
         except Exception as exc:  # a template error is the caller's input, not a transient fault
             raise InferenceError(f"could not apply the chat template: {exc}", transient=False) from exc
         prompt_ids = previous.prompt_ids + previous.completion_ids + bridge
-        return await self.complete_ids(prompt_ids, sampling=sampling, parse_tools=bool(tools), adapter=adapter)
+        return await self.complete_ids(
+            prompt_ids, sampling=sampling, parse_tools=bool(tools), adapter=adapter
+        )
 
     async def complete_ids(
-        self, prompt_ids: list[int], *, sampling: SamplingParams, parse_tools: bool = False, adapter: str | None = None
+        self,
+        prompt_ids: list[int],
+        *,
+        sampling: SamplingParams,
+        parse_tools: bool = False,
+        adapter: str | None = None,
     ) -> list[Completion]:
         """Tokens-in form of `chat`: continue `prompt_ids` as given (multi-turn RL never re-tokenizes)."""
         if self._closed:
@@ -274,7 +307,9 @@ class LocalClient:
         if self._closed:
             raise InferenceError("LocalClient is closed", transient=False)
         if not ids or len(ids) > self._max_positions:
-            raise InferenceError(f"cannot score {len(ids)} tokens (1 to {self._max_positions})", transient=False)
+            raise InferenceError(
+                f"cannot score {len(ids)} tokens (1 to {self._max_positions})", transient=False
+            )
         return await asyncio.to_thread(self._score, list(ids))
 
     def _score(self, ids: list[int]) -> list[float]:
@@ -408,11 +443,18 @@ class LocalClient:
         and each request is answered as soon as its own rows finish. The session ends when
         no row is left; it admits nobody once a weight change waits or the client closes."""
         version = batch[0].adapter_version
-        engine = DecodeEngine(model, self._tokenizer, stop_token_ids=self._stop_token_ids,
-                              max_rows=max(self.max_batch_size, sum(r.rows for r in batch)),
-                              tokenizer_lock=self._tokenizer_lock, reuse=self._engine)
+        engine = DecodeEngine(
+            model,
+            self._tokenizer,
+            stop_token_ids=self._stop_token_ids,
+            max_rows=max(self.max_batch_size, sum(r.rows for r in batch)),
+            tokenizer_lock=self._tokenizer_lock,
+            reuse=self._engine,
+        )
         self._engine = engine  # its buffers serve the next session
-        running: dict[int, tuple[_Request, list[RowResult | None]]] = {id(r): (r, [None] * r.rows) for r in batch}
+        running: dict[int, tuple[_Request, list[RowResult | None]]] = {
+            id(r): (r, [None] * r.rows) for r in batch
+        }
         try:
             if self._adapters is not None:
                 self._adapters.activate(version)

@@ -150,8 +150,13 @@ class OpenAIClient:
         self.api_key = api_key  # for weight updates to the same server; never in repr or logs
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._transport: Transport = transport_for(self.base_url, self._headers, max_connections=max_connections,
-                                                   connect_timeout_s=min(self.timeout_s, 30.0), kind=transport)
+        self._transport: Transport = transport_for(
+            self.base_url,
+            self._headers,
+            max_connections=max_connections,
+            connect_timeout_s=min(self.timeout_s, 30.0),
+            kind=transport,
+        )
 
     def __repr__(self) -> str:
         # Never the key nor the headers (which carry it).
@@ -217,7 +222,9 @@ class OpenAIClient:
             return parse_chat_response(orjson.loads(payload), reasoning_parser=self.reasoning_parser)
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # incl. JSONDecodeError
             raise InferenceError(
-                f"malformed response from {self._url}: {type(exc).__name__}: {exc}", transient=False, status=status
+                f"malformed response from {self._url}: {type(exc).__name__}: {exc}",
+                transient=False,
+                status=status,
             ) from exc
 
     async def prompt_logprobs(self, ids: list[int]) -> list[float]:
@@ -225,25 +232,34 @@ class OpenAIClient:
         `/v1/completions` with `echo` (vLLM's prompt scoring; at temperature 1): a distillation
         teacher's scores. One try: the caller retries or gives up."""
         url = f"{self.base_url}/completions"
-        data = orjson.dumps({"model": self.model, "prompt": ids, "max_tokens": 1, "echo": True, "logprobs": 0,
-                             "temperature": 1.0})
+        data = orjson.dumps(
+            {
+                "model": self.model,
+                "prompt": ids,
+                "max_tokens": 1,
+                "echo": True,
+                "logprobs": 0,
+                "temperature": 1.0,
+            }
+        )
         status, payload = await self._answer(data, url)
         if status >= 400:
             raise error_for_status(status, payload, url)
         try:
-            values = orjson.loads(payload)["choices"][0]["logprobs"]["token_logprobs"][:len(ids)]
+            values = orjson.loads(payload)["choices"][0]["logprobs"]["token_logprobs"][: len(ids)]
             if len(values) != len(ids):
                 raise ValueError(f"{len(values)} logprobs for {len(ids)} prompt tokens")
             return [0.0 if v is None else float(v) for v in values]
         except (ValueError, KeyError, TypeError, IndexError) as exc:
-            raise InferenceError(f"malformed response from {url}: {type(exc).__name__}: {exc}", transient=False,
-                                 status=status) from exc
+            raise InferenceError(
+                f"malformed response from {url}: {type(exc).__name__}: {exc}", transient=False, status=status
+            ) from exc
 
     async def _post(self, data: bytes, url: str | None = None) -> tuple[int, bytes]:
         url = url or self._url
         try:
             status, payload = await self._transport.request("POST", url, data)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadResponse) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, BadResponse) as exc:
             raise error_for_exception(exc, url) from exc
         self._watch.answered()  # any reply, even an error, shows the server is alive
         return status, payload
@@ -264,8 +280,9 @@ class OpenAIClient:
             return await self._post(data, url)
         except asyncio.CancelledError:
             if watch.done(task) and task.uncancel() == 0:  # our own cancel, and no one else's
-                raise InferenceError(f"no response from {url or self._url} for {self.timeout_s:g} s",
-                                     transient=True) from None
+                raise InferenceError(
+                    f"no response from {url or self._url} for {self.timeout_s:g} s", transient=True
+                ) from None
             raise
         finally:
             watch.done(task)
@@ -280,7 +297,7 @@ class OpenAIClient:
         try:
             async with asyncio.timeout(timeout_s):
                 status, payload = await self._transport.request("GET", url)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadResponse) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, BadResponse) as exc:
             raise error_for_exception(exc, url) from exc
         if status >= 400 and status != 404:
             raise error_for_status(status, payload, url)

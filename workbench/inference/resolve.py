@@ -15,13 +15,21 @@ from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.models.hub import HUB_ID
 from workbench.store.checkpoints import training_run_checkpoint
-from workbench.workspace import NAMED_MODELS, SMOLLM2_MODEL_NAME, TINY_MODEL_NAME, endpoints_path, named_model_dir
+from workbench.workspace import (
+    NAMED_MODELS,
+    SMOLLM2_MODEL_NAME,
+    TINY_MODEL_NAME,
+    endpoints_path,
+    named_model_dir,
+)
 
 
 def resolve_model_path(model: str) -> Path | str:
     """A local folder for a named model ('tiny', 'tiny-qwen', 'smollm2-135m') and paths; the id
     itself for hub ids. UserError otherwise."""
-    if model in NAMED_MODELS:  # the CLI builds tiny-qwen and fetches smollm2-135m on first use (cli/embedded.py)
+    if (
+        model in NAMED_MODELS
+    ):  # the CLI builds tiny-qwen and fetches smollm2-135m on first use (cli/embedded.py)
         path = named_model_dir(model)
         if not (path / "config.json").is_file():
             how = "workbench setup" + ("" if model == TINY_MODEL_NAME else f" --model {model}")
@@ -31,12 +39,16 @@ def resolve_model_path(model: str) -> Path | str:
     path = training_run_checkpoint(Path(model).expanduser())
     if path.exists():
         if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
-            raise UserError(f"'{model}' is a folder but not a model (no config.json or adapter_config.json in it)")
+            raise UserError(
+                f"'{model}' is a folder but not a model (no config.json or adapter_config.json in it)"
+            )
         return path.resolve()
     if HUB_ID.match(model) and not model.startswith((".", "/")):
         return model
-    raise UserError(f"unknown model '{model}': not {', '.join(repr(m) for m in NAMED_MODELS)}, a local model folder, an endpoint id "
-                    f"in {endpoints_path()}, or a Hugging Face id (owner/name)")
+    raise UserError(
+        f"unknown model '{model}': not {', '.join(repr(m) for m in NAMED_MODELS)}, a local model folder, an endpoint id "
+        f"in {endpoints_path()}, or a Hugging Face id (owner/name)"
+    )
 
 
 def api_key(var: str | None) -> str | None:
@@ -54,10 +66,17 @@ def api_key(var: str | None) -> str | None:
     return value
 
 
-def make_client(model: str, *, base_url: str | None = None, api_key_var: str | None = None,
-                endpoints_file: str | None = None, return_tokens: bool = False,
-                timeout_s: float | None = None, tries: int | None = None,
-                reasoning_parser: str | None = "auto") -> Client:
+def make_client(
+    model: str,
+    *,
+    base_url: str | None = None,
+    api_key_var: str | None = None,
+    endpoints_file: str | None = None,
+    return_tokens: bool = False,
+    timeout_s: float | None = None,
+    tries: int | None = None,
+    reasoning_parser: str | None = "auto",
+) -> Client:
     """The client for these settings (not yet connected: HTTP sessions open on first use).
     `timeout_s`/`tries` (None: the endpoint's own, else the defaults) apply to servers only.
     `reasoning_parser` (see `inference.reasoning`): how an in-process model's `<think>` is split
@@ -69,16 +88,27 @@ def make_client(model: str, *, base_url: str | None = None, api_key_var: str | N
     if base_url:
         if not re.match(r"^https?://", base_url):
             raise UserError(f"base URL must start with http:// or https://, got '{base_url}'")
-        return OpenAIClient(base_url, model, api_key=api_key(api_key_var), return_tokens=return_tokens,
-                            timeout_s=timeout_s or DEFAULT_TIMEOUT_S, tries=tries or DEFAULT_TRIES,
-                            reasoning_parser=_server_parser(reasoning_parser))
+        return OpenAIClient(
+            base_url,
+            model,
+            api_key=api_key(api_key_var),
+            return_tokens=return_tokens,
+            timeout_s=timeout_s or DEFAULT_TIMEOUT_S,
+            tries=tries or DEFAULT_TRIES,
+            reasoning_parser=_server_parser(reasoning_parser),
+        )
     registry_path = Path(endpoints_file) if endpoints_file else endpoints_path()
     if endpoints_file and not registry_path.is_file():
         raise UserError(f"endpoint registry not found: {registry_path}")
     endpoints = load_endpoints(registry_path)
     if model in endpoints:
-        return client_for_endpoint(endpoints[model], return_tokens=return_tokens, timeout_s=timeout_s, tries=tries,
-                                   reasoning_parser=_server_parser(reasoning_parser))
+        return client_for_endpoint(
+            endpoints[model],
+            return_tokens=return_tokens,
+            timeout_s=timeout_s,
+            tries=tries,
+            reasoning_parser=_server_parser(reasoning_parser),
+        )
     return local_client(model, resolve_model_path(model), reasoning_parser=reasoning_parser)
 
 
@@ -98,13 +128,14 @@ def _checked_parser(setting: str | None) -> str | None:
         raise UserError(str(exc)) from None
 
 
-def local_client(name: str, source: Path | str, max_batch_size: int = 64, *,
-                 reasoning_parser: str | None = "auto") -> Client:
+def local_client(
+    name: str, source: Path | str, max_batch_size: int = 64, *, reasoning_parser: str | None = "auto"
+) -> Client:
     """An in-process client for a model folder, a checkpoint (adapter onto its base) or a hub id."""
     from workbench.errors import InferenceError
     from workbench.inference.local_client import LocalClient
-    from workbench.models.loading import adapter_base, load_merged_adapter
     from workbench.models.hub import require_hub_model
+    from workbench.models.loading import adapter_base, load_merged_adapter
 
     reasoning_parser = _checked_parser(reasoning_parser)
     if isinstance(source, str):
@@ -112,8 +143,15 @@ def local_client(name: str, source: Path | str, max_batch_size: int = 64, *,
     try:
         if isinstance(source, Path) and adapter_base(source) is not None:
             model, tokenizer = load_merged_adapter(source)
-            return LocalClient.from_model(model, tokenizer, model_name=name, max_batch_size=max_batch_size,
-                                          reasoning_parser=reasoning_parser)
-        return LocalClient(source, model_name=name, max_batch_size=max_batch_size, reasoning_parser=reasoning_parser)
+            return LocalClient.from_model(
+                model,
+                tokenizer,
+                model_name=name,
+                max_batch_size=max_batch_size,
+                reasoning_parser=reasoning_parser,
+            )
+        return LocalClient(
+            source, model_name=name, max_batch_size=max_batch_size, reasoning_parser=reasoning_parser
+        )
     except (OSError, InferenceError) as exc:  # hub unreachable, missing or broken files
         raise UserError(f"could not load model '{name}': {str(exc).splitlines()[0]}") from exc

@@ -24,7 +24,7 @@ import orjson
 from aiohttp import web
 
 from workbench import startup
-from workbench.errors import UserError, InferenceError
+from workbench.errors import InferenceError, UserError
 from workbench.inference.client import Client
 from workbench.types import Completion, SamplingParams
 
@@ -37,10 +37,29 @@ _RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
 # Request keys consumed here; any other key reaches the backend through `SamplingParams.extra`.
 _CONSUMED = frozenset(
     {
-        "model", "messages", "tools", "tool_choice", "temperature", "top_p", "top_k",
-        "max_tokens", "max_completion_tokens", "stop", "n", "seed", "stream",
-        "stream_options", "logprobs", "top_logprobs", "return_tokens_as_token_ids",
-        "return_token_ids", "user", "metadata", "store", "service_tier", "include_reasoning",
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "n",
+        "seed",
+        "stream",
+        "stream_options",
+        "logprobs",
+        "top_logprobs",
+        "return_tokens_as_token_ids",
+        "return_token_ids",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "include_reasoning",
     }
 )
 # Long multi-turn prompts with tool output easily pass aiohttp's 1 MiB default.
@@ -85,7 +104,9 @@ def _number(body: dict[str, Any], key: str, default: float, *, minimum: float | 
     return float(value)
 
 
-def _integer(body: dict[str, Any], key: str, default: int | None, *, minimum: int | None = None) -> int | None:
+def _integer(
+    body: dict[str, Any], key: str, default: int | None, *, minimum: int | None = None
+) -> int | None:
     value = body.get(key)
     if value is None:
         return default
@@ -146,7 +167,9 @@ def _wire_tool_calls(tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         function = dict(call.get("function") or {})
         if not isinstance(function.get("arguments", ""), str):
             function["arguments"] = orjson.dumps(function["arguments"]).decode()
-        wired.append({"id": call.get("id") or f"call_{i}", "type": call.get("type", "function"), "function": function})
+        wired.append(
+            {"id": call.get("id") or f"call_{i}", "type": call.get("type", "function"), "function": function}
+        )
     return wired
 
 
@@ -192,12 +215,24 @@ class OpenAIServer:
         # As vLLM: base models first (parent null), then each adapter with its folder as
         # `root` and the base model as `parent`.
         data = [
-            {"id": name, "object": "model", "created": self.created, "owned_by": "workbench", "root": name,
-             "parent": None}
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "workbench",
+                "root": name,
+                "parent": None,
+            }
             for name in sorted(self.model_names)
         ] + [
-            {"id": name, "object": "model", "created": self.created, "owned_by": "workbench", "root": path,
-             "parent": self.served_model_name}
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "workbench",
+                "root": path,
+                "parent": self.served_model_name,
+            }
             for name, path in sorted(self.lora_paths.items())
         ]
         return json_response({"object": "list", "data": data})
@@ -221,7 +256,10 @@ class OpenAIServer:
         if model is not None and adapter is None and model not in self.model_names:
             served = ", ".join(sorted(self.model_names | set(self.lora_paths)))
             return error_response(
-                404, f"The model `{model}` does not exist (served: {served}).", param="model", code="model_not_found",
+                404,
+                f"The model `{model}` does not exist (served: {served}).",
+                param="model",
+                code="model_not_found",
             )
         if body.get("stream"):
             return error_response(400, "streaming not supported: send 'stream': false", param="stream")
@@ -262,26 +300,46 @@ class OpenAIServer:
             return error_response(400, f"request body is not valid JSON: {exc}")
         score = getattr(self.client, "prompt_logprobs", None)
         if not isinstance(body, dict) or not body.get("echo") or body.get("logprobs") is None:
-            return error_response(400, "this server's /v1/completions scores prompts only: send a prompt of token ids "
-                                       "with 'echo': true and 'logprobs': 0 (generate with /v1/chat/completions)")
+            return error_response(
+                400,
+                "this server's /v1/completions scores prompts only: send a prompt of token ids "
+                "with 'echo': true and 'logprobs': 0 (generate with /v1/chat/completions)",
+            )
         if score is None:
             return error_response(400, "this backend cannot score prompts")
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
             prompt = prompt[0]
-        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if (
+            not isinstance(prompt, list)
+            or not prompt
+            or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+        ):
             return error_response(400, "'prompt' must be a non-empty list of token ids", param="prompt")
         try:
             logprobs = await score(prompt)
         except InferenceError as exc:
             return error_response(503 if exc.transient else 400, str(exc))
-        return json_response({
-            "id": f"cmpl-{next(self._ids)}", "object": "text_completion", "created": int(time.time()),
-            "model": body.get("model") or self.served_model_name,
-            "choices": [{"index": 0, "text": "", "finish_reason": "length",
-                         "logprobs": {"token_logprobs": [None, *logprobs[1:]], "tokens": [f"token_id:{t}" for t in prompt]}}],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": len(prompt)},
-        })
+        return json_response(
+            {
+                "id": f"cmpl-{next(self._ids)}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.served_model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "",
+                        "finish_reason": "length",
+                        "logprobs": {
+                            "token_logprobs": [None, *logprobs[1:]],
+                            "tokens": [f"token_id:{t}" for t in prompt],
+                        },
+                    }
+                ],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": len(prompt)},
+            }
+        )
 
     async def load_static_loras(self, modules: dict[str, str]) -> None:
         """Load `--lora-modules` at startup; the first failure is a UserError."""
@@ -451,7 +509,9 @@ def run_server(
 
     async def main() -> None:
         try:
-            app = create_app(client, served_model_name=name, enable_lora=enable_lora, max_lora_rank=max_lora_rank)
+            app = create_app(
+                client, served_model_name=name, enable_lora=enable_lora, max_lora_rank=max_lora_rank
+            )
             await app[SERVER_KEY].load_static_loras(lora_modules or {})
             await serve(app, host=host, port=port, on_ready=announce)
         finally:

@@ -98,14 +98,23 @@ class WeightRoutes:
         if not server.enable_lora:
             return 400, LORA_NOT_ENABLED, "BadRequestError"
         if self.backend is None:
-            return 400, f"this server's backend ({type(server.client).__name__}) cannot load LoRA adapters", \
-                "BadRequestError"
+            return (
+                400,
+                f"this server's backend ({type(server.client).__name__}) cannot load LoRA adapters",
+                "BadRequestError",
+            )
         if name in server.model_names:
             return 400, f"'{name}' is the base model's name; choose another lora_name", "InvalidUserInput"
         async with server.weights_admin_lock:
             if name in server.lora_paths and not load_inplace:
-                return 400, (f"The lora adapter '{name}' has already been loaded. If you want to load the "
-                             "adapter in place, set 'load_inplace' to True."), "InvalidUserInput"
+                return (
+                    400,
+                    (
+                        f"The lora adapter '{name}' has already been loaded. If you want to load the "
+                        "adapter in place, set 'load_inplace' to True."
+                    ),
+                    "InvalidUserInput",
+                )
             try:
                 await asyncio.to_thread(self.backend.load_adapter, name, path, max_rank=server.max_lora_rank)
             except InferenceError as exc:
@@ -139,7 +148,9 @@ class WeightRoutes:
         if not server.enable_lora:
             return _error(400, LORA_NOT_ENABLED, "BadRequestError")
         if not isinstance(name, str) or not name:
-            return _error(400, "'lora_name' needs to be provided to unload a LoRA adapter.", "InvalidUserInput")
+            return _error(
+                400, "'lora_name' needs to be provided to unload a LoRA adapter.", "InvalidUserInput"
+            )
         async with server.weights_admin_lock:
             if name not in server.lora_paths or self.backend is None:
                 return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
@@ -158,8 +169,11 @@ class WeightRoutes:
         if not isinstance(weight_dir, str) or not weight_dir:
             return _error(400, "'weight_dir' (a model folder) must be provided.", "InvalidUserInput")
         if self.backend is None:
-            return _error(400, f"this server's backend ({type(self.server.client).__name__}) cannot reload weights",
-                          "BadRequestError")
+            return _error(
+                400,
+                f"this server's backend ({type(self.server.client).__name__}) cannot reload weights",
+                "BadRequestError",
+            )
         async with self.server.weights_admin_lock:
             try:
                 await asyncio.to_thread(self.backend.update_weights, weight_dir)
@@ -167,6 +181,9 @@ class WeightRoutes:
                 return _error(*_failure(exc))
             except Exception as exc:  # e.g. a corrupt safetensors file: 500, the server lives on
                 logger.exception("reloading weights from %s failed", weight_dir)
-                return _error(500, f"reloading weights from {weight_dir} failed: {type(exc).__name__}: {exc}",
-                              "InternalServerError")
+                return _error(
+                    500,
+                    f"reloading weights from {weight_dir} failed: {type(exc).__name__}: {exc}",
+                    "InternalServerError",
+                )
         return web.Response(body=orjson.dumps({"status": "ok"}), content_type="application/json")

@@ -151,13 +151,27 @@ def vllm_plan(
     """The `vllm serve` command and environment for `inference` (see the module docstring)."""
     tp, dp = inference.tensor_parallel_size, inference.data_parallel_size
     if inference.gpu_ids and len(inference.gpu_ids) != tp * dp:
-        raise UserError(f"inference.gpu_ids lists {len(inference.gpu_ids)} GPU(s) but tensor_parallel_size * "
-                        f"data_parallel_size = {tp} * {dp} = {tp * dp}")
+        raise UserError(
+            f"inference.gpu_ids lists {len(inference.gpu_ids)} GPU(s) but tensor_parallel_size * "
+            f"data_parallel_size = {tp} * {dp} = {tp * dp}"
+        )
     if inference.tool_call_parser and not inference.enable_auto_tool_choice:
         raise UserError("inference.tool_call_parser needs inference.enable_auto_tool_choice = true (as vLLM)")
-    command = [*executable, "serve", model, "--host", host, "--port", str(port),
-               "--served-model-name", served_model_name,
-               "--tensor-parallel-size", str(tp), "--data-parallel-size", str(dp)]
+    command = [
+        *executable,
+        "serve",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_model_name,
+        "--tensor-parallel-size",
+        str(tp),
+        "--data-parallel-size",
+        str(dp),
+    ]
     if inference.gpu_memory_utilization is not None:
         command += ["--gpu-memory-utilization", str(inference.gpu_memory_utilization)]
     if inference.max_model_len is not None:
@@ -176,7 +190,13 @@ def vllm_plan(
     if inference.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in inference.gpu_ids)
     if lora is not None and lora.enabled:
-        command += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(lora.r)), "--max-loras", str(max_loras)]
+        command += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(vllm_lora_rank(lora.r)),
+            "--max-loras",
+            str(max_loras),
+        ]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # else vLLM has no /v1/load_lora_adapter
     connect_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url_host = f"[{connect_host}]" if ":" in connect_host else connect_host
@@ -219,8 +239,12 @@ class ManagedServer:
             # A `workbench serve` replica is forked from this process when it safely can
             # (workbench.fork_launch: no second import of torch); anything else starts fresh.
             self.process = WorkbenchPopen(
-                command, env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,  # own group: stop() reaches its workers too
+                command,
+                env={**os.environ, **self.env},
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # own group: stop() reaches its workers too
             )
         except OSError as exc:
             self._close_log()
@@ -238,15 +262,19 @@ class ManagedServer:
         code = self.process.poll()
         if code is not None:
             self._close_log()
-            raise ServerStartError(f"{self.name} exited with code {code} before it was ready; "
-                                   f"last lines of {self.log_path}:\n{self.log_tail()}")
+            raise ServerStartError(
+                f"{self.name} exited with code {code} before it was ready; "
+                f"last lines of {self.log_path}:\n{self.log_tail()}"
+            )
         if self._healthy():
             return True
         if time.monotonic() >= deadline:
             self.stop()
-            raise ServerStartError(f"{self.name} was not healthy at {self.health_url or '(no URL announced yet)'} after "
-                                   f"{self.startup_timeout_s:g}s (stopped it); last lines of {self.log_path}:\n"
-                                   f"{self.log_tail()}")
+            raise ServerStartError(
+                f"{self.name} was not healthy at {self.health_url or '(no URL announced yet)'} after "
+                f"{self.startup_timeout_s:g}s (stopped it); last lines of {self.log_path}:\n"
+                f"{self.log_tail()}"
+            )
         return False
 
     def _healthy(self) -> bool:

@@ -34,7 +34,9 @@ def safetensors_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise WeightReloadError(f"weight_dir {folder} does not exist", status=404)
     if (folder / "adapter_config.json").is_file():
-        raise WeightReloadError(f"{folder} is a LoRA adapter, not full weights: load it with /v1/load_lora_adapter")
+        raise WeightReloadError(
+            f"{folder} is a LoRA adapter, not full weights: load it with /v1/load_lora_adapter"
+        )
     if (folder / SINGLE_FILE).is_file():
         return [folder / SINGLE_FILE]
     index = folder / INDEX_FILE
@@ -47,7 +49,9 @@ def safetensors_files(folder: Path) -> list[Path]:
         if missing:
             raise WeightReloadError(f"{folder} is missing weight shards: {', '.join(missing)}")
         return [folder / s for s in shards]
-    raise WeightReloadError(f"no {SINGLE_FILE} or {INDEX_FILE} in {folder} (save the model with save_pretrained)")
+    raise WeightReloadError(
+        f"no {SINGLE_FILE} or {INDEX_FILE} in {folder} (save the model with save_pretrained)"
+    )
 
 
 def _canonical(name: str) -> str:
@@ -60,7 +64,7 @@ def _model_tensors(model: Any) -> tuple[dict[str, Any], set[str]]:
     the parameters (which the folder must all provide). LoRA weights are not base weights."""
     tensors: dict[str, Any] = {}
     params: set[str] = set()
-    for name, param in model.named_parameters():  # tied weights once: the folder may store one copy
+    for name, _param in model.named_parameters():  # tied weights once: the folder may store one copy
         if ".lora_" not in name:
             params.add(_canonical(name))
     for name, param in model.named_parameters(remove_duplicate=False):  # ... or both names
@@ -87,12 +91,16 @@ def load_weights_in_place(model: Any, folder: str | Path) -> int:
             for key in reader.keys():
                 target = targets.get(key)
                 if target is None:
-                    raise WeightReloadError(f"{file.name} has tensor '{key}', which the served model does not have "
-                                            "(weights of a different architecture?)")
+                    raise WeightReloadError(
+                        f"{file.name} has tensor '{key}', which the served model does not have "
+                        "(weights of a different architecture?)"
+                    )
                 shape = tuple(reader.get_slice(key).get_shape())
                 if shape != tuple(target.shape):
-                    raise WeightReloadError(f"tensor '{key}' in {file.name} has shape {list(shape)}, the served model's "
-                                            f"is {list(target.shape)} (weights of a different model size?)")
+                    raise WeightReloadError(
+                        f"tensor '{key}' in {file.name} has shape {list(shape)}, the served model's "
+                        f"is {list(target.shape)} (weights of a different model size?)"
+                    )
                 plan.append((file, key, target))
     provided = {key for _, key, _ in plan}
     missing = sorted(required - provided)

@@ -41,8 +41,11 @@ class WeightSyncError(InferenceError):
 
     def __init__(self, action: str, failures: dict[str, str], report: SyncReport) -> None:
         detail = "; ".join(f"{url}: {reason}" for url, reason in failures.items())
-        super().__init__(f"{action} failed on {len(failures)} of {len(report.servers) + len(failures)} "
-                         f"server(s): {detail}", transient=False)
+        super().__init__(
+            f"{action} failed on {len(failures)} of {len(report.servers) + len(failures)} "
+            f"server(s): {detail}",
+            transient=False,
+        )
         self.failures = failures
         self.report = report
 
@@ -118,11 +121,20 @@ class WeightSync:
     async def unload_lora(self, name: str, *, missing_ok: bool = True) -> SyncReport:
         """Unload adapter `name` everywhere; a server that does not have it counts as done
         unless `missing_ok` is False (a restarted server has forgotten its adapters)."""
-        return await self._everywhere(f"unloading LoRA '{name}'", "/v1/unload_lora_adapter", {"lora_name": name},
-                                      ok_statuses=(_NOT_FOUND,) if missing_ok else ())
+        return await self._everywhere(
+            f"unloading LoRA '{name}'",
+            "/v1/unload_lora_adapter",
+            {"lora_name": name},
+            ok_statuses=(_NOT_FOUND,) if missing_ok else (),
+        )
 
     async def switch_lora(
-        self, name: str, path: str, *, client: ModelSwitchable | None = None, previous: str | None = None,
+        self,
+        name: str,
+        path: str,
+        *,
+        client: ModelSwitchable | None = None,
+        previous: str | None = None,
         load_inplace: bool = False,
     ) -> SyncReport:
         """Load `path` as `name` everywhere, point `client` at it, then unload `previous`.
@@ -137,11 +149,19 @@ class WeightSync:
 
     async def update_weights(self, weight_dir: str) -> SyncReport:
         """Replace the served base weights with the model folder `weight_dir` everywhere."""
-        return await self._everywhere(f"reloading weights from {weight_dir}", "/update_weights",
-                                      {"weight_dir": str(weight_dir)})
+        return await self._everywhere(
+            f"reloading weights from {weight_dir}", "/update_weights", {"weight_dir": str(weight_dir)}
+        )
 
-    async def _everywhere(self, action: str, path: str, body: dict[str, Any], *,
-                          lora_load: bool = False, ok_statuses: tuple[int, ...] = ()) -> SyncReport:
+    async def _everywhere(
+        self,
+        action: str,
+        path: str,
+        body: dict[str, Any],
+        *,
+        lora_load: bool = False,
+        ok_statuses: tuple[int, ...] = (),
+    ) -> SyncReport:
         start = time.perf_counter()
         data = orjson.dumps(body)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=min(self.timeout_s, 30.0))
@@ -163,8 +183,15 @@ class WeightSync:
             raise WeightSyncError(action, failures, report)
         return report
 
-    async def _one(self, session: aiohttp.ClientSession, root: str, path: str, data: bytes,
-                   lora_load: bool, ok_statuses: tuple[int, ...]) -> ServerSync:
+    async def _one(
+        self,
+        session: aiohttp.ClientSession,
+        root: str,
+        path: str,
+        data: bytes,
+        lora_load: bool,
+        ok_statuses: tuple[int, ...],
+    ) -> ServerSync:
         url = f"{root}{path}"
         start = time.perf_counter()
         attempt = 0
@@ -184,7 +211,10 @@ class WeightSync:
                 if lora_load and attempt > 1 and status == 400 and _ALREADY_LOADED in str(error):
                     return ServerSync(root, time.perf_counter() - start, attempt)
             if not error.transient or attempt > self.retries:
-                raise InferenceError(f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})",
-                                     transient=error.transient, status=error.status)
+                raise InferenceError(
+                    f"{error} (after {attempt} attempt{'s' if attempt > 1 else ''})",
+                    transient=error.transient,
+                    status=error.status,
+                )
             delay = self.backoff_s * 2 ** (attempt - 1)
             await asyncio.sleep(delay * (0.5 + random.random()))  # jitter: replicas don't retry in lockstep

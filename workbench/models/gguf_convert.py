@@ -58,8 +58,10 @@ def check_gguf(path: Path) -> None:
     """UserError unless `path` is a whole GGUF file of an architecture transformers can build."""
     architecture = gguf_architecture(path)
     if architecture not in supported_architectures():
-        raise UserError(f"{path} holds a '{architecture}' model, which transformers cannot build from GGUF "
-                        f"(it can: {', '.join(sorted(supported_architectures()))})")
+        raise UserError(
+            f"{path} holds a '{architecture}' model, which transformers cannot build from GGUF "
+            f"(it can: {', '.join(sorted(supported_architectures()))})"
+        )
 
 
 def convert_gguf(path: Path, out: Path) -> None:
@@ -70,7 +72,9 @@ def convert_gguf(path: Path, out: Path) -> None:
 
     check_gguf(path)
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32
+        )
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (ValueError, LookupError, OSError, TypeError) as exc:
         raise UserError(f"could not build a model from {path}: {str(exc).splitlines()[0]}") from None

@@ -60,9 +60,11 @@ def require_hub_model(model_id: str) -> None:
     if is_cached(model_id):
         return
     why = "HF_HUB_OFFLINE is set" if offline else f"the Hugging Face hub ({hub_endpoint()}) is unreachable"
-    raise UserError(f"cannot load '{model_id}': {why} and it is not in the local cache; download it where "
-                    f"the hub is reachable (`hf download {model_id} --local-dir DIR`) and pass -m DIR, "
-                    "or use an embedded model (-m tiny, -m tiny-qwen)")
+    raise UserError(
+        f"cannot load '{model_id}': {why} and it is not in the local cache; download it where "
+        f"the hub is reachable (`hf download {model_id} --local-dir DIR`) and pass -m DIR, "
+        "or use an embedded model (-m tiny, -m tiny-qwen)"
+    )
 
 
 def go_offline() -> None:

@@ -54,11 +54,15 @@ def adapter_chain(source: Path | str) -> AdapterChain:
     while isinstance(current, Path) and (base := adapter_base(current)) is not None:
         where = current.resolve()
         if where in seen:
-            raise UserError(f"checkpoint {source} cannot be loaded: its chain of base models loops back to {current} "
-                            f"(adapter_config.json base_model_name_or_path)")
+            raise UserError(
+                f"checkpoint {source} cannot be loaded: its chain of base models loops back to {current} "
+                f"(adapter_config.json base_model_name_or_path)"
+            )
         if len(adapters) == MAX_CHAIN:
-            raise UserError(f"checkpoint {source} cannot be loaded: more than {MAX_CHAIN} adapters deep "
-                            f"(adapter_config.json base_model_name_or_path)")
+            raise UserError(
+                f"checkpoint {source} cannot be loaded: more than {MAX_CHAIN} adapters deep "
+                f"(adapter_config.json base_model_name_or_path)"
+            )
         if not any((current / name).is_file() for name in ADAPTER_WEIGHTS):
             raise UserError(f"checkpoint {current} has no adapter weights ({' or '.join(ADAPTER_WEIGHTS)})")
         seen.add(where)
@@ -77,8 +81,10 @@ def _base_location(base: str, adapter: Path) -> Path | str:
 
     if HUB_ID.match(base) and not base.startswith((".", "/", "~")):
         return base
-    raise UserError(f"checkpoint {adapter} needs its base model '{base}', which is not here "
-                    f"(adapter_config.json base_model_name_or_path)")
+    raise UserError(
+        f"checkpoint {adapter} needs its base model '{base}', which is not here "
+        f"(adapter_config.json base_model_name_or_path)"
+    )
 
 
 def load_plain_model(source: Path | str, *, dtype: Any = None) -> tuple[Any, Any]:
@@ -95,7 +101,9 @@ def load_plain_model(source: Path | str, *, dtype: Any = None) -> tuple[Any, Any
     if isinstance(chain.base, str):
         require_hub_model(chain.base)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(chain.base), **({"dtype": dtype} if dtype is not None else {}))
+        model = AutoModelForCausalLM.from_pretrained(
+            str(chain.base), **({"dtype": dtype} if dtype is not None else {})
+        )
     except (OSError, ValueError) as exc:
         needed = f" (the base model of {source})" if chain.adapters else ""
         raise UserError(f"could not load model '{chain.base}'{needed}: {str(exc).splitlines()[0]}") from exc
@@ -121,8 +129,10 @@ def _merge_adapter(model: Any, adapter: Path) -> Any:
         return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as exc:
         # garbage weights, a config peft cannot read, or an adapter made for another model's shapes
-        raise UserError(f"could not load the LoRA adapter in {adapter}: {type(exc).__name__}: "
-                        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no detail'}") from exc
+        raise UserError(
+            f"could not load the LoRA adapter in {adapter}: {type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no detail'}"
+        ) from exc
 
 
 def tokenizer_source(chain: AdapterChain) -> Path | str:

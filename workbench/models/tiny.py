@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.models import sft_data, tokenizer as byte_tokenizer
+from workbench.models import sft_data
+from workbench.models import tokenizer as byte_tokenizer
 from workbench.types import Messages
 
 BUILD_INFO_FILE = "workbench_build.json"
@@ -135,7 +136,9 @@ def build_tiny_model(
     try:
         torch.manual_seed(spec.seed)
         tokenizer = byte_tokenizer.build_hf_tokenizer()
-        encoded = [sft_data.encode_demonstration(tokenizer, demo, spec.max_seq_len) for demo in demonstrations]
+        encoded = [
+            sft_data.encode_demonstration(tokenizer, demo, spec.max_seq_len) for demo in demonstrations
+        ]
         encoded = [demo for demo in encoded if demo.num_trained > 0]
         if not encoded:
             raise ValueError("no demonstration has an assistant token within max_seq_len")
@@ -151,9 +154,14 @@ def build_tiny_model(
             "build_seconds": round(build_seconds, 2),
             "num_parameters": sum(p.numel() for p in model.parameters()),
         }
-        save_model_atomically(model, out_dir, info, save_tokenizer=byte_tokenizer.save_tokenizer,
-                              eos_ids=[byte_tokenizer.IM_END_ID, byte_tokenizer.ENDOFTEXT_ID],
-                              pad_id=byte_tokenizer.ENDOFTEXT_ID)
+        save_model_atomically(
+            model,
+            out_dir,
+            info,
+            save_tokenizer=byte_tokenizer.save_tokenizer,
+            eos_ids=[byte_tokenizer.IM_END_ID, byte_tokenizer.ENDOFTEXT_ID],
+            pad_id=byte_tokenizer.ENDOFTEXT_ID,
+        )
     finally:
         torch.set_num_threads(previous_threads)
     return out_dir
@@ -180,8 +188,15 @@ def _new_model(spec: TinyModelSpec) -> Any:
     return LlamaForCausalLM(config)
 
 
-def train_sft(model: Any, encoded: list[sft_data.EncodedDemo], spec: TinyModelSpec, progress: ProgressFn | None, *,
-              pad_id: int, loss_fn: Callable[[Any, dict[str, Any]], Any] | None = None) -> float:
+def train_sft(
+    model: Any,
+    encoded: list[sft_data.EncodedDemo],
+    spec: TinyModelSpec,
+    progress: ProgressFn | None,
+    *,
+    pad_id: int,
+    loss_fn: Callable[[Any, dict[str, Any]], Any] | None = None,
+) -> float:
     """Plain AdamW SFT with warmup + cosine decay; deterministic data order from the seed.
     `loss_fn(model, batch)`: the step's loss (default: the model's own LM loss)."""
     import torch
@@ -241,8 +256,15 @@ def _lr_factor(step: int, spec: TinyModelSpec) -> float:
     return spec.min_lr_ratio + (1.0 - spec.min_lr_ratio) * cosine
 
 
-def save_model_atomically(model: Any, out_dir: Path, info: dict[str, Any], *, save_tokenizer: Callable[[Path], None],
-                          eos_ids: list[int], pad_id: int) -> None:
+def save_model_atomically(
+    model: Any,
+    out_dir: Path,
+    info: dict[str, Any],
+    *,
+    save_tokenizer: Callable[[Path], None],
+    eos_ids: list[int],
+    pad_id: int,
+) -> None:
     """Write into a sibling temp folder, then swap it in: readers never see a half-built model."""
     from transformers import GenerationConfig
 

@@ -67,7 +67,13 @@ class TinyQwenSpec(TinyModelSpec):
 def builder_sources() -> list[Path]:
     """The files whose source goes into tiny-qwen's build fingerprint."""
     here = Path(__file__).parent
-    return [here / "tiny_qwen.py", here / "qwen_vocab.py", here / "tiny.py", here / "sft_data.py", here / "tokenizer.py"]
+    return [
+        here / "tiny_qwen.py",
+        here / "qwen_vocab.py",
+        here / "tiny.py",
+        here / "sft_data.py",
+        here / "tokenizer.py",
+    ]
 
 
 def build_fingerprint(spec: TinyQwenSpec, extra: str = "") -> str:
@@ -98,8 +104,11 @@ def build_tiny_qwen_model(
     try:
         torch.manual_seed(spec.seed)
         tokenizer = qwen_vocab.build_hf_tokenizer()
-        encoded = [segment for messages, tools in demonstrations
-                   for segment in sft_data.encode_conversation(tokenizer, messages, spec.max_seq_len, tools)]
+        encoded = [
+            segment
+            for messages, tools in demonstrations
+            for segment in sft_data.encode_conversation(tokenizer, messages, spec.max_seq_len, tools)
+        ]
         encoded = [demo for demo in encoded if demo.num_trained > 0]
         if not encoded:
             raise ValueError("no demonstration has an assistant token within max_seq_len")
@@ -107,8 +116,14 @@ def build_tiny_qwen_model(
         # widen to all 151,936 rows: each step skips a 152k-way softmax.
         used, compact_demos = compact_vocabulary(encoded)
         compact = new_model(spec, vocab_size=len(used))
-        final_loss = tiny.train_sft(compact, compact_demos, spec, progress, pad_id=0,  # pads are masked out
-                                    loss_fn=CompactVocabularyLoss(qwen_vocab.EMBEDDING_SIZE - len(used)))
+        final_loss = tiny.train_sft(
+            compact,
+            compact_demos,
+            spec,
+            progress,
+            pad_id=0,  # pads are masked out
+            loss_fn=CompactVocabularyLoss(qwen_vocab.EMBEDDING_SIZE - len(used)),
+        )
         model = widen_vocabulary(compact, used, spec)
         info = {
             "fingerprint": fingerprint,
@@ -121,8 +136,14 @@ def build_tiny_qwen_model(
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "num_used_ids": len(used),
         }
-        tiny.save_model_atomically(model, out_dir, info, save_tokenizer=lambda path: qwen_vocab.save_tokenizer(path, tokenizer),
-                                   eos_ids=[qwen_vocab.IM_END_ID, qwen_vocab.ENDOFTEXT_ID], pad_id=qwen_vocab.ENDOFTEXT_ID)
+        tiny.save_model_atomically(
+            model,
+            out_dir,
+            info,
+            save_tokenizer=lambda path: qwen_vocab.save_tokenizer(path, tokenizer),
+            eos_ids=[qwen_vocab.IM_END_ID, qwen_vocab.ENDOFTEXT_ID],
+            pad_id=qwen_vocab.ENDOFTEXT_ID,
+        )
     finally:
         torch.set_num_threads(previous_threads)
     return out_dir
@@ -144,8 +165,11 @@ def new_model(spec: TinyQwenSpec, vocab_size: int = qwen_vocab.EMBEDDING_SIZE) -
         tie_word_embeddings=True,  # as Qwen3-0.6B; here it also halves the size on disk
         # Qwen3's (no pad_token_id: it would freeze that embedding row; padding is in generation_config).
         # The compact training copy has other ids, so it names none.
-        **({"bos_token_id": qwen_vocab.ENDOFTEXT_ID, "eos_token_id": qwen_vocab.IM_END_ID}
-           if vocab_size == qwen_vocab.EMBEDDING_SIZE else {}),
+        **(
+            {"bos_token_id": qwen_vocab.ENDOFTEXT_ID, "eos_token_id": qwen_vocab.IM_END_ID}
+            if vocab_size == qwen_vocab.EMBEDDING_SIZE
+            else {}
+        ),
     )
     # Also the pre-5 key: transformers 4.x (what many vLLM builds run on) reads `rope_theta` and
     # would otherwise take its default 10,000; transformers 5 reads either.
@@ -167,7 +191,9 @@ class CompactVocabularyLoss:
         import torch
         import torch.nn.functional as F
 
-        hidden = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        hidden = model.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
         targets = batch["labels"][:, 1:]
         keep = targets != IGNORE_INDEX
         logits = model.lm_head(hidden[:, :-1][keep])  # only where a token is trained
@@ -175,13 +201,19 @@ class CompactVocabularyLoss:
         return F.cross_entropy(torch.cat([logits, unused], dim=1), targets[keep])
 
 
-def compact_vocabulary(encoded: Sequence[sft_data.EncodedDemo]) -> tuple[list[int], list[sft_data.EncodedDemo]]:
+def compact_vocabulary(
+    encoded: Sequence[sft_data.EncodedDemo],
+) -> tuple[list[int], list[sft_data.EncodedDemo]]:
     """The sorted ids the sequences use, and the sequences renumbered 0..len(used)-1."""
     used = sorted({token for demo in encoded for token in demo.input_ids})
     index = {token: position for position, token in enumerate(used)}
-    renumbered = [sft_data.EncodedDemo([index[t] for t in demo.input_ids],
-                                       [IGNORE_INDEX if t == IGNORE_INDEX else index[t] for t in demo.labels])
-                  for demo in encoded]
+    renumbered = [
+        sft_data.EncodedDemo(
+            [index[t] for t in demo.input_ids],
+            [IGNORE_INDEX if t == IGNORE_INDEX else index[t] for t in demo.labels],
+        )
+        for demo in encoded
+    ]
     return used, renumbered
 
 

@@ -29,7 +29,7 @@ def step_dir_name(step: int) -> str:
 
 def checkpoint_step(checkpoint: Path) -> int:
     """The step of a checkpoint folder, from its name (step_000050 -> 50)."""
-    return int(checkpoint.name[len(STEP_PREFIX):])
+    return int(checkpoint.name[len(STEP_PREFIX) :])
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -37,7 +37,11 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     root = run_dir / CHECKPOINTS
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / STATE_JSON).is_file()]
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / STATE_JSON).is_file()
+    ]
     return sorted(found, key=checkpoint_step)
 
 
@@ -124,10 +128,16 @@ def list_checkpoint_infos(run_dir: Path) -> list[CheckpointInfo]:
             saved = datetime.fromtimestamp((path / STATE_JSON).stat().st_mtime).astimezone()
         except (OSError, ValueError):
             continue
-        infos.append(CheckpointInfo(
-            step=int(state.get("step", 0)), path=path, saved_at=saved,
-            reward=_num(state.get("reward_mean")), eval_reward=_num(state.get("eval_reward_mean")),
-            size_bytes=folder_size(path)))
+        infos.append(
+            CheckpointInfo(
+                step=int(state.get("step", 0)),
+                path=path,
+                saved_at=saved,
+                reward=_num(state.get("reward_mean")),
+                eval_reward=_num(state.get("eval_reward_mean")),
+                size_bytes=folder_size(path),
+            )
+        )
     return infos
 
 

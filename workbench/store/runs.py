@@ -13,7 +13,7 @@ Locating a run (`locate_run`) takes what users type after `--resume`, `-R` or `e
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -37,7 +37,7 @@ KIND_LABEL: dict[str, str] = {"eval": "eval run", "train": "training run", "gepa
 
 def now_iso() -> str:
     """The timestamp format of metadata.json and run.log (UTC, seconds)."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class RunMetadata(BaseModel):
@@ -55,7 +55,9 @@ class RunMetadata(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict, description="The run's resolved config.")
     created_at: str | None = Field(default_factory=now_iso)
     updated_at: str | None = Field(default_factory=now_iso)
-    pid: int | None = Field(default_factory=os.getpid, description="The process writing the run (to tell a dead run).")
+    pid: int | None = Field(
+        default_factory=os.getpid, description="The process writing the run (to tell a dead run)."
+    )
     workbench_version: str | None = None
     reward_mean: float | None = Field(None, description="The headline reward so far.")
     elapsed_s: float | None = Field(None, description="Working time, summed over resumed sessions.")
@@ -118,9 +120,13 @@ class GepaRun(RunMetadata):
     best_score: float | None = None
     best_candidate: int | None = None
     num_candidates: int = 0
-    candidates: list[dict[str, Any]] = Field(default_factory=list, description="Every candidate prompt with its score.")
+    candidates: list[dict[str, Any]] = Field(
+        default_factory=list, description="Every candidate prompt with its score."
+    )
     reflections: dict[str, int] = Field(default_factory=lambda: {"proposed": 0, "unusable": 0, "error": 0})
-    events: list[dict[str, Any]] = Field(default_factory=list, description="Recent reflection problems and errors.")
+    events: list[dict[str, Any]] = Field(
+        default_factory=list, description="Recent reflection problems and errors."
+    )
     iteration_errors: int = 0
     stopped_early: str | None = None
     # Which optimizer wrote the run: "gepa" (the library's reflective search) or a DSPy optimizer
@@ -130,10 +136,14 @@ class GepaRun(RunMetadata):
     optimizer: str = "gepa"
     optimizer_version: str | None = None
     demos_as: Literal["turns", "system"] | None = None
-    best_few_shot: list[dict[str, Any]] = Field(default_factory=list, description="The best candidate's few-shot turns (demos_as 'turns').")
+    best_few_shot: list[dict[str, Any]] = Field(
+        default_factory=list, description="The best candidate's few-shot turns (demos_as 'turns')."
+    )
 
     def progress(self) -> tuple[int | None, int | None]:
-        return self.metric_calls_used, self.max_calls if self.max_calls is not None else self.config.get("max_calls")
+        return self.metric_calls_used, self.max_calls if self.max_calls is not None else self.config.get(
+            "max_calls"
+        )
 
     @property
     def headline_reward(self) -> float | None:
@@ -169,7 +179,11 @@ def parse_run_metadata(data: Any, kind: str | None = None) -> RunMetadata:
     found = str(data.get("kind") or kind or "")
     if found not in MODELS:
         raise ValueError(f"unknown run kind '{found}'")
-    data = {**data, "kind": found, "status": data.get("status") if data.get("status") in get_args(RunStatus) else "unknown"}
+    data = {
+        **data,
+        "kind": found,
+        "status": data.get("status") if data.get("status") in get_args(RunStatus) else "unknown",
+    }
     data.setdefault("run_id", "")
     for key in ("pid", "created_at", "updated_at"):  # the writer's defaults are not the reader's facts
         data.setdefault(key, None)
@@ -244,7 +258,11 @@ class QuietLog(RunLog):
 
 
 # ----- locating runs --------------------------------------------------------------------------
-START_COMMAND = {"eval": "workbench eval run ENV", "train": "workbench train CONFIG", "gepa": "workbench gepa run ENV"}
+START_COMMAND = {
+    "eval": "workbench eval run ENV",
+    "train": "workbench train CONFIG",
+    "gepa": "workbench gepa run ENV",
+}
 
 
 def runs_in(parent: Path) -> list[Path]:
@@ -261,7 +279,9 @@ def workspace_runs(kind: RunKind, root: Path | None = None) -> list[Path]:
     return sorted((p.parent for p in base.glob(f"{RUN_FOLDERS[kind]}/{METADATA}")), key=lambda p: p.name)
 
 
-def locate_run(ref: str | Path, kind: RunKind, *, latest_in: Path | None = None, root: Path | None = None) -> Path:
+def locate_run(
+    ref: str | Path, kind: RunKind, *, latest_in: Path | None = None, root: Path | None = None
+) -> Path:
     """A run folder from what the user typed: 'latest' (the newest run in `latest_in`, or in
     the whole workspace), a path to a run folder, or a run id (a folder name in the workspace).
     UserError with one line when there is none, or when the folder holds another kind of run."""
@@ -275,7 +295,9 @@ def locate_run(ref: str | Path, kind: RunKind, *, latest_in: Path | None = None,
             return runs[-1]
         runs = workspace_runs(kind, root)
         if not runs:
-            raise UserError(f"no {kind} runs under {root or workspace_root()}; run `{START_COMMAND[kind]}` first")
+            raise UserError(
+                f"no {kind} runs under {root or workspace_root()}; run `{START_COMMAND[kind]}` first"
+            )
         return runs[-1]
     path = Path(text).expanduser()
     if not (path / METADATA).is_file() and os.sep not in text:

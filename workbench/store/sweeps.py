@@ -25,7 +25,6 @@ BASE = -1  # the step recorded for the base model (before training: shown as "ba
 class SweepKey(BaseModel):
     """What must match for a saved evaluation to stand in for a new one."""
 
-
     env_id: str
     env_args: dict[str, Any] = {}
     num_examples: int
@@ -89,8 +88,16 @@ def write_table(run_dir: Path, points: list[SweepPoint]) -> Path:
         writer.writerow(["step", "reward_mean", "reward_std", "vs_base", "model", "eval_run"])
         for p in points:
             delta = "" if base is None or p.step == BASE else f"{p.reward_mean - base:.6f}"
-            writer.writerow([step_label(p.step), f"{p.reward_mean:.6f}", "" if p.reward_std is None else f"{p.reward_std:.6f}",
-                             delta, p.model, p.eval_run])
+            writer.writerow(
+                [
+                    step_label(p.step),
+                    f"{p.reward_mean:.6f}",
+                    "" if p.reward_std is None else f"{p.reward_std:.6f}",
+                    delta,
+                    p.model,
+                    p.eval_run,
+                ]
+            )
     return path
 
 

@@ -8,12 +8,32 @@ The front door is `run_train` (workbench.train.service).
 from __future__ import annotations
 
 from workbench.train.config import (
-    TrainConfig, config_for_saving, config_source, load_env_files, load_train_config, model_notes, run_blockers,
+    TrainConfig,
+    config_for_saving,
+    config_source,
+    load_env_files,
+    load_train_config,
+    model_notes,
+    run_blockers,
     save_resolved_config,
 )
 from workbench.train.plan import build_plan
 from workbench.train.service import Outcome, TrainingFailed, TrainResult, is_rank_zero, outcome, run_train
 
-__all__ = ["Outcome", "TrainConfig", "TrainResult", "TrainingFailed", "build_plan", "config_for_saving", "config_source",
-           "is_rank_zero", "load_env_files", "load_train_config", "model_notes", "outcome", "run_blockers", "run_train",
-           "save_resolved_config"]
+__all__ = [
+    "Outcome",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingFailed",
+    "build_plan",
+    "config_for_saving",
+    "config_source",
+    "is_rank_zero",
+    "load_env_files",
+    "load_train_config",
+    "model_notes",
+    "outcome",
+    "run_blockers",
+    "run_train",
+    "save_resolved_config",
+]

@@ -53,16 +53,29 @@ def keep_group(group: Group, config: TrainConfig) -> bool:
     return DifficultyRule.from_variance(f.min_reward_variance, f.min_reward, f.max_reward).teaches(group)
 
 
-async def collect_step(env: Environment, client: Client, config: TrainConfig, step: int, sampling: SamplingParams, *,
-                       policy_version: int = 0, needed: int | None = None, draw: str = "",
-                       dist: DistInfo = SINGLE) -> StepBatch:
+async def collect_step(
+    env: Environment,
+    client: Client,
+    config: TrainConfig,
+    step: int,
+    sampling: SamplingParams,
+    *,
+    policy_version: int = 0,
+    needed: int | None = None,
+    draw: str = "",
+    dist: DistInfo = SINGLE,
+) -> StepBatch:
     """`needed` groups (default: a full batch) for `step`; `draw` salts the example stream so a
     refill of the same step gets other examples. With several trainer processes each rank
     rolls out its share of the examples; all ranks agree on which groups fill the batch."""
     started = time.perf_counter()
     needed = config.batch_size // config.rollouts_per_example if needed is None else needed
     rng = random.Random(f"{config.seed}:{step}{draw}")  # per-step stream: resume replays the same examples
-    budget = max(needed, int(needed * config.difficulty_filter.oversampling_factor)) if config.difficulty_filter.enabled else needed
+    budget = (
+        max(needed, int(needed * config.difficulty_filter.oversampling_factor))
+        if config.difficulty_filter.enabled
+        else needed
+    )
     batch = StepBatch(groups=[], policy_version=policy_version)
     kept: list[int] = []  # example ids of the groups kept so far, on every rank
     while len(kept) < needed and batch.sampled_examples < budget:
@@ -73,9 +86,16 @@ async def collect_step(env: Environment, client: Client, config: TrainConfig, st
             example.example_id = batch.sampled_examples + offset
         batch.sampled_examples += len(examples)
         collected: list[Group] = []
-        await run_rollouts(env, client, dist.shard(examples), rollouts_per_example=config.rollouts_per_example,
-                           sampling=sampling, max_concurrent=config.step_concurrency(), on_group=collected.append,
-                           policy_version=policy_version)
+        await run_rollouts(
+            env,
+            client,
+            dist.shard(examples),
+            rollouts_per_example=config.rollouts_per_example,
+            sampling=sampling,
+            max_concurrent=config.step_concurrency(),
+            on_group=collected.append,
+            policy_version=policy_version,
+        )
         collected.sort(key=lambda g: g.example_id)
         batch.all_groups.extend(collected)
         for group in collected:

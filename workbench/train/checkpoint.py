@@ -15,7 +15,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from workbench.store.checkpoints import CHECKPOINTS, STATE_JSON, STATE_PT, checkpoint_step, list_checkpoints, step_dir_name
+from workbench.store.checkpoints import (
+    CHECKPOINTS,
+    STATE_JSON,
+    STATE_PT,
+    checkpoint_step,
+    list_checkpoints,
+    step_dir_name,
+)
 
 
 def rng_state() -> dict[str, Any]:
@@ -34,9 +41,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, scheduler: Any,
-                    info: dict[str, Any], keep: int, states: tuple[dict[str, Any] | None, dict[str, Any]] | None = None,
-                    keep_every: int | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    policy: Any,
+    optimizer: Any,
+    scheduler: Any,
+    info: dict[str, Any],
+    keep: int,
+    states: tuple[dict[str, Any] | None, dict[str, Any]] | None = None,
+    keep_every: int | None = None,
+) -> Path:
     """Write step `step` atomically; then prune (`prune_checkpoints`). OSError leaves the
     previous checkpoints untouched (the temporary folder is removed). `states`: (model state dict,
     optimizer state) gathered beforehand when the live ones are sharded (FSDP); None: use them."""
@@ -52,10 +67,13 @@ def save_checkpoint(run_dir: Path, step: int, policy: Any, optimizer: Any, sched
         model_state, optimizer_state = states or (None, optimizer.state_dict())
         policy.model.save_pretrained(tmp, **({"state_dict": model_state} if model_state is not None else {}))
         policy.tokenizer.save_pretrained(tmp)
-        torch.save({"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "rng": rng_state()},
-                   tmp / STATE_PT)
-        (tmp / STATE_JSON).write_text(json.dumps({"step": step, "base_model": policy.base_path,
-                                                  "lora": policy.lora, **info}, indent=2))
+        torch.save(
+            {"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "rng": rng_state()},
+            tmp / STATE_PT,
+        )
+        (tmp / STATE_JSON).write_text(
+            json.dumps({"step": step, "base_model": policy.base_path, "lora": policy.lora, **info}, indent=2)
+        )
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -71,8 +89,11 @@ def prune_checkpoints(run_dir: Path, keep: int, keep_every: int | None = None) -
     is a multiple of `keep_every` (kept permanently). Returns the deleted folders."""
     if keep <= 0:
         return []
-    deleted = [old for old in list_checkpoints(run_dir)[:-keep]
-               if not (keep_every and checkpoint_step(old) % keep_every == 0)]
+    deleted = [
+        old
+        for old in list_checkpoints(run_dir)[:-keep]
+        if not (keep_every and checkpoint_step(old) % keep_every == 0)
+    ]
     for old in deleted:
         shutil.rmtree(old, ignore_errors=True)
     return deleted
@@ -83,4 +104,3 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
 
     # map_location: every rank of a multi-GPU run reads rank 0's file onto the CPU, not cuda:0
     return torch.load(checkpoint / STATE_PT, weights_only=False, map_location="cpu")
-

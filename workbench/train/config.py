@@ -25,16 +25,42 @@ from pydantic import BaseModel, ValidationError
 from workbench.config.toml_loader import closest, key_line, read_toml
 from workbench.errors import UserError
 from workbench.train.schema import (
-    CheckpointConfig, ConfigProblem, DifficultyFilterConfig, EnvConfig, EvalDuringTrainConfig, InferenceConfig,
-    KLConfig, LoraConfig, SamplingConfig, SFTConfig, TrainConfig, WandbConfig,
+    CheckpointConfig,
+    ConfigProblem,
+    DifficultyFilterConfig,
+    EnvConfig,
+    EvalDuringTrainConfig,
+    InferenceConfig,
+    KLConfig,
+    LoraConfig,
+    SamplingConfig,
+    SFTConfig,
+    TrainConfig,
+    WandbConfig,
 )
 from workbench.train.translate import TOP_LEVEL_ALIASES, Translation, TranslationError, origin, translate
 
 __all__ = [
-    "CheckpointConfig", "ConfigProblem", "DifficultyFilterConfig", "EnvConfig", "EvalDuringTrainConfig",
-    "InferenceConfig", "KLConfig", "LoraConfig", "SFTConfig", "SamplingConfig", "TrainConfig", "WandbConfig",
-    "apply_overrides", "config_for_saving", "load_env_files", "load_train_config", "parse_override_value",
-    "model_notes", "run_blockers", "save_resolved_config",
+    "CheckpointConfig",
+    "ConfigProblem",
+    "DifficultyFilterConfig",
+    "EnvConfig",
+    "EvalDuringTrainConfig",
+    "InferenceConfig",
+    "KLConfig",
+    "LoraConfig",
+    "SFTConfig",
+    "SamplingConfig",
+    "TrainConfig",
+    "WandbConfig",
+    "apply_overrides",
+    "config_for_saving",
+    "load_env_files",
+    "load_train_config",
+    "parse_override_value",
+    "model_notes",
+    "run_blockers",
+    "save_resolved_config",
 ]
 
 CONFIG_FILENAME = "config.toml"
@@ -184,14 +210,16 @@ def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
         here = ".".join(parts[:depth])
         if isinstance(node, list):
             if not part.isdigit() or int(part) > len(node):
-                raise UserError(f"--set {key}: '{here}' is a list; give an index 0..{len(node)}, e.g. {here}.0.{'.'.join(parts[depth:])}")
+                raise UserError(
+                    f"--set {key}: '{here}' is a list; give an index 0..{len(node)}, e.g. {here}.0.{'.'.join(parts[depth:])}"
+                )
             if int(part) == len(node):
                 node.append({})  # --set env.0.id=reverse-text on a config without envs
             index: Any = int(part)
         elif isinstance(node, dict):
             index = part
             if not last and not isinstance(node.get(part, {}), (dict, list)):
-                raise UserError(f"--set {key}: '{'.'.join(parts[:depth + 1])}' is a value, not a table")
+                raise UserError(f"--set {key}: '{'.'.join(parts[: depth + 1])}' is a value, not a table")
             if not last:
                 node.setdefault(part, {})
         else:
@@ -220,7 +248,9 @@ def config_source(config: Path | None, resume: Path | None) -> Path:
             raise UserError("give a training config (workbench train CONFIG.toml) or --resume RUN_FOLDER")
         return config
     if config is not None:
-        raise UserError("--resume continues a run with its saved config.toml: drop CONFIG (use --set to change values)")
+        raise UserError(
+            "--resume continues a run with its saved config.toml: drop CONFIG (use --set to change values)"
+        )
     saved = resume / CONFIG_FILENAME
     if not saved.is_file():
         raise UserError(f"{resume} is not a training run folder (no {CONFIG_FILENAME})")
@@ -232,8 +262,10 @@ def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
     files the config names that are not here, a resume step without a run to resume."""
     problems = _env_problems(config.env, "")
     if config.checkpointing.resume_step is not None and not resuming:
-        problems.append(f"checkpointing.resume_step = {config.checkpointing.resume_step} (prime-rl: trainer.ckpt.resume_step) "
-                        "continues a run: name it with --resume RUN")
+        problems.append(
+            f"checkpointing.resume_step = {config.checkpointing.resume_step} (prime-rl: trainer.ckpt.resume_step) "
+            "continues a run: name it with --resume RUN"
+        )
     problems += _env_problems(config.eval.env, "eval.env: ", skip=config.env)
     if (problem := model_problem(config.model)) is not None:
         problems.append(problem)
@@ -304,8 +336,10 @@ def model_notes(model: str) -> list[str]:
         return [f"model '{model}' is in the local Hugging Face cache"]
     if not hub_offline() and hub_reachable():
         return [f"model '{model}' will be downloaded from the Hugging Face hub when the run starts"]
-    return [f"model '{model}' is unchecked: the Hugging Face hub is unreachable and it is not in the local cache "
-            "(a real run here stops; use a local model folder or --set model=tiny)"]
+    return [
+        f"model '{model}' is unchecked: the Hugging Face hub is unreachable and it is not in the local cache "
+        "(a real run here stops; use a local model folder or --set model=tiny)"
+    ]
 
 
 def load_env_files(config: TrainConfig, config_path: Path | str | None = None) -> list[str]:
@@ -343,9 +377,11 @@ def save_resolved_config(config: TrainConfig, run_dir: Path | str) -> Path:
 
     run_dir = Path(run_dir)
     target = run_dir / CONFIG_FILENAME
-    header = (f"# workbench train --resume {run_dir}\n"
-              f"# Resolved config of this run (env_file values are never saved). "
-              f"A new run with these settings: workbench train {target} --set run_name=NEW\n")
+    header = (
+        f"# workbench train --resume {run_dir}\n"
+        f"# Resolved config of this run (env_file values are never saved). "
+        f"A new run with these settings: workbench train {target} --set run_name=NEW\n"
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{CONFIG_FILENAME}.tmp")
     temporary.write_text(header + tomli_w.dumps(config_for_saving(config)), encoding="utf-8")

@@ -71,7 +71,7 @@ class DistInfo:
 
     def shard(self, items: Sequence[T]) -> list[T]:
         """This rank's slice of a list every rank holds in the same order (i % world_size == rank)."""
-        return list(items[self.rank::self.world_size])
+        return list(items[self.rank :: self.world_size])
 
     def sum(self, values: Sequence[float]) -> list[float]:
         """Element-wise sum over ranks (float64, so token counts stay exact)."""
@@ -336,8 +336,16 @@ def gather_groups(info: DistInfo, groups: list[Any]) -> list[Any]:
 def is_peer_failure(exc: BaseException) -> bool:
     """An error this rank got because another rank died (a closed connection, a NCCL abort)."""
     text = str(exc)
-    markers = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted")
-    return any(marker in text for marker in markers) or type(exc).__name__ in ("DistNetworkError", "DistBackendError")
+    markers = (
+        "Connection closed by peer",
+        "Connection reset by peer",
+        "Broken pipe",
+        "NCCL communicator was aborted",
+    )
+    return any(marker in text for marker in markers) or type(exc).__name__ in (
+        "DistNetworkError",
+        "DistBackendError",
+    )
 
 
 def _base_model(model: Any) -> Any:

@@ -53,12 +53,21 @@ class Failure:
     output: str  # the tail of the rank's own output ("" for rank 0, which printed to the terminal)
 
 
-def child_env(rank: int, nproc: int, port: int, run_dir: Path, visible_devices: str | None = None) -> dict[str, str]:
+def child_env(
+    rank: int, nproc: int, port: int, run_dir: Path, visible_devices: str | None = None
+) -> dict[str, str]:
     """A rank's environment, as torchrun makes it; `visible_devices`: the trainer's GPUs
     (placement.trainer_visible_devices), so LOCAL_RANK r picks the r-th of them."""
-    env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-           "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-           RUN_DIR_ENV: str(run_dir)}
+    env = {
+        **os.environ,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        RUN_DIR_ENV: str(run_dir),
+    }
     if visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices
     # N processes each using every core oversubscribe the CPU (torchrun sets 1 for the same reason)
@@ -66,7 +75,9 @@ def child_env(rank: int, nproc: int, port: int, run_dir: Path, visible_devices: 
     return env
 
 
-def launch(train_args: list[str], nproc: int, run_dir: Path, visible_devices: str | None = None) -> tuple[int, Failure | None]:
+def launch(
+    train_args: list[str], nproc: int, run_dir: Path, visible_devices: str | None = None
+) -> tuple[int, Failure | None]:
     """Run `workbench train *train_args` as `nproc` ranks; returns (exit code, the failure if any).
 
     Exit code: 0 when every rank finished, 130 when stopped by Ctrl-C (rank 0's code), 1 on failure.
@@ -90,9 +101,16 @@ def launch(train_args: list[str], nproc: int, run_dir: Path, visible_devices: st
             logs.append(log)
             # Forked from this process when safe (workbench.fork_launch): the ranks start with
             # the imports `preload` made; otherwise each starts a fresh interpreter.
-            procs.append(WorkbenchPopen([sys.executable, "-m", "workbench", "train", *train_args],
-                                        env=child_env(rank, nproc, port, run_dir, visible_devices), stdout=log, stderr=log,
-                                        start_new_session=True, preexec_fn=_die_with_parent))  # noqa: PLW1509 (no threads here)
+            procs.append(
+                WorkbenchPopen(
+                    [sys.executable, "-m", "workbench", "train", *train_args],
+                    env=child_env(rank, nproc, port, run_dir, visible_devices),
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            )  # noqa: PLW1509 (no threads here)
         failure = _watch(procs)
     finally:
         for proc in procs:
@@ -121,10 +139,14 @@ def preload(model: str) -> None:
 
     with contextlib.suppress(Exception):  # a model or architecture the ranks will report on themselves
         path = Path(resolve_model_path(model))
-        if (path / "config.json").is_file():  # a local folder (a hub id is left to the ranks: no download here)
+        if (
+            path / "config.json"
+        ).is_file():  # a local folder (a hub id is left to the ranks: no download here)
             from transformers import AutoConfig, AutoModelForCausalLM
 
-            AutoModelForCausalLM._model_mapping[type(AutoConfig.from_pretrained(path))]  # imports modeling_<type>
+            AutoModelForCausalLM._model_mapping[
+                type(AutoConfig.from_pretrained(path))
+            ]  # imports modeling_<type>
     note_idle_threads()  # the BLAS pools these imports started (numpy's, scipy's); no tensor operation ran here
 
 

@@ -35,8 +35,15 @@ from workbench.errors import UserError
 from workbench.events import Reporter
 from workbench.inference.vllm_launch import ManagedServer, vllm_unavailable_reason, wait_until_all_healthy
 from workbench.train.placement import (
-    INFERENCE_DIR, REPLICAS_FILE, SERVE_ANNOUNCE, launch_backend, launch_blockers, replica_command,
-    replica_count, replica_log_name, vllm_data_parallel_size,
+    INFERENCE_DIR,
+    REPLICAS_FILE,
+    SERVE_ANNOUNCE,
+    launch_backend,
+    launch_blockers,
+    replica_command,
+    replica_count,
+    replica_log_name,
+    vllm_data_parallel_size,
 )
 from workbench.train.schema import TrainConfig
 
@@ -53,8 +60,9 @@ class LaunchedInference:
     config: TrainConfig
 
 
-async def launch_inference(config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack,
-                           reporter: Reporter) -> LaunchedInference:
+async def launch_inference(
+    config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack, reporter: Reporter
+) -> LaunchedInference:
     """Start the inference side of `config` for the run in `run_dir` and wait until it is healthy;
     `stack` stops it when it closes. UserError (one line) when nothing can be launched here."""
     reason = vllm_unavailable_reason()
@@ -66,8 +74,9 @@ async def launch_inference(config: TrainConfig, run_dir: Path, stack: contextlib
     return await _launch_replicas(config, run_dir, stack, reporter, why=reason or "")
 
 
-async def _launch_vllm(config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack,
-                       reporter: Reporter) -> LaunchedInference:
+async def _launch_vllm(
+    config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack, reporter: Reporter
+) -> LaunchedInference:
     from workbench.train.vllm import launch_vllm
 
     server, plan = launch_vllm(config, run_dir)
@@ -78,8 +87,9 @@ async def _launch_vllm(config: TrainConfig, run_dir: Path, stack: contextlib.Asy
     return LaunchedInference([plan.base_url], _as_launched(config, vllm_data_parallel_size(config.inference)))
 
 
-async def _launch_replicas(config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack,
-                           reporter: Reporter, *, why: str) -> LaunchedInference:
+async def _launch_replicas(
+    config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack, reporter: Reporter, *, why: str
+) -> LaunchedInference:
     from workbench.inference.resolve import resolve_model_path
 
     count = replica_count(config.inference)
@@ -90,15 +100,23 @@ async def _launch_replicas(config: TrainConfig, run_dir: Path, stack: contextlib
     servers: list[ManagedServer] = []
     stack.callback(_stop_all, servers)  # registered first: whatever started is stopped, however we leave
     for index in range(count):
-        server = ManagedServer(command, folder / replica_log_name(index), "", env=replica_threads(count),
-                               name=f"inference replica {index}",
-                               startup_timeout_s=REPLICA_STARTUP_TIMEOUT_S, stop_timeout_s=REPLICA_STOP_TIMEOUT_S,
-                               announce=re.compile(SERVE_ANNOUNCE))
+        server = ManagedServer(
+            command,
+            folder / replica_log_name(index),
+            "",
+            env=replica_threads(count),
+            name=f"inference replica {index}",
+            startup_timeout_s=REPLICA_STARTUP_TIMEOUT_S,
+            stop_timeout_s=REPLICA_STOP_TIMEOUT_S,
+            announce=re.compile(SERVE_ANNOUNCE),
+        )
         server.start()
         servers.append(server)
     _write_record(run_dir, "workbench serve", servers)  # pids first, so a leftover can always be found
-    reporter.message(f"starting {count} `workbench serve` replica(s) of {config.inference.model or config.model} "
-                     f"on the CPU (no vLLM here: {why}; logs: {folder})")
+    reporter.message(
+        f"starting {count} `workbench serve` replica(s) of {config.inference.model or config.model} "
+        f"on the CPU (no vLLM here: {why}; logs: {folder})"
+    )
     # They load in parallel; the first to fail ends the wait (the stack then stops them all).
     await asyncio.to_thread(wait_until_all_healthy, servers)
     urls = [server.base_url for server in servers if server.base_url]
@@ -144,12 +162,22 @@ def _write_record(run_dir: Path, backend: str, servers: list[ManagedServer]) -> 
     URL once known, log and command; written atomically (tests and tools poll it)."""
     folder = run_dir / INFERENCE_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"backend": backend, "trainer_pid": os.getpid(), "replicas": [
-        {"index": index, "pid": server.process.pid if server.process else None, "base_url": server.base_url,
-         "log": str(server.log_path), "command": server.command,
-         # started as a fork of the trainer (workbench.fork_launch) or as a fresh interpreter
-         "forked": bool(getattr(server.process, "forked", False))}
-        for index, server in enumerate(servers)]}
+    record = {
+        "backend": backend,
+        "trainer_pid": os.getpid(),
+        "replicas": [
+            {
+                "index": index,
+                "pid": server.process.pid if server.process else None,
+                "base_url": server.base_url,
+                "log": str(server.log_path),
+                "command": server.command,
+                # started as a fork of the trainer (workbench.fork_launch) or as a fresh interpreter
+                "forked": bool(getattr(server.process, "forked", False)),
+            }
+            for index, server in enumerate(servers)
+        ],
+    }
     target = folder / REPLICAS_FILE
     partial = target.with_suffix(".json.tmp")
     partial.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))

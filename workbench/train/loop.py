@@ -71,13 +71,17 @@ from workbench.train.teacher import TeacherStats
 from workbench.types import SamplingParams
 
 
-def run_rank(config: TrainConfig, reporter: Reporter | None = None, *, resume: str | Path | None = None) -> TrainResult:
+def run_rank(
+    config: TrainConfig, reporter: Reporter | None = None, *, resume: str | Path | None = None
+) -> TrainResult:
     """This process's part of a run (the whole run with one process); blocking. `resume` is a run
     folder: continue from its newest complete checkpoint. Launched as one of several processes
     (--nproc, torchrun), it first joins their process group. The front door is `service.run_train`."""
     dist = init_distributed()
     try:
-        result = asyncio.run(_train(config, reporter or NullReporter(), Path(resume) if resume else None, dist))
+        result = asyncio.run(
+            _train(config, reporter or NullReporter(), Path(resume) if resume else None, dist)
+        )
         # every rank is done with the group before any tears it down: a rank that exits (closing
         # its sockets and rank 0's store) while a slower one is still inside its last collective
         # or its own teardown makes gloo abort that one (SIGABRT), failing a finished run
@@ -87,19 +91,24 @@ def run_rank(config: TrainConfig, reporter: Reporter | None = None, *, resume: s
         close(dist)
 
 
-async def _train(config: TrainConfig, reporter: Reporter, resume: Path | None, dist: DistInfo = SINGLE) -> TrainResult:
+async def _train(
+    config: TrainConfig, reporter: Reporter, resume: Path | None, dist: DistInfo = SINGLE
+) -> TrainResult:
     run_dir = resume or agreed_run_dir(dist, lambda: new_run_dir(config))
     if resume is None and list_checkpoints(run_dir):
-        raise UserError(f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
-                        "or choose another run_name/output_dir")
+        raise UserError(
+            f"{run_dir} already holds a training run; continue it with --resume {run_dir} "
+            "or choose another run_name/output_dir"
+        )
     refuse_server_mode_ranks(config, dist)  # before any server is launched for nothing
     checkpoint = _resume_point(run_dir, config, dist) if resume else None
     async with contextlib.AsyncExitStack() as servers:  # launched inference servers stop when it closes
         launched: list[str] = []
         if config.inference.mode == "server" and config.inference.launch:
             # rank 0 alone starts them (it alone rolls out: shared_source.py); the others get its config
-            config, launched = await on_main(dist, lambda: _launch_inference(config, run_dir, servers, reporter),
-                                             (config, []))
+            config, launched = await on_main(
+                dist, lambda: _launch_inference(config, run_dir, servers, reporter), (config, [])
+            )
         return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
 
 
@@ -117,8 +126,9 @@ def _resume_point(run_dir: Path, config: TrainConfig, dist: DistInfo) -> Path | 
     return checkpoint
 
 
-async def _launch_inference(config: TrainConfig, run_dir: Path, servers: contextlib.AsyncExitStack,
-                            reporter: Reporter) -> tuple[TrainConfig, list[str]]:
+async def _launch_inference(
+    config: TrainConfig, run_dir: Path, servers: contextlib.AsyncExitStack, reporter: Reporter
+) -> tuple[TrainConfig, list[str]]:
     """`[inference] launch = true`: start the run's inference servers (vLLM, or `workbench serve`
     replicas without it: `launch_servers.py`), wait for health, stop them when `servers` closes.
     Returns the config the run goes on with (the launched servers replace inference.base_urls)
@@ -129,8 +139,14 @@ async def _launch_inference(config: TrainConfig, run_dir: Path, servers: context
     return launched.config, launched.base_urls
 
 
-async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, checkpoint: Path | None,
-                    launched: list[str], dist: DistInfo) -> TrainResult:
+async def _train_in(
+    config: TrainConfig,
+    reporter: Reporter,
+    run_dir: Path,
+    checkpoint: Path | None,
+    launched: list[str],
+    dist: DistInfo,
+) -> TrainResult:
     ctx = build_context(config, run_dir, checkpoint, dist, launched_urls=launched)
     optimizer, scheduler = make_optimizer(ctx.policy, config)
     start_step = 0
@@ -145,8 +161,11 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
         reporter.message(f"resuming from {checkpoint.name}")
     if dist.is_main:  # rank 0 alone writes metrics, metadata and W&B
         truncate_metrics(run_dir, start_step)
-    logger = (MetricsLogger(run_dir, config.wandb, run_dir.name, ctx.saved_config, resume=checkpoint is not None)
-              if dist.is_main else NullMetricsLogger())
+    logger = (
+        MetricsLogger(run_dir, config.wandb, run_dir.name, ctx.saved_config, resume=checkpoint is not None)
+        if dist.is_main
+        else NullMetricsLogger()
+    )
     stop = _StopFlag(reporter)
     metadata = ctx.metadata
     metadata.status, metadata.step = "running", start_step
@@ -166,9 +185,16 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
         startup.release()  # the command's start-up is over (workbench/startup.py)
         while step < config.max_steps and not stopping:
             step += 1
-            metrics = await (_rl_step(ctx, config, optimizer, scheduler, step) if config.on_policy
-                             else _sft_step(ctx, config, optimizer, scheduler, step))
-            if config.eval.interval > 0 and config.on_policy and (step % config.eval.interval == 0 or step == config.max_steps):
+            metrics = await (
+                _rl_step(ctx, config, optimizer, scheduler, step)
+                if config.on_policy
+                else _sft_step(ctx, config, optimizer, scheduler, step)
+            )
+            if (
+                config.eval.interval > 0
+                and config.on_policy
+                and (step % config.eval.interval == 0 or step == config.max_steps)
+            ):
                 if ctx.publisher is not None:
                     await ctx.publisher.wait()  # evaluate this step's weights
                 metrics.update(await _held_out_eval(ctx, config))
@@ -176,7 +202,11 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
             history.append({"step": step, **metrics})
             ctx.log.write(step_line(step, metrics, config.max_steps))
             reporter.step_done(step, metrics)
-            metadata.step, metadata.updated_at, metadata.reward_mean = step, now_iso(), metrics.get("reward/mean")
+            metadata.step, metadata.updated_at, metadata.reward_mean = (
+                step,
+                now_iso(),
+                metrics.get("reward/mean"),
+            )
             metadata.eval_reward_mean = metrics.get("eval/reward_mean", metadata.eval_reward_mean)
             _write_metadata(ctx, metadata)
             stopping = dist.any(stop.requested)  # agreed, so every rank stops after the same step
@@ -189,11 +219,15 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
         last = list_checkpoints(run_dir)
         where = f"; resume from the last checkpoint with --resume {run_dir}" if last else ""
         metadata.error = f"weight update failed at step {step}: {exc}"
-        raise TrainingFailed(f"training stopped at step {step}: no inference server took the new weights ({exc}){where}") from exc
+        raise TrainingFailed(
+            f"training stopped at step {step}: no inference server took the new weights ({exc}){where}"
+        ) from exc
     except ServerGone as exc:
         where = f"; resume with --resume {run_dir} once a server is back" if list_checkpoints(run_dir) else ""
         metadata.error = f"inference server gone at step {step}: {exc}"
-        raise TrainingFailed(f"training stopped at step {step}: the inference server stopped answering ({exc}){where}") from exc
+        raise TrainingFailed(
+            f"training stopped at step {step}: the inference server stopped answering ({exc}){where}"
+        ) from exc
     except NonFiniteLoss as exc:
         last = list_checkpoints(run_dir)
         where = f"; last good checkpoint: {last[-1]}" if last else ""
@@ -216,7 +250,9 @@ async def _train_in(config: TrainConfig, reporter: Reporter, run_dir: Path, chec
     return TrainResult(run_dir, status, step, history, speaks=dist.is_main, world_size=dist.world_size)
 
 
-async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
+async def _rl_step(
+    ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int
+) -> dict[str, Any]:
     started = time.perf_counter()
     learning_rate = scheduler.get_last_lr()[0]  # this step's (the scheduler moves on when it trains)
     if not ctx.server_mode:
@@ -226,39 +262,78 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
     wait_s = time.perf_counter() - started
     all_groups = gather_groups(ctx.dist, batch.all_groups)  # every rank's (multi-process); metrics use these
     if all_groups and all(g.infrastructure_failures for g in all_groups):
-        where = f"; resume with --resume {ctx.run_dir} once a server is back" if list_checkpoints(ctx.run_dir) else ""
-        raise TrainingFailed(f"training stopped at step {step}: no inference server answered "
-                             f"(every rollout failed after retries){where}")
+        where = (
+            f"; resume with --resume {ctx.run_dir} once a server is back"
+            if list_checkpoints(ctx.run_dir)
+            else ""
+        )
+        raise TrainingFailed(
+            f"training stopped at step {step}: no inference server answered "
+            f"(every rollout failed after retries){where}"
+        )
     if ctx.dist.is_main:
         _write_rollouts(ctx.run_dir, step, all_groups)
     samples = groups_to_samples(batch.groups, config)
     distill: dict[str, float] = {}
     if ctx.teacher is not None:  # online distillation: the teacher scores every sampled token
         scored = await ctx.teacher.score(samples, ctx.sampling.temperature)
-        distill = TeacherStats(*ctx.dist.sum([scored.reverse_kl_sum, scored.teacher_logprob_sum, scored.tokens])).metrics()
+        distill = TeacherStats(
+            *ctx.dist.sum([scored.reverse_kl_sum, scored.teacher_logprob_sum, scored.tokens])
+        ).metrics()
     rollouts = [r for g in batch.groups for r in g.rollouts]
-    trained, sample_tokens, dropped, server_failed, sampled_rollouts = ctx.dist.sum([
-        len(samples) if rollouts else 0, sum(len(s.input_ids) for s in samples), batch.dropped, batch.server_failed,
-        len(rollouts)])
+    trained, sample_tokens, dropped, server_failed, sampled_rollouts = ctx.dist.sum(
+        [
+            len(samples) if rollouts else 0,
+            sum(len(s.input_ids) for s in samples),
+            batch.dropped,
+            batch.server_failed,
+            len(rollouts),
+        ]
+    )
     lag = (step - 1) - batch.policy_version
-    metrics: dict[str, Any] = {"filter/dropped_groups": int(dropped), "rollout/server_failed_groups": int(server_failed),
-                               "rollout/generation_time": batch.generation_s,
-                               "policy/lag": lag, "policy/off_policy_dropped": batch.off_policy_dropped, **distill}
+    metrics: dict[str, Any] = {
+        "filter/dropped_groups": int(dropped),
+        "rollout/server_failed_groups": int(server_failed),
+        "rollout/generation_time": batch.generation_s,
+        "policy/lag": lag,
+        "policy/off_policy_dropped": batch.off_policy_dropped,
+        **distill,
+    }
     if ctx.dist.any(bool(samples) and any(s.teaches for s in samples)):  # every rank trains, or none
-        train = functools.partial(train_on_samples, ctx.policy, optimizer, scheduler, samples, config,
-                                  temperature=ctx.sampling.temperature, kl_beta=ctx.kl_beta, dist=ctx.dist)
+        train = functools.partial(
+            train_on_samples,
+            ctx.policy,
+            optimizer,
+            scheduler,
+            samples,
+            config,
+            temperature=ctx.sampling.temperature,
+            kl_beta=ctx.kl_beta,
+            dist=ctx.dist,
+        )
         # Server mode trains in a thread so the event loop keeps generating the next batch.
         stats = await asyncio.to_thread(train) if ctx.server_mode else train()
         if config.kl_penalty.enabled:
             ctx.kl_beta = adapt_kl_beta(ctx.kl_beta, stats.kl, config.kl_penalty.target_kl)
             metrics["policy/kl_beta"] = ctx.kl_beta
-        metrics.update({"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
-                        "policy/kl": stats.kl, "policy/importance_ratio": stats.ratio_mean,
-                        "policy/clip_frac": stats.clip_frac, "policy/mismatch_kl": stats.mismatch_kl,
-                        "time/forward_backward": stats.forward_backward_s,
-                        "time/optimizer": stats.optimizer_s, "train/padding_fraction": stats.padding_fraction})
+        metrics.update(
+            {
+                "train/loss": stats.loss,
+                "train/grad_norm": stats.grad_norm,
+                "policy/entropy": stats.entropy,
+                "policy/kl": stats.kl,
+                "policy/importance_ratio": stats.ratio_mean,
+                "policy/clip_frac": stats.clip_frac,
+                "policy/mismatch_kl": stats.mismatch_kl,
+                "time/forward_backward": stats.forward_backward_s,
+                "time/optimizer": stats.optimizer_s,
+                "train/padding_fraction": stats.padding_fraction,
+            }
+        )
     else:  # every group filtered out or zero advantage: nothing to learn this step
-        metrics.update({"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0})
+        metrics.update(
+            {"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0}
+        )
     if ctx.publisher is not None:  # the servers get the new weights while the next step trains
         sync_s = await ctx.publisher.publish(step)
     else:
@@ -269,40 +344,53 @@ async def _rl_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, sched
     rewards = [r.reward for r in all_rollouts] or [0.0]
     step_s = time.perf_counter() - started
     completion_tokens = sum(r.usage.get("completion_tokens", 0) for r in all_rollouts)
-    metrics.update({
-        "reward/mean": sum(rewards) / len(rewards),
-        "reward/std": statistics.pstdev(rewards),
-        **{f"reward/{name}": value for name, value in _func_means(all_rollouts).items()},
-        "train/learning_rate": learning_rate,
-        "rollout/mean_length": completion_tokens / max(len(all_rollouts), 1),
-        "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
-        "rollout/errors": sum(r.error is not None for r in all_rollouts),
-        "rollout/trained_samples": int(trained),
-        # > 1 for multi-turn rollouts under trajectory_strategy = "branching" (one sample per turn)
-        "rollout/samples_per_rollout": trained / max(sampled_rollouts, 1),
-        "perf/tokens_per_s": (completion_tokens + sample_tokens) / step_s,
-        "time/wait_rollouts": wait_s,
-        "time/step": step_s,
-    })
+    metrics.update(
+        {
+            "reward/mean": sum(rewards) / len(rewards),
+            "reward/std": statistics.pstdev(rewards),
+            **{f"reward/{name}": value for name, value in _func_means(all_rollouts).items()},
+            "train/learning_rate": learning_rate,
+            "rollout/mean_length": completion_tokens / max(len(all_rollouts), 1),
+            "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
+            "rollout/errors": sum(r.error is not None for r in all_rollouts),
+            "rollout/trained_samples": int(trained),
+            # > 1 for multi-turn rollouts under trajectory_strategy = "branching" (one sample per turn)
+            "rollout/samples_per_rollout": trained / max(sampled_rollouts, 1),
+            "perf/tokens_per_s": (completion_tokens + sample_tokens) / step_s,
+            "time/wait_rollouts": wait_s,
+            "time/step": step_s,
+        }
+    )
     if ctx.publisher is not None:
         metrics["time/weight_sync"] = sync_s  # what the trainer waited for: the write, a push still running
         metrics["time/weight_push"] = ctx.publisher.last_push_s  # the newest completed push, on the servers
     # Colocated, generation happens inside the wait; async, it overlaps the previous step.
     busy = (wait_s if ctx.server_mode else batch.generation_s) + sync_s
-    metrics["time/other"] = max(0.0, step_s - busy - metrics["time/forward_backward"] - metrics["time/optimizer"])
+    metrics["time/other"] = max(
+        0.0, step_s - busy - metrics["time/forward_backward"] - metrics["time/optimizer"]
+    )
     return metrics
 
 
-async def _sft_step(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int) -> dict[str, Any]:
+async def _sft_step(
+    ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int
+) -> dict[str, Any]:
     started = time.perf_counter()
     learning_rate = scheduler.get_last_lr()[0]  # this step's (the scheduler moves on when it trains)
     samples = ctx.dist.shard(ctx.sft_data.batch(step, config.batch_size))  # this rank's slice
     stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, sft=True, dist=ctx.dist)
     step_s = time.perf_counter() - started
-    return {"train/loss": stats.loss, "train/grad_norm": stats.grad_norm, "policy/entropy": stats.entropy,
-            "train/learning_rate": learning_rate, "perf/tokens_per_s": stats.tokens / step_s,
-            "time/forward_backward": stats.forward_backward_s, "time/optimizer": stats.optimizer_s, "time/step": step_s,
-            "train/padding_fraction": stats.padding_fraction}
+    return {
+        "train/loss": stats.loss,
+        "train/grad_norm": stats.grad_norm,
+        "policy/entropy": stats.entropy,
+        "train/learning_rate": learning_rate,
+        "perf/tokens_per_s": stats.tokens / step_s,
+        "time/forward_backward": stats.forward_backward_s,
+        "time/optimizer": stats.optimizer_s,
+        "time/step": step_s,
+        "train/padding_fraction": stats.padding_fraction,
+    }
 
 
 async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, float]:
@@ -311,19 +399,31 @@ async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, fl
     eval/<name>/reward_mean); eval/reward_mean pools every rollout. Several ranks share the
     examples; in server mode rank 0 evaluates them all (its client serves the newest weights)."""
     if ctx.server_mode and ctx.dist.active:
-        return await on_main(ctx.dist, lambda: _held_out_eval(dataclasses.replace(ctx, dist=SINGLE), config), {})
+        return await on_main(
+            ctx.dist, lambda: _held_out_eval(dataclasses.replace(ctx, dist=SINGLE), config), {}
+        )
     ctx.policy.model.eval()
     targets = [(e.name, e.env, e.sampling) for e in ctx.eval_envs] or [(None, ctx.env, ctx.sampling)]
     metrics: dict[str, float] = {}
     total = count = 0.0
     for name, env, sampling in targets:
-        examples = ctx.dist.shard(env.get_examples(config.eval.num_examples, split="eval"))  # this rank's slice
+        examples = ctx.dist.shard(
+            env.get_examples(config.eval.num_examples, split="eval")
+        )  # this rank's slice
         groups: list[Any] = []
         with generation_weights(ctx.policy):
-            await run_rollouts(env, ctx.client, examples, rollouts_per_example=config.eval.rollouts_per_example,
-                               sampling=held_out_sampling(config, sampling),
-                               max_concurrent=config.eval_concurrency(), on_group=groups.append)
-        rewards = [r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts]  # server failures: no result
+            await run_rollouts(
+                env,
+                ctx.client,
+                examples,
+                rollouts_per_example=config.eval.rollouts_per_example,
+                sampling=held_out_sampling(config, sampling),
+                max_concurrent=config.eval_concurrency(),
+                on_group=groups.append,
+            )
+        rewards = [
+            r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts
+        ]  # server failures: no result
         env_total, env_count = ctx.dist.sum([sum(rewards), len(rewards)])
         if name is not None:
             metrics[f"eval/{name}/reward_mean"] = env_total / env_count if env_count else 0.0
@@ -338,20 +438,34 @@ def held_out_sampling(config: TrainConfig, sampling: SamplingParams) -> Sampling
     return dataclasses.replace(sampling, seed=_seed(config, 10_000_019))
 
 
-def _checkpoint(ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]) -> None:
+def _checkpoint(
+    ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]
+) -> None:
     states = checkpoint_states(ctx.policy, optimizer)  # FSDP: gathered from every rank
     if not ctx.dist.is_main:
         return
     try:
-        path = save_checkpoint(ctx.run_dir, step, ctx.policy, optimizer, scheduler,
-                               {"reward_mean": metrics.get("reward/mean"), "eval_reward_mean": metrics.get("eval/reward_mean"),
-                                "kl_beta": ctx.kl_beta},
-                               keep=config.checkpointing.keep_n_checkpoints, states=states,
-                               keep_every=config.checkpointing.keep_every_n_steps)
+        path = save_checkpoint(
+            ctx.run_dir,
+            step,
+            ctx.policy,
+            optimizer,
+            scheduler,
+            {
+                "reward_mean": metrics.get("reward/mean"),
+                "eval_reward_mean": metrics.get("eval/reward_mean"),
+                "kl_beta": ctx.kl_beta,
+            },
+            keep=config.checkpointing.keep_n_checkpoints,
+            states=states,
+            keep_every=config.checkpointing.keep_every_n_steps,
+        )
     except OSError as exc:
         last = list_checkpoints(ctx.run_dir)
         kept = f"; previous checkpoint intact: {last[-1]}" if last else ""
-        raise TrainingFailed(f"could not write the step {step} checkpoint ({exc.strerror or exc}){kept}") from exc
+        raise TrainingFailed(
+            f"could not write the step {step} checkpoint ({exc.strerror or exc}){kept}"
+        ) from exc
     ctx.log.write(f"checkpoint {path.name}")
 
 
@@ -359,10 +473,22 @@ def _rollout_source(ctx: TrainContext, config: TrainConfig) -> RolloutSource | S
     """Colocated: every rank rolls out its share on demand. Server mode: generated ahead of the
     trainer; with several ranks by rank 0 alone, which hands each rank its share."""
     if not (ctx.server_mode and ctx.dist.active):
-        return RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s),
-                             asynchronous=ctx.server_mode, dist=ctx.dist)
-    own = RolloutSource(ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s),
-                        asynchronous=True) if ctx.dist.is_main else None
+        return RolloutSource(
+            ctx.env,
+            ctx.client,
+            config,
+            ctx.clock,
+            lambda s: _sampling(ctx, config, s),
+            asynchronous=ctx.server_mode,
+            dist=ctx.dist,
+        )
+    own = (
+        RolloutSource(
+            ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s), asynchronous=True
+        )
+        if ctx.dist.is_main
+        else None
+    )
     return SharedSource(own, ctx.dist)
 
 
@@ -412,7 +538,9 @@ class _StopFlag:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self._reporter.message("stopping after this step (a checkpoint will be written); Ctrl-C again to abort")
+        self._reporter.message(
+            "stopping after this step (a checkpoint will be written); Ctrl-C again to abort"
+        )
 
     def restore(self) -> None:
         signal.signal(signal.SIGINT, self._previous)

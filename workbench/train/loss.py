@@ -47,8 +47,11 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
     position_ids = batch.get("position_ids")
     # use_cache=False: a training pass needs no KV cache (its memory), and with one transformers
     # would not look for packed sequences in the position ids (flash-attention varlen)
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": _model_mask(batch.get("attention_mask"), model),
-              "use_cache": False}
+    inputs = {
+        "input_ids": batch["input_ids"],
+        "attention_mask": _model_mask(batch.get("attention_mask"), model),
+        "use_cache": False,
+    }
     if position_ids is not None:
         inputs["position_ids"] = position_ids
     if "prompt_passes" in batch:  # use_cache: models may ignore past_key_values without it
@@ -81,14 +84,27 @@ def _prompt_cache(model: Any, batch: dict[str, Any]) -> Any:
 
     store: list[tuple[Any, Any]] | None = None  # per layer: (keys, values) [prompt tokens, heads, dim]
     for part in batch["prompt_passes"]:
-        out = model(input_ids=part["input_ids"], attention_mask=_model_mask(part["attention_mask"], model),
-                    position_ids=part["position_ids"], past_key_values=_read(store, part["context"]), use_cache=True,
-                    **_last_logits_only(model))
+        out = model(
+            input_ids=part["input_ids"],
+            attention_mask=_model_mask(part["attention_mask"], model),
+            position_ids=part["position_ids"],
+            past_key_values=_read(store, part["context"]),
+            use_cache=True,
+            **_last_logits_only(model),
+        )
         width = part["context"].shape[1]  # the cache holds the context, then this pass's own tokens
-        own = [(_flatten(keys[:, :, width:]), _flatten(values[:, :, width:]))
-               for keys, values in _cache_tensors(out.past_key_values)]
-        store = own if store is None else [(torch.cat([k0, k1]), torch.cat([v0, v1])) for (k0, v0), (k1, v1) in
-                                          zip(store, own, strict=True)]
+        own = [
+            (_flatten(keys[:, :, width:]), _flatten(values[:, :, width:]))
+            for keys, values in _cache_tensors(out.past_key_values)
+        ]
+        store = (
+            own
+            if store is None
+            else [
+                (torch.cat([k0, k1]), torch.cat([v0, v1]))
+                for (k0, v0), (k1, v1) in zip(store, own, strict=True)
+            ]
+        )
     return _read(store, batch["context"])
 
 
@@ -147,8 +163,18 @@ def _model_mask(mask: Any, model: Any) -> Any:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
-def policy_loss(kind: str, logprobs: Any, batch: dict[str, Any], *, clip_low: float, clip_high: float,
-                cispo_clip: float, total_tokens: int, ref_logprobs: Any = None, kl_beta: float = 0.0) -> tuple[Any, dict[str, float]]:
+def policy_loss(
+    kind: str,
+    logprobs: Any,
+    batch: dict[str, Any],
+    *,
+    clip_low: float,
+    clip_high: float,
+    cispo_clip: float,
+    total_tokens: int,
+    ref_logprobs: Any = None,
+    kl_beta: float = 0.0,
+) -> tuple[Any, dict[str, float]]:
     """Sum of per-token losses of one micro-batch divided by the batch's loss-token count."""
     import torch
 

@@ -12,7 +12,6 @@ import orjson
 from workbench.store.runs import METRICS
 from workbench.train.schema import WandbConfig
 
-
 # The names prime-rl's docs list for its W&B charts -> ours: a dashboard written for those docs
 # finds its curves. Both names are logged, with the same value.
 METRIC_ALIASES = {"train/reward": "reward/mean", "train/kl_divergence": "policy/kl"}
@@ -24,8 +23,14 @@ def with_aliases(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, wandb_config: WandbConfig, run_name: str, config_dict: dict[str, Any],
-                 resume: bool) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        wandb_config: WandbConfig,
+        run_name: str,
+        config_dict: dict[str, Any],
+        resume: bool,
+    ) -> None:
         self.path = run_dir / METRICS
         self._wandb = None
         mode = wandb_config.mode or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
@@ -33,9 +38,15 @@ class MetricsLogger:
             import wandb
 
             self._wandb = wandb.init(
-                project=wandb_config.project or "workbench", name=wandb_config.name or run_name,
-                entity=wandb_config.entity, mode=mode, dir=str(run_dir), config=config_dict,
-                id=_wandb_id(run_dir), resume="allow" if resume else None, reinit="finish_previous",
+                project=wandb_config.project or "workbench",
+                name=wandb_config.name or run_name,
+                entity=wandb_config.entity,
+                mode=mode,
+                dir=str(run_dir),
+                config=config_dict,
+                id=_wandb_id(run_dir),
+                resume="allow" if resume else None,
+                reinit="finish_previous",
                 settings=wandb.Settings(silent=True, console="off"),
             )
 
@@ -88,9 +99,15 @@ def _step(line: bytes) -> int:
         return 1 << 62
 
 
-STEP_LINE_KEYS = (("reward/mean", "reward"), ("eval/reward_mean", "eval"), ("train/loss", "loss"),
-                  ("policy/entropy", "entropy"), ("policy/kl", "kl"), ("filter/dropped_groups", "dropped"),
-                  ("time/step", "s/step"))
+STEP_LINE_KEYS = (
+    ("reward/mean", "reward"),
+    ("eval/reward_mean", "eval"),
+    ("train/loss", "loss"),
+    ("policy/entropy", "entropy"),
+    ("policy/kl", "kl"),
+    ("filter/dropped_groups", "dropped"),
+    ("time/step", "s/step"),
+)
 
 
 def step_line(step: int, metrics: dict[str, Any], total: int | None = None) -> str:

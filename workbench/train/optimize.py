@@ -64,8 +64,12 @@ def training_autocast(config: TrainConfig, device: str) -> Callable[[], Abstract
 def make_optimizer(policy: Policy, config: TrainConfig) -> tuple[Any, Any]:
     import torch
 
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
-                                  weight_decay=config.weight_decay, betas=tuple(config.betas))
+    optimizer = torch.optim.AdamW(
+        policy.trainable_parameters(),
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
+        betas=tuple(config.betas),
+    )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, config))
 
 
@@ -88,9 +92,18 @@ def lr_factor(step: int, config: TrainConfig) -> float:
     return floor + (1.0 - floor) * shape
 
 
-def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: list[Sample], config: TrainConfig,
-                     *, sft: bool = False, temperature: float = 1.0, kl_beta: float = 0.0,
-                     dist: DistInfo = SINGLE) -> StepStats:
+def train_on_samples(
+    policy: Policy,
+    optimizer: Any,
+    scheduler: Any,
+    samples: list[Sample],
+    config: TrainConfig,
+    *,
+    sft: bool = False,
+    temperature: float = 1.0,
+    kl_beta: float = 0.0,
+    dist: DistInfo = SINGLE,
+) -> StepStats:
     """One optimizer step on `samples`. `temperature`: the one the rollouts were sampled at, so
     the trainer's logprobs are of the sampler's distribution (SFT always uses 1.0)."""
     import torch
@@ -100,12 +113,15 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     model.train()
     optimizer.zero_grad(set_to_none=True)
     pad_id = policy.tokenizer.pad_token_id
-    total_tokens = int(dist.sum([sum(sum(s.loss_mask) for s in samples)])[0])  # the global batch's loss tokens
+    total_tokens = int(
+        dist.sum([sum(sum(s.loss_mask) for s in samples)])[0]
+    )  # the global batch's loss tokens
     # FSDP2 frees a module's gathered weights after each forward, and a prompt pass followed by
     # the completion pass is two forwards before one backward: its backward then finds them
     # freed. FSDP packs plainly (no shared prompts) instead.
-    chunks, own_tokens = _equal_micro_batches(samples, config, pad_id, dist, masked=_takes_mask(model),
-                                              share_prompts=not is_fsdp(policy))
+    chunks, own_tokens = _equal_micro_batches(
+        samples, config, pad_id, dist, masked=_takes_mask(model), share_prompts=not is_fsdp(policy)
+    )
     real, laid_out = dist.sum([own_tokens, sum(_laid_out(c) for c in chunks)])
     use_kl = (not sft) and config.kl_penalty.enabled
     totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0, "mismatch_kl": 0.0}
@@ -126,10 +142,20 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
                 if use_kl:
                     with torch.no_grad(), policy.reference_model() as reference, autocast():
                         ref, _ = token_logprobs(reference, batch, temperature)
-                loss, extra = policy_loss(config.loss, logprobs, batch, clip_low=config.clip_low, clip_high=config.clip_high,
-                                          cispo_clip=config.cispo_clip, total_tokens=total_tokens, ref_logprobs=ref,
-                                          kl_beta=kl_beta)
-            if not torch.isfinite(loss) and not dist.active:  # multi-process: the global grad norm check below
+                loss, extra = policy_loss(
+                    config.loss,
+                    logprobs,
+                    batch,
+                    clip_low=config.clip_low,
+                    clip_high=config.clip_high,
+                    cispo_clip=config.cispo_clip,
+                    total_tokens=total_tokens,
+                    ref_logprobs=ref,
+                    kl_beta=kl_beta,
+                )
+            if (
+                not torch.isfinite(loss) and not dist.active
+            ):  # multi-process: the global grad norm check below
                 optimizer.zero_grad(set_to_none=True)
                 raise NonFiniteLoss(f"loss is {float(loss)}")
             # DDP/FSDP average gradients over ranks; x world_size makes that the global batch's sum
@@ -149,14 +175,30 @@ def train_on_samples(policy: Policy, optimizer: Any, scheduler: Any, samples: li
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return StepStats(loss=totals["loss"], grad_norm=grad_norm, entropy=totals["entropy"], kl=totals["kl"],
-                     ratio_mean=totals["ratio_mean"], clip_frac=totals["clip_frac"], mismatch_kl=totals["mismatch_kl"], tokens=total_tokens,
-                     forward_backward_s=forward_backward_s, optimizer_s=time.perf_counter() - started,
-                     padding_fraction=1.0 - real / max(laid_out, 1))
+    return StepStats(
+        loss=totals["loss"],
+        grad_norm=grad_norm,
+        entropy=totals["entropy"],
+        kl=totals["kl"],
+        ratio_mean=totals["ratio_mean"],
+        clip_frac=totals["clip_frac"],
+        mismatch_kl=totals["mismatch_kl"],
+        tokens=total_tokens,
+        forward_backward_s=forward_backward_s,
+        optimizer_s=time.perf_counter() - started,
+        padding_fraction=1.0 - real / max(laid_out, 1),
+    )
 
 
-def _equal_micro_batches(samples: list[Sample], config: TrainConfig, pad_id: int, dist: DistInfo, *,
-                         masked: bool, share_prompts: bool = True) -> tuple[list[dict[str, Any]], int]:
+def _equal_micro_batches(
+    samples: list[Sample],
+    config: TrainConfig,
+    pad_id: int,
+    dist: DistInfo,
+    *,
+    masked: bool,
+    share_prompts: bool = True,
+) -> tuple[list[dict[str, Any]], int]:
     """This rank's collated micro-batches (packed or padded, `config.pack_samples`), padded with
     empty ones (no loss tokens: zero gradient) to the largest count on any rank, so every rank
     joins the same number of gradient all-reduces; and how many of their tokens are not padding
@@ -185,7 +227,9 @@ def _equal_micro_batches(samples: list[Sample], config: TrainConfig, pad_id: int
 
 def _laid_out(batch: dict[str, Any]) -> int:
     """Tokens the forward passes run on, padding included (the prompt passes' too)."""
-    return batch["input_ids"].numel() + sum(part["input_ids"].numel() for part in batch.get("prompt_passes", ()))
+    return batch["input_ids"].numel() + sum(
+        part["input_ids"].numel() for part in batch.get("prompt_passes", ())
+    )
 
 
 def _takes_mask(model: Any) -> bool:
@@ -199,8 +243,10 @@ def _takes_mask(model: Any) -> bool:
 def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
     if device == "cpu":
         return batch
-    return {key: [_to_device(part, device) for part in value] if key == "prompt_passes" else value.to(device)
-            for key, value in batch.items()}
+    return {
+        key: [_to_device(part, device) for part in value] if key == "prompt_passes" else value.to(device)
+        for key, value in batch.items()
+    }
 
 
 def adapt_kl_beta(beta: float, observed_kl: float, target_kl: float | None) -> float:

@@ -42,13 +42,16 @@ from typing import Any, TypeVar
 from workbench.train.samples import Sample
 
 T = TypeVar("T")
-MIN_SHARED_TOKENS = 2  # a shorter common prefix is not worth a shared item (and the prefix pass needs >= 1 token)
+MIN_SHARED_TOKENS = (
+    2  # a shorter common prefix is not worth a shared item (and the prefix pass needs >= 1 token)
+)
 
 
 @dataclass(eq=False)
 class Shared:
     """Samples whose first `prefix` tokens are the same (no loss token among them): the prefix
     pass runs tokens [0, prefix - 1) once, each sample's rest runs from prefix - 1 on."""
+
     prefix: int
     samples: list[Sample]
 
@@ -93,7 +96,11 @@ def share_prefixes(samples: Sequence[Sample], width: int, min_shared: int = MIN_
                 common += 1
             total = sum(len(s.input_ids) for s in members) + size
             length = total - common * len(members)  # common + sum(len - common) over all members
-            if common >= min_shared and common * len(members) > prefix * (len(members) - 1) and length <= width:
+            if (
+                common >= min_shared
+                and common * len(members) > prefix * (len(members) - 1)
+                and length <= width
+            ):
                 groups[-1] = (common, members + [sample], length)
                 continue
         groups.append((limit, [sample], size))
@@ -108,7 +115,9 @@ def pack_rows(samples: Sequence[Item], width: int) -> list[Row]:
     return rows
 
 
-def _best_fit(entries: list[tuple[int, T]], width: int, rows: list[list[T]], spaces: list[tuple[int, int]]) -> None:
+def _best_fit(
+    entries: list[tuple[int, T]], width: int, rows: list[list[T]], spaces: list[tuple[int, int]]
+) -> None:
     """Place (size, value) entries, largest first, each in the row of `rows` whose free space
     (`spaces`: (free tokens, row index), ascending) fits it most tightly, else in a new row of
     `width`: a bisect over the free space, O(n log n), fine for large batches."""
@@ -123,7 +132,9 @@ def _best_fit(entries: list[tuple[int, T]], width: int, rows: list[list[T]], spa
         bisect.insort(spaces, (space - size, index))
 
 
-def packed_micro_batches(samples: Sequence[Sample], micro_batch_size: int, width: int | None = None) -> list[list[Row]]:
+def packed_micro_batches(
+    samples: Sequence[Sample], micro_batch_size: int, width: int | None = None
+) -> list[list[Row]]:
     """Rows of up to `width` tokens (default: the longest sample's length), grouped into
     micro-batches of at most micro_batch_size x the longest sample's tokens: never a larger
     tensor than the padded path's largest micro-batch (so no more memory), and never more
@@ -137,7 +148,7 @@ def packed_micro_batches(samples: Sequence[Sample], micro_batch_size: int, width
     per_chunk = max(1, micro_batch_size * longest // width)
     count = -(-len(rows) // per_chunk)
     size = -(-len(rows) // count)
-    return [rows[i:i + size] for i in range(0, len(rows), size)]
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
 def row_length(row: Row) -> int:
@@ -158,16 +169,23 @@ def pack_width(samples: Sequence[Sample], micro_batch_size: int, seq_len: int | 
     return max(seq_len or micro_batch_size * longest, longest)
 
 
-def collate_packed(rows: Sequence[Sequence[Sample]], pad_id: int, *, with_mask: bool = True) -> dict[str, Any]:
+def collate_packed(
+    rows: Sequence[Sequence[Sample]], pad_id: int, *, with_mask: bool = True
+) -> dict[str, Any]:
     """Tensors for one packed micro-batch of plain samples: [rows, longest row]. `with_mask`: add
     the 4D block-diagonal causal mask (bool: True = may attend) for eager / SDPA attention; the
     caller turns it into the model's additive float mask."""
     import torch
 
     length = max(row_length(list(row)) for row in rows)
-    values = [_row_values([Node(sample.input_ids, 0, sample=sample) for sample in row], pad_id, length) for row in rows]
-    batch = _tensors(values, ("input_ids", "position_ids", "loss_mask", "sampler_logprobs", "advantages",
-                              "token_advantages"))
+    values = [
+        _row_values([Node(sample.input_ids, 0, sample=sample) for sample in row], pad_id, length)
+        for row in rows
+    ]
+    batch = _tensors(
+        values,
+        ("input_ids", "position_ids", "loss_mask", "sampler_logprobs", "advantages", "token_advantages"),
+    )
     if with_mask:
         batch["attention_mask"] = block_causal_mask(torch.tensor([v["segments"] for v in values]))
     return batch
@@ -184,8 +202,11 @@ def prefixed_micro_batches(samples: Sequence[Sample], micro_batch_size: int) -> 
     if not samples:
         return []
     budget = micro_batch_size * max(len(s.input_ids) for s in samples)
-    items = sorted((part for item in share_prefixes(samples, budget) for part in _within(item, budget)),
-                   key=item_length, reverse=True)
+    items = sorted(
+        (part for item in share_prefixes(samples, budget) for part in _within(item, budget)),
+        key=item_length,
+        reverse=True,
+    )
     batches: list[list[Item]] = [[]]
     for item in items:
         if batches[-1] and laid_out_tokens(batches[-1] + [item]) > budget:
@@ -201,8 +222,11 @@ def _within(item: Item, budget: int) -> list[Item]:
         return [item]
     half = len(item.samples) // 2
     parts = [item.samples[:half], item.samples[half:]]
-    return [piece for part in parts
-            for piece in _within(Shared(item.prefix, part) if len(part) > 1 else part[0], budget)]
+    return [
+        piece
+        for part in parts
+        for piece in _within(Shared(item.prefix, part) if len(part) > 1 else part[0], budget)
+    ]
 
 
 @dataclass(eq=False)
@@ -210,6 +234,7 @@ class Node:
     """Tokens `ids` at positions start.. that read their ancestors' tokens (keys/values) before
     their own. A leaf is a sample's tokens from `start` on (its rest, or all of a plain sample);
     an inner node is a prompt part, run in an earlier pass."""
+
     ids: list[int]
     start: int
     parent: Node | None = None
@@ -221,12 +246,16 @@ class PrefixLayout:
     """One micro-batch in passes: `passes[d]` are the rows of the inner nodes at depth d (a
     common prompt beginning, then what follows it, ...), `rests` the rows of the leaves. A row
     holds the children of at most one node (plus parentless nodes), so it reads one context."""
+
     passes: list[list[list[Node]]]
     rests: list[list[Node]]
 
     def tokens(self) -> int:
         """Laid-out tokens (padding included): what the passes run on."""
-        return sum(len(rows) * max(sum(len(n.ids) for n in row) for row in rows) for rows in [*self.passes, self.rests])
+        return sum(
+            len(rows) * max(sum(len(n.ids) for n in row) for row in rows)
+            for rows in [*self.passes, self.rests]
+        )
 
 
 def prompt_tree(items: Sequence[Item]) -> tuple[list[Node], list[Node]]:
@@ -239,10 +268,12 @@ def prompt_tree(items: Sequence[Item]) -> tuple[list[Node], list[Node]]:
     for item in items:
         if isinstance(item, Shared):
             if item.prefix < MIN_SHARED_TOKENS:
-                raise ValueError(f"a shared prefix needs at least {MIN_SHARED_TOKENS} tokens (its prompt runs all but the last)")
-            head = Node(item.samples[0].input_ids[:item.prefix - 1], 0)
+                raise ValueError(
+                    f"a shared prefix needs at least {MIN_SHARED_TOKENS} tokens (its prompt runs all but the last)"
+                )
+            head = Node(item.samples[0].input_ids[: item.prefix - 1], 0)
             roots.append(head)
-            leaves += [Node(s.input_ids[item.prefix - 1:], item.prefix - 1, head, s) for s in item.samples]
+            leaves += [Node(s.input_ids[item.prefix - 1 :], item.prefix - 1, head, s) for s in item.samples]
         else:
             leaves.append(Node(item.input_ids, 0, sample=item))
     inner = list(roots)
@@ -258,10 +289,10 @@ def prompt_tree(items: Sequence[Item]) -> tuple[list[Node], list[Node]]:
             return leaves, inner
         roots = [stand_ins[id(item)][1] for item in grouped if not isinstance(item, Shared)]
         for group in groups:
-            common = Node(group.samples[0].input_ids[:group.prefix], 0)
+            common = Node(group.samples[0].input_ids[: group.prefix], 0)
             for stand_in in group.samples:
                 child = stand_ins[id(stand_in)][1]  # a root: starts at 0, no parent yet
-                child.ids, child.start, child.parent = child.ids[group.prefix:], group.prefix, common
+                child.ids, child.start, child.parent = child.ids[group.prefix :], group.prefix, common
             roots.append(common)
             inner.append(common)
 
@@ -344,7 +375,9 @@ def _context(node: Node | None, flat: dict[int, list[int]]) -> list[int]:
     return [] if node is None else _context(node.parent, flat) + flat[id(node)]
 
 
-def _collate_pass(rows: list[list[Node]], pad_id: int, flat: dict[int, list[int]], *, with_loss: bool) -> dict[str, Any]:
+def _collate_pass(
+    rows: list[list[Node]], pad_id: int, flat: dict[int, list[int]], *, with_loss: bool
+) -> dict[str, Any]:
     import torch
 
     length = max(sum(len(n.ids) for n in row) for row in rows)
@@ -363,9 +396,9 @@ def _collate_pass(rows: list[list[Node]], pad_id: int, flat: dict[int, list[int]
     sees = torch.zeros(len(rows), length, width, dtype=torch.bool)
     for r, indices in enumerate(contexts):
         if indices:
-            context[r, :len(indices)] = torch.tensor(indices)
+            context[r, : len(indices)] = torch.tensor(indices)
             reads = torch.tensor(values[r]["reads_context"], dtype=torch.bool)
-            sees[r, :, :len(indices)] = reads.unsqueeze(1)
+            sees[r, :, : len(indices)] = reads.unsqueeze(1)
     batch["context"] = context
     batch["attention_mask"] = torch.cat([sees.unsqueeze(1), own], dim=-1)
     return batch
@@ -376,9 +409,20 @@ def _row_values(row: Sequence[Node], pad_id: int, length: int) -> dict[str, list
     leaf's sample from its start on; 0 for prompt parts). The tail padding is one more segment
     with positions 0.. of its own: it attends only to itself (no fully masked query rows, which
     give NaN in some kernels) and nothing real attends to it."""
-    values: dict[str, list[Any]] = {key: [] for key in (
-        "input_ids", "position_ids", "loss_mask", "sampler_logprobs", "advantages", "token_advantages", "segments",
-        "starts", "reads_context")}
+    values: dict[str, list[Any]] = {
+        key: []
+        for key in (
+            "input_ids",
+            "position_ids",
+            "loss_mask",
+            "sampler_logprobs",
+            "advantages",
+            "token_advantages",
+            "segments",
+            "starts",
+            "reads_context",
+        )
+    }
     for segment, node in enumerate(row):
         size, start, sample = len(node.ids), node.start, node.sample
         values["input_ids"] += node.ids
@@ -392,7 +436,12 @@ def _row_values(row: Sequence[Node], pad_id: int, length: int) -> dict[str, list
         values["starts"] += [True] + [False] * (size - 1)
         values["reads_context"] += [node.parent is not None] * size
     tail = length - len(values["input_ids"])
-    for key, fill in (("input_ids", pad_id), ("segments", len(row)), ("starts", True), ("reads_context", False)):
+    for key, fill in (
+        ("input_ids", pad_id),
+        ("segments", len(row)),
+        ("starts", True),
+        ("reads_context", False),
+    ):
         values[key] += [fill] * tail
     for key in ("loss_mask", "sampler_logprobs", "advantages", "token_advantages"):
         values[key] += [0.0] * (length - len(values[key]))
@@ -404,8 +453,10 @@ def _tensors(values: list[dict[str, list[Any]]], keys: Sequence[str]) -> dict[st
     import torch
 
     floats = ("loss_mask", "sampler_logprobs", "advantages", "token_advantages")
-    return {key: torch.tensor([v[key] for v in values], dtype=torch.float32 if key in floats else torch.long)
-            for key in keys}
+    return {
+        key: torch.tensor([v[key] for v in values], dtype=torch.float32 if key in floats else torch.long)
+        for key in keys
+    }
 
 
 def block_causal_mask(segments: Any) -> Any:

@@ -50,7 +50,11 @@ def replica_count(inference: InferenceConfig) -> int:
 def vllm_data_parallel_size(inference: InferenceConfig) -> int:
     """`--data-parallel-size` of a launched vLLM: as `replica_count`, except that base_urls do not
     size it (one vLLM spreads its replicas over the GPUs it is given, not over URLs)."""
-    if "data_parallel_size" in inference.model_fields_set or inference.data_parallel_size > 1 or not inference.gpu_ids:
+    if (
+        "data_parallel_size" in inference.model_fields_set
+        or inference.data_parallel_size > 1
+        or not inference.gpu_ids
+    ):
         return inference.data_parallel_size
     return max(1, len(inference.gpu_ids) // inference.tensor_parallel_size)
 
@@ -74,12 +78,16 @@ def launch_blockers(config: TrainConfig, vllm_reason: str | None) -> list[str]:
     if inference.tensor_parallel_size > 1:
         from workbench.inference.vllm_launch import INSTALL_HINT
 
-        return [f"{INSTALL_HINT} ({vllm_reason}): inference.tensor_parallel_size = {inference.tensor_parallel_size} "
-                "splits the model across GPUs, which a `workbench serve` replica cannot"]
+        return [
+            f"{INSTALL_HINT} ({vllm_reason}): inference.tensor_parallel_size = {inference.tensor_parallel_size} "
+            "splits the model across GPUs, which a `workbench serve` replica cannot"
+        ]
     return []
 
 
-def replica_command(config: TrainConfig, *, model: str | None = None, parent_pid: int | None = None) -> list[str]:
+def replica_command(
+    config: TrainConfig, *, model: str | None = None, parent_pid: int | None = None
+) -> list[str]:
     """`python -m workbench serve ...` for one replica: the served model under the name training
     requests (`inference.model`, default `model`), LoRA loading sized as for vLLM (rank rounded
     up to one vLLM accepts, max_async_level + 1 adapters), `--port 0` (the replica picks a free
@@ -88,11 +96,27 @@ def replica_command(config: TrainConfig, *, model: str | None = None, parent_pid
     from workbench.inference.vllm_launch import vllm_lora_rank
 
     name = config.inference.model or config.model
-    command = [sys.executable, "-m", "workbench", "serve", model or name, "--host", "127.0.0.1", "--port", "0",
-               "--served-model-name", name]
+    command = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "serve",
+        model or name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--served-model-name",
+        name,
+    ]
     if config.lora.enabled:
-        command += ["--enable-lora", "--max-lora-rank", str(vllm_lora_rank(config.lora.r)),
-                    "--max-loras", str(config.max_async_level + 1)]
+        command += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(vllm_lora_rank(config.lora.r)),
+            "--max-loras",
+            str(config.max_async_level + 1),
+        ]
     if config.inference.reasoning_parser:
         command += ["--reasoning-parser", config.inference.reasoning_parser]
     if parent_pid is not None:
@@ -110,36 +134,70 @@ def trainer_visible_devices(config: TrainConfig) -> str | None:
 def trainer_placement(config: TrainConfig, gpu_count: int | None) -> str:
     """Where the trainer's ranks run (--nproc N / torchrun adds ranks; the plan does not know N)."""
     # Server mode: rank 0 is the orchestrator too (workbench.train.shared_source).
-    role = "; rank 0 also rolls out for every rank and publishes the weights" if config.inference.mode == "server" else ""
+    role = (
+        "; rank 0 also rolls out for every rank and publishes the weights"
+        if config.inference.mode == "server"
+        else ""
+    )
     if gpu_count == 0:
         return f"rank 0 = this `workbench train` process, on the CPU (--nproc N: N processes, gloo){role}"
     if config.trainer_gpu_ids:
         ids = ",".join(map(str, config.trainer_gpu_ids))
-        return (f"trainer_gpu_ids {_ids(config.trainer_gpu_ids)}: rank r on the r-th of them "
-                f"(CUDA_VISIBLE_DEVICES={ids}; --nproc {len(config.trainer_gpu_ids)} for one rank per GPU){role}")
+        return (
+            f"trainer_gpu_ids {_ids(config.trainer_gpu_ids)}: rank r on the r-th of them "
+            f"(CUDA_VISIBLE_DEVICES={ids}; --nproc {len(config.trainer_gpu_ids)} for one rank per GPU){role}"
+        )
     return f"rank r on CUDA GPU r of CUDA_VISIBLE_DEVICES (--nproc N: N ranks, NCCL){role}"
 
 
-def inference_placement(config: TrainConfig, gpu_count: int | None, backend: Backend | None) -> list[tuple[str, str]]:
+def inference_placement(
+    config: TrainConfig, gpu_count: int | None, backend: Backend | None
+) -> list[tuple[str, str]]:
     """Rows saying where rollouts are generated; `backend` is the launch backend (None: no launch)."""
     inference = config.inference
     if inference.mode == "colocated":
         return [("inference", "in the trainer process(es): the trainer's own model generates")]
     if not inference.launch:
-        return [("inference", f"{len(inference.base_urls)} server(s) started elsewhere: {', '.join(inference.base_urls)}")]
-    replaced = f" (in place of inference.base_urls {_ids(inference.base_urls)})" if inference.base_urls else ""
+        return [
+            (
+                "inference",
+                f"{len(inference.base_urls)} server(s) started elsewhere: {', '.join(inference.base_urls)}",
+            )
+        ]
+    replaced = (
+        f" (in place of inference.base_urls {_ids(inference.base_urls)})" if inference.base_urls else ""
+    )
     if backend == "vllm":
         tp, dp = inference.tensor_parallel_size, vllm_data_parallel_size(inference)
         gpus = f"GPUs {_ids(inference.gpu_ids)}" if inference.gpu_ids else "every visible GPU"
-        return [("inference", f"1 `vllm serve` process group on {gpus}: {dp} replica(s) x tp {tp}, log <run>/vllm.log{replaced}")]
+        return [
+            (
+                "inference",
+                f"1 `vllm serve` process group on {gpus}: {dp} replica(s) x tp {tp}, log <run>/vllm.log{replaced}",
+            )
+        ]
     count = replica_count(inference)
-    where = "the CPU" if gpu_count == 0 or not inference.gpu_ids else "the CPU (vLLM is what uses inference.gpu_ids)"
-    rows = [("inference", f"{count} `workbench serve` replica(s), each its own process group on {where}, "
-                          f"health-checked, stopped with the run{replaced}")]
+    where = (
+        "the CPU"
+        if gpu_count == 0 or not inference.gpu_ids
+        else "the CPU (vLLM is what uses inference.gpu_ids)"
+    )
+    rows = [
+        (
+            "inference",
+            f"{count} `workbench serve` replica(s), each its own process group on {where}, "
+            f"health-checked, stopped with the run{replaced}",
+        )
+    ]
     for index in range(count):
         first = index * inference.tensor_parallel_size
         gpu = f" · stands in for GPU {inference.gpu_ids[first]}" if first < len(inference.gpu_ids) else ""
-        rows.append((f"replica {index}", f"127.0.0.1:<free port> · log <run>/{INFERENCE_DIR}/{replica_log_name(index)}{gpu}"))
+        rows.append(
+            (
+                f"replica {index}",
+                f"127.0.0.1:<free port> · log <run>/{INFERENCE_DIR}/{replica_log_name(index)}{gpu}",
+            )
+        )
     return rows
 
 

@@ -13,7 +13,12 @@ from pathlib import Path
 
 from workbench.config.plan import Plan, PlanSection
 from workbench.train.placement import (
-    inference_placement, launch_backend, replica_command, replica_count, trainer_placement, vllm_installed,
+    inference_placement,
+    launch_backend,
+    replica_command,
+    replica_count,
+    trainer_placement,
+    vllm_installed,
 )
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, TrainConfig
 
@@ -31,72 +36,112 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
     count = cuda_gpu_count() if gpu_count is None else gpu_count
     inf = config.inference
     gpu_keys = {
-        "num_gpus": config.num_gpus, "trainer_gpu_ids": config.trainer_gpu_ids or None,
-        "inference.gpu_ids": inf.gpu_ids or None, "inference.gpu_memory_utilization": inf.gpu_memory_utilization,
+        "num_gpus": config.num_gpus,
+        "trainer_gpu_ids": config.trainer_gpu_ids or None,
+        "inference.gpu_ids": inf.gpu_ids or None,
+        "inference.gpu_memory_utilization": inf.gpu_memory_utilization,
         "inference.tensor_parallel_size": inf.tensor_parallel_size if inf.tensor_parallel_size > 1 else None,
         "inference.data_parallel_size": inf.data_parallel_size if inf.data_parallel_size > 1 else None,
-        "pipeline_parallel_size": config.pipeline_parallel_size if config.pipeline_parallel_size > 1 else None,
+        "pipeline_parallel_size": config.pipeline_parallel_size
+        if config.pipeline_parallel_size > 1
+        else None,
     }
     set_keys = {k: v for k, v in gpu_keys.items() if v is not None}
-    dtypes = {k: v for k, v in (("optimization_dtype", config.optimization_dtype), ("reduce_dtype", config.reduce_dtype))
-              if v != "float32"}
+    dtypes = {
+        k: v
+        for k, v in (("optimization_dtype", config.optimization_dtype), ("reduce_dtype", config.reduce_dtype))
+        if v != "float32"
+    }
     if count == 0:
-        notes = [f"{k} = {_fmt(v)} is ignored: no CUDA GPU on this machine (everything runs on the CPU)"
-                 for k, v in set_keys.items()]
+        notes = [
+            f"{k} = {_fmt(v)} is ignored: no CUDA GPU on this machine (everything runs on the CPU)"
+            for k, v in set_keys.items()
+        ]
         if dtypes.get("optimization_dtype") and config.lora.enabled and cpu_has_bf16():
-            notes.append("optimization_dtype = 'bfloat16': LoRA's frozen base weights are held in bfloat16 (this CPU "
-                         "multiplies bfloat16 natively); the adapters and the optimizer stay float32")
+            notes.append(
+                "optimization_dtype = 'bfloat16': LoRA's frozen base weights are held in bfloat16 (this CPU "
+                "multiplies bfloat16 natively); the adapters and the optimizer stay float32"
+            )
             dtypes.pop("optimization_dtype")
         elif dtypes.get("optimization_dtype") and config.lora.enabled:
-            notes.append("optimization_dtype = 'bfloat16' has no effect on this machine: this CPU has no native bfloat16 "
-                         "matmuls (AMX or AVX512-BF16), where it would be slower than float32")
+            notes.append(
+                "optimization_dtype = 'bfloat16' has no effect on this machine: this CPU has no native bfloat16 "
+                "matmuls (AMX or AVX512-BF16), where it would be slower than float32"
+            )
             dtypes.pop("optimization_dtype")
-        notes += [f"{k} = '{v}' has no effect on this machine: no CUDA GPU, the CPU trains in float32" for k, v in dtypes.items()]
+        notes += [
+            f"{k} = '{v}' has no effect on this machine: no CUDA GPU, the CPU trains in float32"
+            for k, v in dtypes.items()
+        ]
         if config.autocast_dtype == "bfloat16" and not cpu_has_bf16():
-            notes.append("autocast_dtype = 'bfloat16' on a CPU without native bfloat16 matmuls (AMX or AVX512-BF16) "
-                         "is slower than float32")
+            notes.append(
+                "autocast_dtype = 'bfloat16' on a CPU without native bfloat16 matmuls (AMX or AVX512-BF16) "
+                "is slower than float32"
+            )
         if config.fsdp_cpu_offload:
-            notes.append("fsdp_cpu_offload = true has no effect on this machine: no CUDA GPU, the weights already live in CPU memory")
+            notes.append(
+                "fsdp_cpu_offload = true has no effect on this machine: no CUDA GPU, the weights already live in CPU memory"
+            )
         if inf.dtype != "auto":
-            notes.append(f"inference.dtype = '{inf.dtype}' has no effect on this machine: no CUDA GPU, so no vLLM is "
-                         "launched here (colocated generation uses the trainer's float32 model)")
+            notes.append(
+                f"inference.dtype = '{inf.dtype}' has no effect on this machine: no CUDA GPU, so no vLLM is "
+                "launched here (colocated generation uses the trainer's float32 model)"
+            )
         if config.model != "tiny" and set_keys:
             notes.append(f"'{config.model}' on a CPU is slow; try this config with --set model=tiny")
         return notes
     notes = []
     if config.fsdp_cpu_offload and config.data_parallel != "fsdp":
-        notes.append("fsdp_cpu_offload = true has no effect: it offloads FSDP shards, and data_parallel is 'ddp' (set data_parallel = 'fsdp')")
+        notes.append(
+            "fsdp_cpu_offload = true has no effect: it offloads FSDP shards, and data_parallel is 'ddp' (set data_parallel = 'fsdp')"
+        )
     elif config.fsdp_cpu_offload:
-        notes.append("fsdp_cpu_offload = true takes effect with several trainer processes (--nproc N, torchrun); one process does not shard")
+        notes.append(
+            "fsdp_cpu_offload = true takes effect with several trainer processes (--nproc N, torchrun); one process does not shard"
+        )
     if "optimization_dtype" in dtypes:
-        notes.append("optimization_dtype = 'bfloat16': trainer processes on a CUDA GPU (--nproc N, torchrun) load the "
-                     "policy in bfloat16; a trainer process on the CPU keeps float32")
+        notes.append(
+            "optimization_dtype = 'bfloat16': trainer processes on a CUDA GPU (--nproc N, torchrun) load the "
+            "policy in bfloat16; a trainer process on the CPU keeps float32"
+        )
     if "reduce_dtype" in dtypes:
-        notes.append("reduce_dtype = 'bfloat16' is not applied on its own: gradients are all-reduced in the policy's dtype "
-                     "(bfloat16 with optimization_dtype = 'bfloat16')")
+        notes.append(
+            "reduce_dtype = 'bfloat16' is not applied on its own: gradients are all-reduced in the policy's dtype "
+            "(bfloat16 with optimization_dtype = 'bfloat16')"
+        )
     if inf.dtype != "auto":
         set_keys["inference.dtype"] = inf.dtype
         if inf.mode == "server" and not inf.launch:
-            notes.append(f"inference.dtype = '{inf.dtype}' configures a launched vLLM (inference.launch = true); "
-                         "the servers at inference.base_urls keep their own")
+            notes.append(
+                f"inference.dtype = '{inf.dtype}' configures a launched vLLM (inference.launch = true); "
+                "the servers at inference.base_urls keep their own"
+            )
     if count is not None:
         for key in ("trainer_gpu_ids", "inference.gpu_ids"):
             bad = [i for i in set_keys.get(key, []) if i >= count]
             if bad:
-                notes.append(f"{key} = {_fmt(set_keys[key])}: this machine has {count} GPU(s) (ids 0..{count - 1}); {bad} do not exist")
+                notes.append(
+                    f"{key} = {_fmt(set_keys[key])}: this machine has {count} GPU(s) (ids 0..{count - 1}); {bad} do not exist"
+                )
         if config.num_gpus and config.num_gpus > count:
             notes.append(f"num_gpus = {config.num_gpus}: this machine has {count} GPU(s)")
     if inf.mode == "colocated":
         vllm_only = [k for k in set_keys if k.startswith("inference.")]
         if vllm_only:
-            notes.append(f"{', '.join(vllm_only)} configure a vLLM server; with inference.mode = 'colocated' the trainer's model generates")
+            notes.append(
+                f"{', '.join(vllm_only)} configure a vLLM server; with inference.mode = 'colocated' the trainer's model generates"
+            )
     return notes
 
 
 def wandb_mode(config: TrainConfig) -> str:
     if config.wandb.mode:
         return config.wandb.mode
-    return "online (WANDB_API_KEY is set)" if os.environ.get("WANDB_API_KEY") else "offline (online when WANDB_API_KEY is set, e.g. by an env_file)"
+    return (
+        "online (WANDB_API_KEY is set)"
+        if os.environ.get("WANDB_API_KEY")
+        else "offline (online when WANDB_API_KEY is set, e.g. by an env_file)"
+    )
 
 
 TRAJECTORY_STRATEGY_TEXT = {
@@ -105,7 +150,9 @@ TRAJECTORY_STRATEGY_TEXT = {
 }
 
 
-def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gpu_count: int | None = None) -> Plan:
+def build_plan(
+    config: TrainConfig, notes: list[str], warnings: list[str], *, gpu_count: int | None = None
+) -> Plan:
     """Sections of the resolved config, in the order a reader checks them."""
     c = config
     run = PlanSection("Run")
@@ -115,12 +162,18 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     if c.mode == "distill":
         d = c.distill
         served = f" at {d.teacher_base_url} (scored at temperature 1)" if d.teacher_base_url else ""
-        run.add("teacher", f"{d.teacher_model}{served} · per-token reverse KL x {d.kl_weight:g}"
-                           + (f" + reward advantage x {d.reward_weight:g}" if d.reward_weight else " (reward not used)"))
+        run.add(
+            "teacher",
+            f"{d.teacher_model}{served} · per-token reverse KL x {d.kl_weight:g}"
+            + (f" + reward advantage x {d.reward_weight:g}" if d.reward_weight else " (reward not used)"),
+        )
     run.add("run folder", c.output_dir or f"outputs/runs/{c.run_name or '<generated at start>'}")
     run.add("seed", c.seed)
     if c.checkpointing.resume_step is not None:
-        run.add("resume", f"from the checkpoint of step {c.checkpointing.resume_step} (later checkpoints are set aside)")
+        run.add(
+            "resume",
+            f"from the checkpoint of step {c.checkpointing.resume_step} (later checkpoints are set aside)",
+        )
 
     envs = PlanSection("Environments")
     total = sum(e.weight for e in c.env) or 1.0
@@ -134,40 +187,78 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
     steps.add("max_steps", c.max_steps)
     if c.on_policy:
         examples = c.batch_size // c.rollouts_per_example
-        steps.add("per step", f"{c.batch_size} rollouts = {examples} examples x {c.rollouts_per_example} rollouts_per_example")
-        steps.add("total", f"{c.batch_size * c.max_steps:,} rollouts over {examples * c.max_steps:,} examples")
+        steps.add(
+            "per step",
+            f"{c.batch_size} rollouts = {examples} examples x {c.rollouts_per_example} rollouts_per_example",
+        )
+        steps.add(
+            "total", f"{c.batch_size * c.max_steps:,} rollouts over {examples * c.max_steps:,} examples"
+        )
     else:
         steps.add("per step", f"{c.batch_size} demonstrations")
         steps.add("data", c.sft.data_path or "the environments' reference answers")
     if c.on_policy:
         steps.add("trajectory strategy", TRAJECTORY_STRATEGY_TEXT[c.trajectory_strategy])
-    steps.add("micro-batches", f"{c.gradient_accumulation_steps} x {c.micro_batch_size} samples (gradient accumulation)")
+    steps.add(
+        "micro-batches",
+        f"{c.gradient_accumulation_steps} x {c.micro_batch_size} samples (gradient accumulation)",
+    )
     steps.add("seq_len", c.seq_len or "model maximum")
     s = c.sampling
     stop = f" · stop {s.stop}" if s.stop else ""
     given = s.layer()
-    shown = [f"{key} {given[key]}" if key in given else f"{key} {default} (or the env's)"
-             for key, default in TRAIN_SAMPLING_DEFAULTS.items()]
+    shown = [
+        f"{key} {given[key]}" if key in given else f"{key} {default} (or the env's)"
+        for key, default in TRAIN_SAMPLING_DEFAULTS.items()
+    ]
     shown += [f"{key} {given[key]:g}" for key in ("min_p", "repetition_penalty") if key in given]
     steps.add("sampling", " · ".join(shown) + stop)
-    truncated = [n for n, on in (("masked", c.mask_truncated_completions), ("zero reward", c.zero_truncated_completions)) if on]
+    truncated = [
+        n
+        for n, on in (("masked", c.mask_truncated_completions), ("zero reward", c.zero_truncated_completions))
+        if on
+    ]
     steps.add("truncated completions", " + ".join(truncated) or "kept as is")
 
     optim = PlanSection("Optimization")
-    optim.add("optimizer", f"AdamW lr {c.learning_rate:g} · weight_decay {c.weight_decay:g} · betas {tuple(c.betas)} · clip grad norm {c.max_grad_norm:g}")
+    optim.add(
+        "optimizer",
+        f"AdamW lr {c.learning_rate:g} · weight_decay {c.weight_decay:g} · betas {tuple(c.betas)} · clip grad norm {c.max_grad_norm:g}",
+    )
     optim.add("learning rate", _schedule(c))
     optim.add("loss", _loss(c))
     optim.add("advantages", "reward - group mean" + (", / group std" if c.scale_advantages_by_std else ""))
     lo = c.lora
-    optim.add("LoRA", f"r {lo.r} · alpha {lo.alpha:g} · dropout {lo.dropout:g} · {', '.join(lo.target_modules)}" if lo.enabled else "off: full fine-tuning")
+    optim.add(
+        "LoRA",
+        f"r {lo.r} · alpha {lo.alpha:g} · dropout {lo.dropout:g} · {', '.join(lo.target_modules)}"
+        if lo.enabled
+        else "off: full fine-tuning",
+    )
     kl = c.kl_penalty
-    optim.add("KL penalty", (f"beta {kl.beta:g}" + (f" · adaptive, target_kl {kl.target_kl:g}" if kl.target_kl else "")) if kl.enabled else "off")
+    optim.add(
+        "KL penalty",
+        (f"beta {kl.beta:g}" + (f" · adaptive, target_kl {kl.target_kl:g}" if kl.target_kl else ""))
+        if kl.enabled
+        else "off",
+    )
     f = c.difficulty_filter
-    optim.add("difficulty filter", f"drop variance < {f.min_reward_variance:g} (and zero), mean outside [{f.min_reward:g}, {f.max_reward:g}]; oversample up to {f.oversampling_factor:g}x" if f.enabled else "off")
-    optim.add("async", f"rollouts at most {c.max_async_level} step(s) behind the policy · drop samples > {c.max_off_policy_steps} steps old")
+    optim.add(
+        "difficulty filter",
+        f"drop variance < {f.min_reward_variance:g} (and zero), mean outside [{f.min_reward:g}, {f.max_reward:g}]; oversample up to {f.oversampling_factor:g}x"
+        if f.enabled
+        else "off",
+    )
+    optim.add(
+        "async",
+        f"rollouts at most {c.max_async_level} step(s) behind the policy · drop samples > {c.max_off_policy_steps} steps old",
+    )
     optim.add("activation checkpointing", "on" if c.activation_checkpointing else "off")
-    optim.add("dtype", f"optimization {c.optimization_dtype} · autocast {c.autocast_dtype} · gradient reduction {c.reduce_dtype}"
-                       + (" · FSDP CPU offload" if c.fsdp_cpu_offload else ""))
+    optim.add(
+        "dtype",
+        f"optimization {c.optimization_dtype} · autocast {c.autocast_dtype} · gradient reduction {c.reduce_dtype}"
+        + (" · FSDP CPU offload" if c.fsdp_cpu_offload else ""),
+    )
 
     out = PlanSection("Outputs")
     ck = c.checkpointing
@@ -176,15 +267,33 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
         keep += f" + every step that is a multiple of {ck.keep_every_n_steps}, permanently"
     out.add("checkpoints", f"every {ck.save_every_n_steps} steps and at the end · keep {keep}")
     w = c.wandb
-    out.add("W&B", f"{wandb_mode(c)} · project {w.project or 'workbench'} · name {w.name or '<run folder>'}" + (f" · entity {w.entity}" if w.entity else ""))
+    out.add(
+        "W&B",
+        f"{wandb_mode(c)} · project {w.project or 'workbench'} · name {w.name or '<run folder>'}"
+        + (f" · entity {w.entity}" if w.entity else ""),
+    )
     e = c.eval
     if e.interval:
-        on = "; ".join(f"{env.id} ({', '.join(f'{k}={v!r}' for k, v in env.args.items()) or 'no args'})" for env in e.env)
-        out.add("eval", f"every {e.interval} steps on {e.num_examples} held-out examples x {e.rollouts_per_example}"
-                        f" · {'envs ' + on + ', each logged as eval/<env>/reward_mean' if e.env else 'the training envs'}")
+        on = "; ".join(
+            f"{env.id} ({', '.join(f'{k}={v!r}' for k, v in env.args.items()) or 'no args'})" for env in e.env
+        )
+        out.add(
+            "eval",
+            f"every {e.interval} steps on {e.num_examples} held-out examples x {e.rollouts_per_example}"
+            f" · {'envs ' + on + ', each logged as eval/<env>/reward_mean' if e.env else 'the training envs'}",
+        )
     else:
-        out.add("eval", "off" + (f" (eval.interval = 0; eval.env {', '.join(env.id for env in e.env)} unused)" if e.env else ""))
-    out.add("env_file", ", ".join(f"{p} ({'found' if Path(p).is_file() else 'MISSING'})" for p in c.env_file) or "none")
+        out.add(
+            "eval",
+            "off"
+            + (
+                f" (eval.interval = 0; eval.env {', '.join(env.id for env in e.env)} unused)" if e.env else ""
+            ),
+        )
+    out.add(
+        "env_file",
+        ", ".join(f"{p} ({'found' if Path(p).is_file() else 'MISSING'})" for p in c.env_file) or "none",
+    )
 
     count = cuda_gpu_count() if gpu_count is None else gpu_count
     i = c.inference
@@ -194,27 +303,55 @@ def build_plan(config: TrainConfig, notes: list[str], warnings: list[str], *, gp
         infra.add("inference", "colocated: the trainer's model generates the rollouts")
     else:
         if backend == "workbench serve":
-            infra.add("inference", f"server · {replica_count(i)} launched `workbench serve` replica(s) (see Placement)")
+            infra.add(
+                "inference",
+                f"server · {replica_count(i)} launched `workbench serve` replica(s) (see Placement)",
+            )
         else:
             servers = ["launched vLLM"] if backend else i.base_urls
-            infra.add("inference", f"server · {', '.join(servers)} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}")
-        infra.add("async", f"generation runs up to {c.max_async_level} step(s) ahead of training; rollouts older than "
-                           f"{c.max_off_policy_steps} step(s) are replaced; new weights pushed to every server after each step")
+            infra.add(
+                "inference",
+                f"server · {', '.join(servers)} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}",
+            )
+        infra.add(
+            "async",
+            f"generation runs up to {c.max_async_level} step(s) ahead of training; rollouts older than "
+            f"{c.max_off_policy_steps} step(s) are replaced; new weights pushed to every server after each step",
+        )
         if i.launch:  # the vLLM line also on a CPU: what the same config runs on a GPU box
-            infra.add("vLLM command", _vllm_command(c) + ("" if backend == "vllm" else "  (on a machine with vLLM and a GPU)"))
+            infra.add(
+                "vLLM command",
+                _vllm_command(c) + ("" if backend == "vllm" else "  (on a machine with vLLM and a GPU)"),
+            )
         if backend == "workbench serve":
-            infra.add("replica command", f"{shlex.join(replica_command(c, parent_pid=None))} --parent-pid <trainer pid>")
-    vllm = {"model": i.model, "gpu_ids": i.gpu_ids or None, "tensor_parallel_size": i.tensor_parallel_size if i.tensor_parallel_size > 1 else None,
-            "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len,
-            "tool_call_parser": i.tool_call_parser, "enable_auto_tool_choice": i.enable_auto_tool_choice or None,
-            "reasoning_parser": i.reasoning_parser, "dtype": i.dtype if i.dtype != "auto" else None}
+            infra.add(
+                "replica command",
+                f"{shlex.join(replica_command(c, parent_pid=None))} --parent-pid <trainer pid>",
+            )
+    vllm = {
+        "model": i.model,
+        "gpu_ids": i.gpu_ids or None,
+        "tensor_parallel_size": i.tensor_parallel_size if i.tensor_parallel_size > 1 else None,
+        "gpu_memory_utilization": i.gpu_memory_utilization,
+        "max_model_len": i.max_model_len,
+        "tool_call_parser": i.tool_call_parser,
+        "enable_auto_tool_choice": i.enable_auto_tool_choice or None,
+        "reasoning_parser": i.reasoning_parser,
+        "dtype": i.dtype if i.dtype != "auto" else None,
+    }
     shown = ", ".join(f"{k} {_fmt(v)}" for k, v in vllm.items() if v is not None)
     if shown:
         infra.add("inference settings", shown)
-    infra.add("this machine", "no CUDA GPU: CPU" if count == 0 else f"{count if count is not None else 'some'} CUDA GPU(s)")
-    hw = {"num_gpus": c.num_gpus, "trainer_gpu_ids": c.trainer_gpu_ids or None,
-          "pipeline_parallel_size": c.pipeline_parallel_size if c.pipeline_parallel_size > 1 else None,
-          "data_parallel": c.data_parallel if c.data_parallel != "ddp" else None}  # used by --nproc N
+    infra.add(
+        "this machine",
+        "no CUDA GPU: CPU" if count == 0 else f"{count if count is not None else 'some'} CUDA GPU(s)",
+    )
+    hw = {
+        "num_gpus": c.num_gpus,
+        "trainer_gpu_ids": c.trainer_gpu_ids or None,
+        "pipeline_parallel_size": c.pipeline_parallel_size if c.pipeline_parallel_size > 1 else None,
+        "data_parallel": c.data_parallel if c.data_parallel != "ddp" else None,
+    }  # used by --nproc N
     if shown_hw := ", ".join(f"{k} {_fmt(v)}" for k, v in hw.items() if v is not None):
         infra.add("requested", shown_hw)
 
@@ -255,7 +392,9 @@ def _shown(where: Path | str) -> str:
 
     if isinstance(where, str):
         return where
-    named = [name for name in NAMED_MODELS if os.path.abspath(named_model_dir(name)) == os.path.abspath(where)]
+    named = [
+        name for name in NAMED_MODELS if os.path.abspath(named_model_dir(name)) == os.path.abspath(where)
+    ]
     return f"{named[0]} ({_relative(where)})" if named else str(_relative(where))
 
 

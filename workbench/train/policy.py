@@ -51,8 +51,14 @@ def bf16_base_on_cpu(config: TrainConfig) -> bool:
     return config.optimization_dtype == "bfloat16" and config.lora.enabled and cpu_has_bf16()
 
 
-def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference: bool, adapter_dir: Path | None = None,
-                on_gpu: bool = False) -> Policy:
+def load_policy(
+    model_source: str | Path,
+    config: TrainConfig,
+    *,
+    need_reference: bool,
+    adapter_dir: Path | None = None,
+    on_gpu: bool = False,
+) -> Policy:
     """Load `model_source`; wrap it with LoRA (`config.lora`) unless disabled.
 
     `model_source` may be a checkpoint (a LoRA adapter folder, or a chain of them: RL on SFT on a
@@ -80,12 +86,16 @@ def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference
         # torch's CPU SDPA kernel is slow backward in bfloat16 (SmolLM2-135M, 16 x 62 tokens: 65 ms
         # per layer, a fifth of the step); plain matmul attention halved the forward/backward
         model.set_attn_implementation("eager")
-    model.name_or_path = str(model_source)  # a resumed full fine-tuning run loads adapter_dir, but started here
+    model.name_or_path = str(
+        model_source
+    )  # a resumed full fine-tuning run loads adapter_dir, but started here
     if config.tokenizer:
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(config.tokenizer))
         except OSError as exc:
-            raise UserError(f"could not load tokenizer '{config.tokenizer}': {str(exc).splitlines()[0]}") from exc
+            raise UserError(
+                f"could not load tokenizer '{config.tokenizer}': {str(exc).splitlines()[0]}"
+            ) from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if config.activation_checkpointing:
@@ -95,7 +105,9 @@ def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference
         reference = None
         if need_reference and adapter_dir is None:
             reference = copy.deepcopy(model).eval().requires_grad_(False)
-        elif need_reference:  # resumed: the reference is still the run's starting weights, not the resumed ones
+        elif (
+            need_reference
+        ):  # resumed: the reference is still the run's starting weights, not the resumed ones
             reference = load_plain_model(model_source, dtype=dtype)[0].requires_grad_(False)
         return Policy(model, tokenizer, str(model_source), lora=False, reference=reference)
 
@@ -107,10 +119,17 @@ def load_policy(model_source: str | Path, config: TrainConfig, *, need_reference
         available = {name.split(".")[-1] for name, _ in model.named_modules()}
         missing = [m for m in config.lora.target_modules if m not in available]
         if missing:
-            raise UserError(f"lora.target_modules {missing} are not in this model "
-                            f"(it has e.g. {sorted(available & {'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'c_attn'})})")
-        lora = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
-                          target_modules=list(config.lora.target_modules), task_type="CAUSAL_LM")
+            raise UserError(
+                f"lora.target_modules {missing} are not in this model "
+                f"(it has e.g. {sorted(available & {'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj', 'c_attn'})})"
+            )
+        lora = LoraConfig(
+            r=config.lora.r,
+            lora_alpha=config.lora.alpha,
+            lora_dropout=config.lora.dropout,
+            target_modules=list(config.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
         model = get_peft_model(model, lora)
     model.train()
     return Policy(model, tokenizer, str(model_source), lora=True)

@@ -47,20 +47,36 @@ def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundR
     if config.inference.api_key_var:
         api_key = os.environ.get(config.inference.api_key_var)
         if not api_key:
-            raise UserError(f"environment variable {config.inference.api_key_var} (inference.api_key_var) is not set")
+            raise UserError(
+                f"environment variable {config.inference.api_key_var} (inference.api_key_var) is not set"
+            )
     clients: list[OpenAIClient] = []
     registry: dict[str, Any] | None = None
     for ref in [*config.inference.base_urls, *extra_urls]:
         if ref.startswith(("http://", "https://")):
-            clients.append(OpenAIClient(ref, name, api_key=api_key, return_tokens=True, timeout_s=TRAIN_REQUEST_TIMEOUT_S,
-                                        reasoning_parser=parser))
+            clients.append(
+                OpenAIClient(
+                    ref,
+                    name,
+                    api_key=api_key,
+                    return_tokens=True,
+                    timeout_s=TRAIN_REQUEST_TIMEOUT_S,
+                    reasoning_parser=parser,
+                )
+            )
             continue
         registry = load_endpoints(endpoints_path()) if registry is None else registry
         if ref not in registry:
-            raise UserError(f"inference.base_urls: '{ref}' is neither a URL nor an endpoint id in {endpoints_path()}")
+            raise UserError(
+                f"inference.base_urls: '{ref}' is neither a URL nor an endpoint id in {endpoints_path()}"
+            )
         # Its replicas, with their keys (and their own timeout, if the registry gives one).
-        client = client_for_endpoint(registry[ref], return_tokens=True, default_timeout_s=TRAIN_REQUEST_TIMEOUT_S,
-                                     reasoning_parser=parser)
+        client = client_for_endpoint(
+            registry[ref],
+            return_tokens=True,
+            default_timeout_s=TRAIN_REQUEST_TIMEOUT_S,
+            reasoning_parser=parser,
+        )
         clients.extend(client.clients if isinstance(client, RoundRobinClient) else [client])
     if not clients:
         raise UserError("inference.mode = 'server' needs inference.base_urls")
@@ -76,8 +92,15 @@ class WeightPublisher:
     is intact and `--resume` re-publishes its weights first.
     """
 
-    def __init__(self, policy: Any, run_dir: Path, config: TrainConfig, client: RoundRobinClient, clock: PolicyClock,
-                 log: Callable[[str], None] = lambda line: None) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        run_dir: Path,
+        config: TrainConfig,
+        client: RoundRobinClient,
+        clock: PolicyClock,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
         self.policy = policy
         self.folder = run_dir.resolve() / "weights"  # servers get absolute paths
         self.lora = config.lora.enabled
@@ -128,16 +151,21 @@ class WeightPublisher:
         started = time.perf_counter()
         name = f"{self.run_name}-step-{step}" if self.lora else self.base_name
         servers = list(self.client.clients)
-        outcomes = await asyncio.gather(*(self._load(server, name, target) for server in servers),
-                                        return_exceptions=True)
-        failed = {server: outcome for server, outcome in zip(servers, outcomes) if isinstance(outcome, Exception)}
+        outcomes = await asyncio.gather(
+            *(self._load(server, name, target) for server in servers), return_exceptions=True
+        )
+        failed = {
+            server: outcome for server, outcome in zip(servers, outcomes) if isinstance(outcome, Exception)
+        }
         if len(failed) == len(servers):
             error = next(iter(failed.values()))
             await self.clock.fail(error)
             raise error
         for server, error in failed.items():
             self.client.drop(server)
-            self.log(f"server {server.base_url} dropped from the pool: weight update for step {step} failed ({error})")
+            self.log(
+                f"server {server.base_url} dropped from the pool: weight update for step {step} failed ({error})"
+            )
         self.client.use_model(name)
         await self.clock.advance(step)
         self.published.append((step, name))

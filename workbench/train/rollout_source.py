@@ -56,8 +56,17 @@ class PolicyClock:
 class RolloutSource:
     """`await source.batch_for(step)` in step order; `close()` stops any generation ahead."""
 
-    def __init__(self, env: Environment, client: Client, config: TrainConfig, clock: PolicyClock,
-                 sampling_for: Callable[[int], SamplingParams], *, asynchronous: bool, dist: DistInfo = SINGLE) -> None:
+    def __init__(
+        self,
+        env: Environment,
+        client: Client,
+        config: TrainConfig,
+        clock: PolicyClock,
+        sampling_for: Callable[[int], SamplingParams],
+        *,
+        asynchronous: bool,
+        dist: DistInfo = SINGLE,
+    ) -> None:
         self.env = env
         self.client = client
         self.config = config
@@ -90,8 +99,17 @@ class RolloutSource:
             await self._queue.put(exc)
 
     async def _collect(self, step: int, *, needed: int | None = None, draw: str = "") -> StepBatch:
-        return await collect_step(self.env, self.client, self.config, step, self.sampling_for(step),
-                                  policy_version=self.clock.version, needed=needed, draw=draw, dist=self.dist)
+        return await collect_step(
+            self.env,
+            self.client,
+            self.config,
+            step,
+            self.sampling_for(step),
+            policy_version=self.clock.version,
+            needed=needed,
+            draw=draw,
+            dist=self.dist,
+        )
 
     async def _replace_stale(self, batch: StepBatch, step: int) -> StepBatch:
         """Drop groups older than max_off_policy_steps; refill from the current policy."""

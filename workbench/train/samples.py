@@ -52,11 +52,17 @@ def rollout_sequences(rollout: Rollout, strategy: Strategy) -> list[TokenData]:
     for turn in turns:
         current = sequences[-1] if sequences else None
         full = None if current is None else current.prompt_ids + current.completion_ids
-        if current is None or full is None or turn.prompt_ids[:len(full)] != full:
-            sequences.append(TokenData(list(turn.prompt_ids), list(turn.completion_ids),
-                                       list(turn.completion_logprobs), [1] * len(turn.completion_ids)))
+        if current is None or full is None or turn.prompt_ids[: len(full)] != full:
+            sequences.append(
+                TokenData(
+                    list(turn.prompt_ids),
+                    list(turn.completion_ids),
+                    list(turn.completion_logprobs),
+                    [1] * len(turn.completion_ids),
+                )
+            )
             continue
-        between = turn.prompt_ids[len(full):]  # what the environment (and template) wrote
+        between = turn.prompt_ids[len(full) :]  # what the environment (and template) wrote
         assert current.completion_mask is not None
         current.completion_ids += between + turn.completion_ids
         current.completion_logprobs += [0.0] * len(between) + list(turn.completion_logprobs)
@@ -64,8 +70,15 @@ def rollout_sequences(rollout: Rollout, strategy: Strategy) -> list[TokenData]:
     return sequences
 
 
-def rollout_to_samples(rollout: Rollout, advantage: float, *, strategy: Strategy, seq_len: int | None,
-                       zero_truncated: bool, mask_truncated: bool) -> list[Sample]:
+def rollout_to_samples(
+    rollout: Rollout,
+    advantage: float,
+    *,
+    strategy: Strategy,
+    seq_len: int | None,
+    zero_truncated: bool,
+    mask_truncated: bool,
+) -> list[Sample]:
     if rollout.is_truncated and zero_truncated:
         advantage = 0.0
     samples = []
@@ -89,9 +102,14 @@ def groups_to_samples(groups: Sequence[Group], config: TrainConfig) -> list[Samp
     for group in groups:
         advantages = group.advantages(scale_by_std=config.scale_advantages_by_std)
         for rollout, advantage in zip(group.rollouts, advantages, strict=True):
-            samples += rollout_to_samples(rollout, advantage, strategy=config.trajectory_strategy, seq_len=config.seq_len,
-                                          zero_truncated=config.zero_truncated_completions,
-                                          mask_truncated=config.mask_truncated_completions)
+            samples += rollout_to_samples(
+                rollout,
+                advantage,
+                strategy=config.trajectory_strategy,
+                seq_len=config.seq_len,
+                zero_truncated=config.zero_truncated_completions,
+                mask_truncated=config.mask_truncated_completions,
+            )
     return samples
 
 
@@ -108,12 +126,15 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, Any]:
         "input_ids": torch.tensor([pad(s.input_ids, pad_id) for s in samples]),
         "attention_mask": torch.tensor([pad([1] * len(s.input_ids), 0) for s in samples]),
         "loss_mask": torch.tensor([pad(s.loss_mask, 0) for s in samples], dtype=torch.float32),
-        "sampler_logprobs": torch.tensor([pad(s.sampler_logprobs, 0.0) for s in samples], dtype=torch.float32),
+        "sampler_logprobs": torch.tensor(
+            [pad(s.sampler_logprobs, 0.0) for s in samples], dtype=torch.float32
+        ),
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
-        "token_advantages": torch.tensor([pad(s.token_advantages or [0.0] * len(s.input_ids), 0.0) for s in samples],
-                                         dtype=torch.float32),
+        "token_advantages": torch.tensor(
+            [pad(s.token_advantages or [0.0] * len(s.input_ids), 0.0) for s in samples], dtype=torch.float32
+        ),
     }
 
 
 def micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
-    return [list(samples[i:i + size]) for i in range(0, len(samples), size)]
+    return [list(samples[i : i + size]) for i in range(0, len(samples), size)]

@@ -13,7 +13,6 @@ launcher can tell the culprit from the bystanders).
 from __future__ import annotations
 
 import os
-
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,8 +56,15 @@ def is_rank_zero() -> bool:
     return launched_rank() == 0
 
 
-def run_train(config: TrainConfig, reporter: Reporter | None = None, *, resume: Path | None = None,
-              config_path: Path | None = None, nproc: int = 1, rank_args: Sequence[str] = ()) -> TrainResult:
+def run_train(
+    config: TrainConfig,
+    reporter: Reporter | None = None,
+    *,
+    resume: Path | None = None,
+    config_path: Path | None = None,
+    nproc: int = 1,
+    rank_args: Sequence[str] = (),
+) -> TrainResult:
     """Train by `config`; `resume` is a run folder to continue from its newest checkpoint.
 
     `config_path` is where relative env_file names are found. With `nproc` > 1 this process
@@ -98,8 +104,9 @@ def _place_single_trainer(config: TrainConfig) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = trainer_visible_devices(config) or ""
 
 
-def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, nproc: int,
-                  rank_args: Sequence[str]) -> TrainResult:
+def _launch_ranks(
+    config: TrainConfig, reporter: Reporter, resume: Path | None, nproc: int, rank_args: Sequence[str]
+) -> TrainResult:
     from workbench.train.launch import launch, preload
     from workbench.train.placement import trainer_visible_devices
     from workbench.train.plan import cuda_gpu_count
@@ -109,7 +116,9 @@ def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, 
     if gpus and nproc > gpus:
         raise UserError(f"--nproc {nproc}: this machine has {gpus} GPU(s) and each process needs its own")
     if gpus and config.trainer_gpu_ids and nproc > len(config.trainer_gpu_ids):
-        raise UserError(f"--nproc {nproc}: trainer_gpu_ids lists {len(config.trainer_gpu_ids)} GPU(s) and each process needs its own")
+        raise UserError(
+            f"--nproc {nproc}: trainer_gpu_ids lists {len(config.trainer_gpu_ids)} GPU(s) and each process needs its own"
+        )
     run_dir = resume or new_run_dir(config)
     preload(config.model)
     code, failure = launch(list(rank_args), nproc, run_dir, trainer_visible_devices(config) if gpus else None)
@@ -127,9 +136,13 @@ def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, 
                 log.write(f"[rank {failure.rank}] {line}")
             reporter.message(f"rank {failure.rank}'s last output is in {run_dir / RUN_LOG}")
         if (run_dir / "config.toml").is_file():
-            raise TrainingFailed(f"trainer rank {failure.rank} died (exit code {failure.code}); "
-                                 f"the run can be resumed with --resume {run_dir} --nproc {nproc}")
-        raise TrainingFailed(f"trainer rank {failure.rank} died (exit code {failure.code}) before the run started")
+            raise TrainingFailed(
+                f"trainer rank {failure.rank} died (exit code {failure.code}); "
+                f"the run can be resumed with --resume {run_dir} --nproc {nproc}"
+            )
+        raise TrainingFailed(
+            f"trainer rank {failure.rank} died (exit code {failure.code}) before the run started"
+        )
     saved = read_saved(run_dir, "train")
     step = saved.step if isinstance(saved, TrainRun) and saved.step is not None else 0
     return TrainResult(run_dir, "stopped" if code == 130 else "finished", step, speaks=False)
@@ -137,6 +150,10 @@ def _launch_ranks(config: TrainConfig, reporter: Reporter, resume: Path | None, 
 
 def outcome(run_dir: Path) -> Outcome:
     """Held-out rewards from metrics.jsonl and the newest complete checkpoint."""
-    held_out = [(int(m["step"]), float(m["eval/reward_mean"])) for m in read_metrics(run_dir) if "eval/reward_mean" in m]
+    held_out = [
+        (int(m["step"]), float(m["eval/reward_mean"]))
+        for m in read_metrics(run_dir)
+        if "eval/reward_mean" in m
+    ]
     checkpoints = list_checkpoints(run_dir)
     return Outcome(held_out, checkpoints[-1] if checkpoints else None)

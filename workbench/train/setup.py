@@ -99,8 +99,14 @@ def load_eval_envs(config: TrainConfig) -> list[EvalEnv]:
     return loaded
 
 
-def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, dist: DistInfo = SINGLE, *,
-                  launched_urls: Sequence[str] = ()) -> TrainContext:
+def build_context(
+    config: TrainConfig,
+    run_dir: Path,
+    checkpoint: Path | None,
+    dist: DistInfo = SINGLE,
+    *,
+    launched_urls: Sequence[str] = (),
+) -> TrainContext:
     import torch
 
     from workbench.inference.local_client import LocalClient
@@ -120,43 +126,79 @@ def build_context(config: TrainConfig, run_dir: Path, checkpoint: Path | None, d
         if checkpoint is None:
             save_resolved_config(config, run_dir)
     need_reference = config.on_policy and config.kl_penalty.enabled
-    policy = load_policy(source, config, need_reference=need_reference, adapter_dir=checkpoint, on_gpu=dist.device != "cpu")
-    wrap_model(policy, config.data_parallel, dist, cpu_offload=config.fsdp_cpu_offload)  # multi-process only: device, DDP/FSDP wrapper
+    policy = load_policy(
+        source, config, need_reference=need_reference, adapter_dir=checkpoint, on_gpu=dist.device != "cpu"
+    )
+    wrap_model(
+        policy, config.data_parallel, dist, cpu_offload=config.fsdp_cpu_offload
+    )  # multi-process only: device, DDP/FSDP wrapper
     log = RunLog(run_dir / RUN_LOG) if dist.is_main else QuietLog(run_dir / RUN_LOG)
     clock = PolicyClock()
     if config.inference.mode == "server":
         refuse_server_mode_ranks(config, dist)
         client = server_client(config, extra_urls=list(launched_urls))
         # Several ranks: rank 0 alone rolls out and publishes (workbench.train.shared_source).
-        publisher = WeightPublisher(policy, run_dir, config, client, clock, log=log.write) if dist.is_main else None
+        publisher = (
+            WeightPublisher(policy, run_dir, config, client, clock, log=log.write) if dist.is_main else None
+        )
     else:
-        client = LocalClient.from_model(policy.model, policy.tokenizer, model_name=config.model,
-                                        max_batch_size=max(64, config.batch_size),
-                                        reasoning_parser=config.inference.reasoning_parser or "auto")
+        client = LocalClient.from_model(
+            policy.model,
+            policy.tokenizer,
+            model_name=config.model,
+            max_batch_size=max(64, config.batch_size),
+            reasoning_parser=config.inference.reasoning_parser or "auto",
+        )
         # Interleaved: later turns continue the exact ids sampled so far (see inference/chat_tokens).
         client.tokens_in = config.trajectory_strategy == "interleaved"
         publisher = None
     log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
-    metadata = TrainRun(run_id=run_dir.name, model=config.model, mode=config.mode, env_ids=[e.id for e in config.env],
-                        env_id="+".join(e.id for e in config.env), max_steps=config.max_steps,
-                        workbench_version=__version__, config=config_for_saving(config))
+    metadata = TrainRun(
+        run_id=run_dir.name,
+        model=config.model,
+        mode=config.mode,
+        env_ids=[e.id for e in config.env],
+        env_id="+".join(e.id for e in config.env),
+        max_steps=config.max_steps,
+        workbench_version=__version__,
+        config=config_for_saving(config),
+    )
     if (saved := read_saved(run_dir, "train")) is not None:
         metadata.created_at = saved.created_at or metadata.created_at
     sft_data = SFTData.from_config(config, env, policy.tokenizer) if config.mode == "sft" else None
     if config.on_policy and env is None:
         raise UserError("RL training needs at least one [[env]]")
-    teacher = load_teacher(config.distill, policy.tokenizer, dist.device) if config.mode == "distill" else None
-    return TrainContext(run_dir, env, policy, client, log, metadata, metadata.config, sft_data,
-                        kl_beta=config.kl_penalty.beta, clock=clock, publisher=publisher, dist=dist, sampling=training_sampling(config, env),
-                        eval_envs=eval_envs, teacher=teacher, server_mode=config.inference.mode == "server")
+    teacher = (
+        load_teacher(config.distill, policy.tokenizer, dist.device) if config.mode == "distill" else None
+    )
+    return TrainContext(
+        run_dir,
+        env,
+        policy,
+        client,
+        log,
+        metadata,
+        metadata.config,
+        sft_data,
+        kl_beta=config.kl_penalty.beta,
+        clock=clock,
+        publisher=publisher,
+        dist=dist,
+        sampling=training_sampling(config, env),
+        eval_envs=eval_envs,
+        teacher=teacher,
+        server_mode=config.inference.mode == "server",
+    )
 
 
 def refuse_server_mode_ranks(config: TrainConfig, dist: DistInfo) -> None:
     """Server mode with several ranks writes the servers' weights from rank 0's copy of the model;
     FSDP shards it (a full gather on every rank per step), so that pairing is refused."""
     if config.inference.mode == "server" and dist.world_size > 1 and config.data_parallel == "fsdp":
-        raise UserError("server mode with several trainer processes needs data_parallel = 'ddp' (FSDP shards the "
-                        "weights rank 0 publishes to the servers): set data_parallel = 'ddp', or train colocated")
+        raise UserError(
+            "server mode with several trainer processes needs data_parallel = 'ddp' (FSDP shards the "
+            "weights rank 0 publishes to the servers): set data_parallel = 'ddp', or train colocated"
+        )
 
 
 class SFTData:
@@ -164,7 +206,9 @@ class SFTData:
 
     def __init__(self, samples: list[Sample], seed: int) -> None:
         if not samples:
-            raise UserError("no SFT demonstrations: set sft.data_path or sft.from_env with an env that has reference answers")
+            raise UserError(
+                "no SFT demonstrations: set sft.data_path or sft.from_env with an env that has reference answers"
+            )
         self.samples = samples
         self.seed = seed
         self._orders: dict[int, list[int]] = {}

@@ -46,7 +46,9 @@ class SharedSource:
         batch = await self.source.batch_for(step) if self.source is not None else None
         # In a thread: rank 0's event loop keeps the next batch's requests going meanwhile.
         whole = await asyncio.to_thread(self.dist.broadcast, batch)
-        assert whole is not None  # rank 0 always sends a batch (or has raised, and the others lose their peer)
+        assert (
+            whole is not None
+        )  # rank 0 always sends a batch (or has raised, and the others lose their peer)
         return rank_share(whole, self.dist)
 
     async def close(self) -> None:
@@ -58,7 +60,9 @@ def rank_share(batch: StepBatch, dist: DistInfo) -> StepBatch:
     """This rank's part of a whole batch, shaped as if the rank had rolled it out itself: its slice
     of the groups (and of all_groups, which `gather_groups` puts back together for the metrics);
     the counts that the step sums over ranks stay with rank 0."""
-    share = dataclasses.replace(batch, groups=dist.shard(batch.groups), all_groups=dist.shard(batch.all_groups))
+    share = dataclasses.replace(
+        batch, groups=dist.shard(batch.groups), all_groups=dist.shard(batch.all_groups)
+    )
     if not dist.is_main:
         share.dropped = share.server_failed = 0
     return share

@@ -43,7 +43,10 @@ class TeacherStats:
 
     def metrics(self) -> dict[str, float]:
         n = max(self.tokens, 1)
-        return {"distill/reverse_kl": self.reverse_kl_sum / n, "distill/teacher_logprob": self.teacher_logprob_sum / n}
+        return {
+            "distill/reverse_kl": self.reverse_kl_sum / n,
+            "distill/teacher_logprob": self.teacher_logprob_sum / n,
+        }
 
 
 class Teacher:
@@ -67,11 +70,17 @@ class Teacher:
         tokens = 0
         for sample, scores in zip(samples, await self.logprobs(samples, temperature), strict=True):
             advantages = []
-            for mask, student_lp, teacher_lp in zip(sample.loss_mask, sample.sampler_logprobs, scores, strict=True):
+            for mask, student_lp, teacher_lp in zip(
+                sample.loss_mask, sample.sampler_logprobs, scores, strict=True
+            ):
                 if not mask:
                     advantages.append(0.0)
                     continue
-                kl_sum, teacher_sum, tokens = kl_sum + student_lp - teacher_lp, teacher_sum + teacher_lp, tokens + 1
+                kl_sum, teacher_sum, tokens = (
+                    kl_sum + student_lp - teacher_lp,
+                    teacher_sum + teacher_lp,
+                    tokens + 1,
+                )
                 advantages.append(self.config.kl_weight * (teacher_lp - student_lp))
             sample.token_advantages = advantages
             sample.advantage *= self.config.reward_weight
@@ -105,8 +114,10 @@ class ModelTeacher(Teacher):
         except UserError as exc:
             raise UserError(f"distill.teacher_model '{config.teacher_model}': {exc}") from exc
         if tokenizer.get_vocab() != student_tokenizer.get_vocab():
-            raise UserError(f"distill.teacher_model '{config.teacher_model}' has another tokenizer than the student: "
-                            "token logprobs can only be compared over the same vocabulary")
+            raise UserError(
+                f"distill.teacher_model '{config.teacher_model}' has another tokenizer than the student: "
+                "token logprobs can only be compared over the same vocabulary"
+            )
         model.eval().requires_grad_(False)
         if device != "cpu":
             model.to(device)
@@ -122,7 +133,7 @@ class ModelTeacher(Teacher):
                 batch = {key: value.to(self.device) for key, value in batch.items()}
             with torch.no_grad():
                 teacher, _ = token_logprobs(self.model, batch, temperature)
-            scores += [teacher[row, :len(sample.input_ids)].tolist() for row, sample in enumerate(chunk)]
+            scores += [teacher[row, : len(sample.input_ids)].tolist() for row, sample in enumerate(chunk)]
         return scores
 
 
@@ -137,7 +148,9 @@ class EndpointTeacher(Teacher):
 
         super().__init__(config)
         assert config.teacher_base_url is not None and config.teacher_model is not None
-        self.client = OpenAIClient(config.teacher_base_url, config.teacher_model, api_key=api_key(config.teacher_api_key_var))
+        self.client = OpenAIClient(
+            config.teacher_base_url, config.teacher_model, api_key=api_key(config.teacher_api_key_var)
+        )
 
     async def logprobs(self, samples: list[Sample], temperature: float) -> list[list[float]]:
         import asyncio
@@ -153,8 +166,10 @@ class EndpointTeacher(Teacher):
                         return await self.client.prompt_logprobs(sample.input_ids)
                     except InferenceError as exc:
                         if not exc.transient or attempt == SERVER_TRIES - 1:
-                            raise UserError(f"the distillation teacher at {self.config.teacher_base_url} failed: {exc}") from exc
-                        await asyncio.sleep(2 ** attempt)
+                            raise UserError(
+                                f"the distillation teacher at {self.config.teacher_base_url} failed: {exc}"
+                            ) from exc
+                        await asyncio.sleep(2**attempt)
             raise AssertionError("unreachable")
 
         return list(await asyncio.gather(*(one(s) for s in samples)))

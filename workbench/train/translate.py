@@ -30,8 +30,18 @@ NESTED, FLAT, VF = "prime-rl nested", "prime-rl flat", "vf-rl"
 PRIME_RL_DEFAULT_ENV = "reverse-text"  # prime-rl's orchestrator trains on this when no env is given
 
 # tables of the canonical schema: a rule path through them is not a foreign table
-CANONICAL_TABLES = {"sampling", "lora", "kl_penalty", "difficulty_filter", "checkpointing", "wandb", "eval", "sft", "inference",
-                    "distill"}
+CANONICAL_TABLES = {
+    "sampling",
+    "lora",
+    "kl_penalty",
+    "difficulty_filter",
+    "checkpointing",
+    "wandb",
+    "eval",
+    "sft",
+    "inference",
+    "distill",
+}
 GEPA_KEYS = ("reflection_model", "max_calls", "num_train", "num_val", "minibatch_size", "perfect_score")
 
 
@@ -68,7 +78,9 @@ class _Builder:
         for part in parents:
             node = node.setdefault(part, {})
         if leaf in node and node[leaf] != value:
-            raise TranslationError(src, f"'{src}' sets {dst}, which '{origin(self.moves, dst)}' already sets; keep one")
+            raise TranslationError(
+                src, f"'{src}' sets {dst}, which '{origin(self.moves, dst)}' already sets; keep one"
+            )
         node[leaf] = value
         self.moves.append((src, dst))
 
@@ -89,7 +101,9 @@ def _ac_freq(value: Any, src: str, b: _Builder) -> None:
 def _buffer_type(value: Any, src: str, b: _Builder) -> None:
     kinds = {"online-difficulty": True, "online_difficulty": True, "simple": False, "default": False}
     if value not in kinds:
-        raise TranslationError(src, f"{src} = {value!r} is not supported (use \"online-difficulty\" or \"simple\")")
+        raise TranslationError(
+            src, f'{src} = {value!r} is not supported (use "online-difficulty" or "simple")'
+        )
     b.put("difficulty_filter.enabled", kinds[value], src)
 
 
@@ -104,12 +118,13 @@ def _beta(index: int) -> Handler:
         betas[index] = value
         b.out["betas"] = betas
         b.moves.append((src, f"betas[{index}]"))
+
     return handle
 
 
 def _scale_rewards(value: Any, src: str, b: _Builder) -> None:
     if value not in ("group", "none", True, False):
-        raise TranslationError(src, f"{src} = {value!r} is not supported (use \"group\" or \"none\")")
+        raise TranslationError(src, f'{src} = {value!r} is not supported (use "group" or "none")')
     b.put("scale_advantages_by_std", value in ("group", True), src)
 
 
@@ -120,13 +135,21 @@ def _kl_beta(value: Any, src: str, b: _Builder) -> None:
 
 
 # Scheduler names of prime-rl ([trainer.scheduler] type) and transformers (lr_scheduler_type) -> ours.
-_SCHEDULERS = {"constant": "constant", "constant_with_warmup": "constant", "linear": "linear", "wsd": "linear",
-               "cosine": "cosine", "cosine_with_min_lr": "cosine"}
+_SCHEDULERS = {
+    "constant": "constant",
+    "constant_with_warmup": "constant",
+    "linear": "linear",
+    "wsd": "linear",
+    "cosine": "cosine",
+    "cosine_with_min_lr": "cosine",
+}
 
 
 def _scheduler(value: Any, src: str, b: _Builder) -> None:
     if value not in _SCHEDULERS:
-        raise TranslationError(src, f"{src} = {value!r} is not supported (use \"constant\", \"linear\" or \"cosine\")")
+        raise TranslationError(
+            src, f'{src} = {value!r} is not supported (use "constant", "linear" or "cosine")'
+        )
     b.put("lr_scheduler", _SCHEDULERS[value], src)
 
 
@@ -138,6 +161,7 @@ def _gpus(role: str) -> Handler:
     def handle(value: Any, src: str, b: _Builder) -> None:
         b.gpus[role] = value
         b.moves.append((src, "inference.gpu_ids" if role == "inference" else "trainer_gpu_ids"))
+
     return handle
 
 
@@ -147,20 +171,45 @@ def _lora_rules(prefix: str, style: str) -> list[tuple[str, Handler, str]]:
 
 
 _VF_ARGS = {
-    "run_name": "run_name", "output_dir": "output_dir", "micro_batch_size": "micro_batch_size",
-    "rollouts_per_example": "rollouts_per_example", "batch_size": "batch_size", "max_steps": "max_steps",
-    "max_seq_len": "seq_len", "max_tokens": "sampling.max_tokens", "temperature": "sampling.temperature",
-    "top_p": "sampling.top_p", "top_k": "sampling.top_k", "learning_rate": "learning_rate",
-    "weight_decay": "weight_decay", "warmup_steps": "warmup_steps", "max_grad_norm": "max_grad_norm",
-    "seed": "seed", "use_lora": "lora.enabled", "lora_rank": "lora.r", "lora_alpha": "lora.alpha",
-    "lora_dropout": "lora.dropout", "lora_target_modules": "lora.target_modules",
-    "mask_truncated_completions": "mask_truncated_completions", "zero_truncated_completions": "zero_truncated_completions",
-    "gradient_checkpointing": "activation_checkpointing", "save_steps": "checkpointing.save_every_n_steps",
-    "num_batches_ahead": "max_async_level", "epsilon": "clip_low", "min_p": "sampling.min_p",
+    "run_name": "run_name",
+    "output_dir": "output_dir",
+    "micro_batch_size": "micro_batch_size",
+    "rollouts_per_example": "rollouts_per_example",
+    "batch_size": "batch_size",
+    "max_steps": "max_steps",
+    "max_seq_len": "seq_len",
+    "max_tokens": "sampling.max_tokens",
+    "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p",
+    "top_k": "sampling.top_k",
+    "learning_rate": "learning_rate",
+    "weight_decay": "weight_decay",
+    "warmup_steps": "warmup_steps",
+    "max_grad_norm": "max_grad_norm",
+    "seed": "seed",
+    "use_lora": "lora.enabled",
+    "lora_rank": "lora.r",
+    "lora_alpha": "lora.alpha",
+    "lora_dropout": "lora.dropout",
+    "lora_target_modules": "lora.target_modules",
+    "mask_truncated_completions": "mask_truncated_completions",
+    "zero_truncated_completions": "zero_truncated_completions",
+    "gradient_checkpointing": "activation_checkpointing",
+    "save_steps": "checkpointing.save_every_n_steps",
+    "num_batches_ahead": "max_async_level",
+    "epsilon": "clip_low",
+    "min_p": "sampling.min_p",
     "repetition_penalty": "sampling.repetition_penalty",
 }
-_VLLM_ARGS = ("enable_auto_tool_choice", "tool_call_parser", "max_model_len", "gpu_memory_utilization",
-              "tensor_parallel_size", "data_parallel_size", "model")
+_VLLM_ARGS = (
+    "enable_auto_tool_choice",
+    "tool_call_parser",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "model",
+)
 
 RULES: list[tuple[str, Handler, str]] = [
     # prime-rl nested
@@ -182,9 +231,22 @@ RULES: list[tuple[str, Handler, str]] = [
     ("trainer.model.reduce_dtype", _to("reduce_dtype"), NESTED),
     *_lora_rules("trainer.model.lora", NESTED),
     *_lora_rules("trainer.model.experimental.lora", NESTED),
-    *[(f"orchestrator.{k}", _to(k), NESTED) for k in (
-        "batch_size", "micro_batch_size", "rollouts_per_example", "seq_len", "max_steps", "seed", "max_async_level",
-        "max_off_policy_steps", "mask_truncated_completions", "zero_truncated_completions", "trajectory_strategy")],
+    *[
+        (f"orchestrator.{k}", _to(k), NESTED)
+        for k in (
+            "batch_size",
+            "micro_batch_size",
+            "rollouts_per_example",
+            "seq_len",
+            "max_steps",
+            "seed",
+            "max_async_level",
+            "max_off_policy_steps",
+            "mask_truncated_completions",
+            "zero_truncated_completions",
+            "trajectory_strategy",
+        )
+    ],
     ("orchestrator.oversampling_factor", _to("difficulty_filter.oversampling_factor"), NESTED),
     ("orchestrator.sampling", _to("sampling"), NESTED),
     ("orchestrator.buffer.online_difficulty_filtering", _to("difficulty_filter.enabled"), NESTED),
@@ -193,12 +255,25 @@ RULES: list[tuple[str, Handler, str]] = [
     ("orchestrator.buffer.easy_threshold", _to("difficulty_filter.max_reward"), NESTED),
     ("orchestrator.buffer.hard_threshold", _to("difficulty_filter.min_reward"), NESTED),
     ("orchestrator.env", _to("env"), NESTED),
-    *[(f"orchestrator.eval.{k}", _to(f"eval.{k}"), NESTED) for k in ("interval", "num_examples", "rollouts_per_example", "env")],
-    *[(f"{prefix}.{k}", _to(f"checkpointing.{v}"), NESTED) for prefix in ("trainer.ckpt", "ckpt") for k, v in (
-        ("interval", "save_every_n_steps"), ("keep_last", "keep_n_checkpoints"), ("keep_interval", "keep_every_n_steps"),
-        ("resume_step", "resume_step"))],
+    *[
+        (f"orchestrator.eval.{k}", _to(f"eval.{k}"), NESTED)
+        for k in ("interval", "num_examples", "rollouts_per_example", "env")
+    ],
+    *[
+        (f"{prefix}.{k}", _to(f"checkpointing.{v}"), NESTED)
+        for prefix in ("trainer.ckpt", "ckpt")
+        for k, v in (
+            ("interval", "save_every_n_steps"),
+            ("keep_last", "keep_n_checkpoints"),
+            ("keep_interval", "keep_every_n_steps"),
+            ("resume_step", "resume_step"),
+        )
+    ],
     ("inference.model.name", _to("inference.model"), NESTED),
-    *[(f"inference.model.{k}", _to(f"inference.{k}"), NESTED) for k in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "max_model_len", "dtype")],
+    *[
+        (f"inference.model.{k}", _to(f"inference.{k}"), NESTED)
+        for k in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "max_model_len", "dtype")
+    ],
     ("inference.parallel.tp", _to("inference.tensor_parallel_size"), NESTED),
     ("inference.parallel.dp", _to("inference.data_parallel_size"), NESTED),
     ("inference_gpu_ids", _to("inference.gpu_ids"), NESTED),
@@ -216,7 +291,10 @@ RULES: list[tuple[str, Handler, str]] = [
     ("max_tokens", _to("sampling.max_tokens"), FLAT),
     ("temperature", _to("sampling.temperature"), FLAT),
     ("max_seq_len", _to("seq_len"), FLAT),
-    *[(k, _to(f"inference.{k}"), FLAT) for k in ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization", "max_model_len")],
+    *[
+        (k, _to(f"inference.{k}"), FLAT)
+        for k in ("tensor_parallel_size", "data_parallel_size", "gpu_memory_utilization", "max_model_len")
+    ],
     # vf-rl
     ("inference.gpus", _gpus("inference"), VF),
     ("trainer.gpus", _gpus("trainer"), VF),
@@ -253,7 +331,9 @@ def translate(raw: dict[str, Any]) -> Translation:
     raw = copy.deepcopy(raw)
     b = _Builder()
     _hoist_misplaced(raw, b)
-    lora_tables = [p for p in ("trainer.model.lora", "trainer.model.experimental.lora") if isinstance(_get(raw, p), dict)]
+    lora_tables = [
+        p for p in ("trainer.model.lora", "trainer.model.experimental.lora") if isinstance(_get(raw, p), dict)
+    ]
     for src, handle, style in RULES:
         found, value = _pop(raw, src)
         if found:
@@ -279,17 +359,24 @@ def translate(raw: dict[str, Any]) -> Translation:
     _merge(b.out, raw, b.moves, [])
     _prime_rl_defaults(b, styles, had_lora_table=bool(lora_tables))
     if styles:
-        b.notes.insert(0, f"written in the {style} style: {len(b.moves)} keys translated onto the workbench schema")
+        b.notes.insert(
+            0, f"written in the {style} style: {len(b.moves)} keys translated onto the workbench schema"
+        )
     return Translation(b.out, style, b.notes, b.moves, unknown)
 
 
 def _reject_other_tools(raw: dict[str, Any]) -> None:
     gepa = [k for k in GEPA_KEYS if k in raw]
     if len(gepa) >= 2 or "reflection_model" in raw:
-        raise TranslationError(None, f"looks like a GEPA config ({', '.join(gepa)}); use `workbench gepa run` with it")
+        raise TranslationError(
+            None, f"looks like a GEPA config ({', '.join(gepa)}); use `workbench gepa run` with it"
+        )
     if "env_id" in raw and "env" not in raw:
-        raise TranslationError("env_id", "looks like an eval config (env_id); use `workbench eval run` with it, "
-                                         "or write [[env]] id = \"...\" to train")
+        raise TranslationError(
+            "env_id",
+            "looks like an eval config (env_id); use `workbench eval run` with it, "
+            'or write [[env]] id = "..." to train',
+        )
 
 
 def _hoist_misplaced(raw: dict[str, Any], b: _Builder) -> None:
@@ -310,9 +397,11 @@ def _hoist_misplaced(raw: dict[str, Any], b: _Builder) -> None:
             b.moves.append((f"{table}.{key}", key))
         if misplaced:
             names, one = ", ".join(misplaced), len(misplaced) == 1
-            b.notes.append(f"{names} {'follows' if one else 'follow'} the [{table}] header, so TOML puts "
-                           f"{'it' if one else 'them'} in [{table}]; read as top-level (move "
-                           f"{'it' if one else 'them'} above the first table to silence this)")
+            b.notes.append(
+                f"{names} {'follows' if one else 'follow'} the [{table}] header, so TOML puts "
+                f"{'it' if one else 'them'} in [{table}]; read as top-level (move "
+                f"{'it' if one else 'them'} above the first table to silence this)"
+            )
 
 
 def _prime_rl_defaults(b: _Builder, styles: list[str], had_lora_table: bool) -> None:
@@ -392,6 +481,6 @@ def origin(moves: list[tuple[str, str]], canonical: str) -> str:
     best: tuple[int, str] = (0, canonical)
     for src, dst in moves:
         dst_parts = dst.split(".")
-        if parts[:len(dst_parts)] == dst_parts and len(dst_parts) > best[0]:
-            best = (len(dst_parts), ".".join([src, *parts[len(dst_parts):]]))
+        if parts[: len(dst_parts)] == dst_parts and len(dst_parts) > best[0]:
+            best = (len(dst_parts), ".".join([src, *parts[len(dst_parts) :]]))
     return best[1]

@@ -59,18 +59,20 @@ class WorkbenchApp(App[None]):
     # Every screen by name, and what it is built from (its constructor's arguments). Screens
     # open each other through these names (`open_screen`), never by importing one another.
     SCREEN_FACTORIES: ClassVar[dict[str, ScreenFactory]] = {
-        "runs": RunsScreen,                                               # ()
-        "keys": KeysScreen,                                               # (rows, title)
-        "confirm": ConfirmScreen,                                         # (question, title=, yes=, no=) -> bool
-        "launch": LazyScreen("launch", "LaunchScreen"),                   # (tab=) -> Launch | None
-        "monitor": LazyScreen("monitor", "TrainMonitorScreen"),           # (run)
-        "gepa": LazyScreen("gepa", "GepaScreen"),                         # (run)
-        "rollouts": LazyScreen("rollouts", "RolloutsScreen"),             # (path, run=, label=, focus_example=)
-        "group": LazyScreen("group", "GroupScreen"),                      # (index, example_id, title=, position=) -> rollout index
-        "variance": LazyScreen("variance", "VarianceScreen"),             # (path, run=, label=, index=) -> example id
-        "checkpoints": LazyScreen("checkpoints", "CheckpointsScreen"),    # (run)
-        "compare": LazyScreen("compare", "CompareScreen"),                # (a, b, labels=, force=)
-        "log": LazyScreen("log", "LogScreen"),                            # (logs, title=, pid=, label=, note=)
+        "runs": RunsScreen,  # ()
+        "keys": KeysScreen,  # (rows, title)
+        "confirm": ConfirmScreen,  # (question, title=, yes=, no=) -> bool
+        "launch": LazyScreen("launch", "LaunchScreen"),  # (tab=) -> Launch | None
+        "monitor": LazyScreen("monitor", "TrainMonitorScreen"),  # (run)
+        "gepa": LazyScreen("gepa", "GepaScreen"),  # (run)
+        "rollouts": LazyScreen("rollouts", "RolloutsScreen"),  # (path, run=, label=, focus_example=)
+        "group": LazyScreen(
+            "group", "GroupScreen"
+        ),  # (index, example_id, title=, position=) -> rollout index
+        "variance": LazyScreen("variance", "VarianceScreen"),  # (path, run=, label=, index=) -> example id
+        "checkpoints": LazyScreen("checkpoints", "CheckpointsScreen"),  # (run)
+        "compare": LazyScreen("compare", "CompareScreen"),  # (a, b, labels=, force=)
+        "log": LazyScreen("log", "LogScreen"),  # (logs, title=, pid=, label=, note=)
     }
 
     def __init__(self, root: Path, *, launcher: Launcher | None = None, poll_s: float = 1.0) -> None:
@@ -85,11 +87,14 @@ class WorkbenchApp(App[None]):
         try:
             factory = self.SCREEN_FACTORIES[name]
         except KeyError:
-            raise KeyError(f"no screen named {name!r}; known: {', '.join(sorted(self.SCREEN_FACTORIES))}") from None
+            raise KeyError(
+                f"no screen named {name!r}; known: {', '.join(sorted(self.SCREEN_FACTORIES))}"
+            ) from None
         return factory(*args, **kwargs)
 
-    def open_screen(self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None,
-                    **kwargs: Any) -> Screen[Any]:
+    def open_screen(
+        self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None, **kwargs: Any
+    ) -> Screen[Any]:
         """Build the screen registered as `name` and push it; `callback` gets what it dismisses with."""
         screen = self.make_screen(name, *args, **kwargs)
         self.push_screen(screen, callback)
@@ -102,7 +107,9 @@ class WorkbenchApp(App[None]):
         screen = self.screen
         if isinstance(screen, KeysScreen):
             return
-        self.open_screen("keys", key_rows(screen, self.get_key_display), type(screen).__name__.removesuffix("Screen"))
+        self.open_screen(
+            "keys", key_rows(screen, self.get_key_display), type(screen).__name__.removesuffix("Screen")
+        )
 
     def action_palette(self) -> None:
         """`:`: the command palette, as ctrl+p."""
@@ -119,10 +126,18 @@ class WorkbenchApp(App[None]):
             return
         reopen = "workbench tui" if Path.cwd().resolve() == self.root else f"workbench tui -w {self.root}"
         runs = "1 run is still going; it keeps" if going == 1 else f"{going} runs are still going; they keep"
-        question = (f"{runs} running after you quit (x on a run stops it first). "
-                    f"Reopen this workspace with `{reopen}` to follow it. Quit?")
-        self.open_screen("confirm", question, title="Quit", yes="Quit", no="Stay",
-                         callback=lambda yes: self.exit() if yes else None)
+        question = (
+            f"{runs} running after you quit (x on a run stops it first). "
+            f"Reopen this workspace with `{reopen}` to follow it. Quit?"
+        )
+        self.open_screen(
+            "confirm",
+            question,
+            title="Quit",
+            yes="Quit",
+            no="Stay",
+            callback=lambda yes: self.exit() if yes else None,
+        )
 
     def _scan_runs(self) -> list[RunInfo]:
         """The workspace's runs, read afresh (the Runs screen's catalog may be scanning in its thread)."""
@@ -141,13 +156,20 @@ class WorkbenchApp(App[None]):
         actions: set[str] = set()
         for _, active in [*screen_bindings(screen), *table_bindings(screen)]:
             binding = active.binding
-            if (not active.enabled or binding.action in actions or binding.action in ("quit", "palette")
-                    or binding.description in seen):
+            if (
+                not active.enabled
+                or binding.action in actions
+                or binding.action in ("quit", "palette")
+                or binding.description in seen
+            ):
                 continue
             actions.add(binding.action)
             seen.add(binding.description)
-            yield SystemCommand(binding.description, f"key: {self.get_key_display(binding)}",
-                                partial(self._run_binding, active))
+            yield SystemCommand(
+                binding.description,
+                f"key: {self.get_key_display(binding)}",
+                partial(self._run_binding, active),
+            )
         for title, action, help_text in getattr(screen, "PALETTE_COMMANDS", ()):
             if title not in seen:
                 seen.add(title)

@@ -82,16 +82,38 @@ LAUNCH_FIELDS = {f.name for f in fields(Launch)}
 INTERRUPTED = (130, -2)  # a Ctrl-C: the CLI's exit code, or killed by SIGINT before it could say so
 
 
-def eval_args(env: str, model: str, num_examples: int, rollouts: int, extra: list[str] | None = None) -> list[str]:
+def eval_args(
+    env: str, model: str, num_examples: int, rollouts: int, extra: list[str] | None = None
+) -> list[str]:
     return ["eval", "run", env, "-m", model, "-n", str(num_examples), "-r", str(rollouts), *(extra or [])]
 
 
-def gepa_args(env: str, model: str, reflection_model: str | None, max_calls: int, num_train: int, num_val: int,
-              extra: list[str] | None = None) -> list[str]:
+def gepa_args(
+    env: str,
+    model: str,
+    reflection_model: str | None,
+    max_calls: int,
+    num_train: int,
+    num_val: int,
+    extra: list[str] | None = None,
+) -> list[str]:
     """`gepa run ENV -m MODEL [-M REFLECTION] -B CALLS -n TRAIN -N VAL` (no -M: the CLI reflects with -m)."""
     reflect = ["-M", reflection_model] if reflection_model and reflection_model != model else []
-    return ["gepa", "run", env, "-m", model, *reflect, "-B", str(max_calls), "-n", str(num_train), "-N", str(num_val),
-            *(extra or [])]
+    return [
+        "gepa",
+        "run",
+        env,
+        "-m",
+        model,
+        *reflect,
+        "-B",
+        str(max_calls),
+        "-n",
+        str(num_train),
+        "-N",
+        str(num_val),
+        *(extra or []),
+    ]
 
 
 def set_args(text: str) -> list[str]:
@@ -105,7 +127,9 @@ def set_args(text: str) -> list[str]:
     for word in words:
         key, sep, _ = word.partition("=")
         if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
-            raise ValueError(f"overrides are KEY=VALUE (e.g. max_steps=20 sampling.temperature=0.8), got '{word}'")
+            raise ValueError(
+                f"overrides are KEY=VALUE (e.g. max_steps=20 sampling.temperature=0.8), got '{word}'"
+            )
         args += ["--set", word]
     return args
 
@@ -133,7 +157,9 @@ def last_error(log: Path, *, failed: bool = True, limit: int = 65536) -> str | N
             text = f.read().decode("utf-8", errors="replace")
     except OSError:
         return None
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("$ workbench")]
+    lines = [
+        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("$ workbench")
+    ]
     said = next((line for line in reversed(lines) if line.startswith("error:")), None)
     if said is not None:
         return said
@@ -169,7 +195,11 @@ def _env_and_model(path: Path) -> tuple[str, str]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "-", "-"
-    env = data.get("env_id") or "+".join(str(e.get("id", "?")) for e in data.get("env", []) if isinstance(e, dict)) or "-"
+    env = (
+        data.get("env_id")
+        or "+".join(str(e.get("id", "?")) for e in data.get("env", []) if isinstance(e, dict))
+        or "-"
+    )
     model = data.get("model")
     if isinstance(model, dict):
         model = model.get("name")
@@ -207,16 +237,34 @@ class Launcher:
         log_path = self.folder / f"{launch_id}.log"
         # Not a terminal: the CLI writes plain whole lines as they happen (cli.render.LineProgress).
         env = {**os.environ, "WORKBENCH_WORKSPACE": str(self.root), "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
-        for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):  # the TUI's terminal is not the child's
+        for name in (
+            "FORCE_COLOR",
+            "TTY_COMPATIBLE",
+            "TTY_INTERACTIVE",
+        ):  # the TUI's terminal is not the child's
             env.pop(name, None)
         with log_path.open("wb") as log:
             log.write(f"$ {spec.command}\n".encode())
             log.flush()
-            proc = subprocess.Popen([self.python, "-m", "workbench", *spec.args], cwd=self.root, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        launch = Launch(launch_id, spec.kind, list(spec.args), spec.env, spec.model, proc.pid, str(log_path),
-                        stamp.isoformat(timespec="seconds"))
+            proc = subprocess.Popen(
+                [self.python, "-m", "workbench", *spec.args],
+                cwd=self.root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        launch = Launch(
+            launch_id,
+            spec.kind,
+            list(spec.args),
+            spec.env,
+            spec.model,
+            proc.pid,
+            str(log_path),
+            stamp.isoformat(timespec="seconds"),
+        )
         self._procs[launch_id] = proc
         self._session[launch_id] = launch
         self._save(launch)
@@ -311,9 +359,19 @@ class Launcher:
             meta: dict[str, Any] = {"launch": asdict(launch)}
             if error:
                 meta["error"] = error  # where a run's metadata.json keeps it
-            rows.append(RunInfo(kind=launch.kind, path=launch.log, run_id=launch.id, env=launch.env,
-                                model=launch.model, status=status, created_at=parse_time(launch.started_at),
-                                pid=launch.pid, metadata=meta))
+            rows.append(
+                RunInfo(
+                    kind=launch.kind,
+                    path=launch.log,
+                    run_id=launch.id,
+                    env=launch.env,
+                    model=launch.model,
+                    status=status,
+                    created_at=parse_time(launch.started_at),
+                    pid=launch.pid,
+                    metadata=meta,
+                )
+            )
         return rows
 
     def rows(self, runs: list[RunInfo]) -> list[RunInfo]:
@@ -322,15 +380,20 @@ class Launcher:
         takes the place of the pending row it replaces instead of jumping to wherever its own
         start time (seconds later, after loading) would sort it."""
         every = self._all()  # read the records once per refresh (this runs every second)
-        launched = {launch.pid: parse_time(launch.started_at) for launch in every
-                    if launch.id in self._session or self.is_running(launch)}  # = self.launches()
+        launched = {
+            launch.pid: parse_time(launch.started_at)
+            for launch in every
+            if launch.id in self._session or self.is_running(launch)
+        }  # = self.launches()
 
         def when(run: RunInfo) -> float:
             stamp = launched.get(run.pid) if run.pid and not run.is_launch else None
             stamp = stamp or run.created_at
             return stamp.timestamp() if stamp else 0.0
 
-        return sorted([*self.pending_rows(runs, every), *runs], key=lambda run: (when(run), run.run_id), reverse=True)
+        return sorted(
+            [*self.pending_rows(runs, every), *runs], key=lambda run: (when(run), run.run_id), reverse=True
+        )
 
     def live_count(self, runs: list[RunInfo]) -> int:
         """How many runs are going: children of this session still alive, and runs in the workspace

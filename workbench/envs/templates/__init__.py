@@ -21,8 +21,10 @@ _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 def module_for(name: str) -> str:
     """Check a new environment's name and return its module name ('my-env' -> 'my_env')."""
     if not _NAME.match(name):
-        raise UserError(f"'{name}' is not a valid environment name: use lowercase letters, digits and single "
-                        "'-' or '_' between them, starting with a letter (e.g. my-env)")
+        raise UserError(
+            f"'{name}' is not a valid environment name: use lowercase letters, digits and single "
+            "'-' or '_' between them, starting with a letter (e.g. my-env)"
+        )
     module = name.replace("-", "_")
     if keyword.iskeyword(module):
         raise UserError(f"'{name}' is a Python keyword; pick another name")
@@ -33,7 +35,11 @@ def module_for(name: str) -> str:
 
 def render(template: str, env_id: str, module: str) -> str:
     class_name = "".join(part.capitalize() for part in module.split("_"))
-    return template.replace("{{env_id}}", env_id).replace("{{module}}", module).replace("{{class_name}}", class_name)
+    return (
+        template.replace("{{env_id}}", env_id)
+        .replace("{{module}}", module)
+        .replace("{{class_name}}", class_name)
+    )
 
 
 def create_environment(name: str, environments: Path) -> list[Path]:
@@ -51,5 +57,7 @@ def create_environment(name: str, environments: Path) -> list[Path]:
     }
     for path, template in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render((TEMPLATES / template).read_text(encoding="utf-8"), env_id, module), encoding="utf-8")
+        path.write_text(
+            render((TEMPLATES / template).read_text(encoding="utf-8"), env_id, module), encoding="utf-8"
+        )
     return list(files)

@@ -31,8 +31,9 @@ DATA_DIR_VAR = "WORKBENCH_DATA_DIR"
 # The prompts verifiers ships, verbatim: environments written against them should see the same
 # text (the run of spaces in the second is in verifiers' string too).
 BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
-THINK_BOXED_SYSTEM_PROMPT = ("Think step-by-step inside <think>...</think> tags.     "
-                             "Then, give your final answer inside \\boxed{}.")
+THINK_BOXED_SYSTEM_PROMPT = (
+    "Think step-by-step inside <think>...</think> tags.     Then, give your final answer inside \\boxed{}."
+)
 
 
 def extract_boxed_answer(text: str, strict: bool = False) -> str:
@@ -81,8 +82,9 @@ def as_dataset(rows: list[Row]) -> Dataset | list[Row]:
     return Dataset.from_list(rows)
 
 
-def load_example_dataset(name: str = "gsm8k", split: str | None = None, n: int | None = None,
-                         seed: int = 0) -> Dataset | list[Row]:
+def load_example_dataset(
+    name: str = "gsm8k", split: str | None = None, n: int | None = None, seed: int = 0
+) -> Dataset | list[Row]:
     """`{"question", "answer"}` rows of a known example dataset, read from a local file (see the
     module docstring). `split` defaults to the one verifiers uses for that dataset; `n` > 0 keeps a
     seeded random sample of `n` rows."""
@@ -94,7 +96,8 @@ def load_example_dataset(name: str = "gsm8k", split: str | None = None, n: int |
     if not path.is_file():
         raise FileNotFoundError(
             f"example dataset '{name}' split '{split}' not found: no file {path} (one {spec.hub_id} row "
-            f"per JSON line; set ${DATA_DIR_VAR} to the folder holding {name}/{split}.jsonl)")
+            f"per JSON line; set ${DATA_DIR_VAR} to the folder holding {name}/{split}.jsonl)"
+        )
     rows = [row for row in read_jsonl_rows(path) if spec.keep(row)]
     rng = random.Random(seed)
     if n is not None and n > 0:
@@ -103,5 +106,7 @@ def load_example_dataset(name: str = "gsm8k", split: str | None = None, n: int |
     try:
         return as_dataset([spec.preprocess(row, rng) for row in rows])
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: a row lacks what '{name}' needs ({type(exc).__name__}: {exc}); "
-                         f"expected the columns of {spec.hub_id}") from None
+        raise ValueError(
+            f"{path}: a row lacks what '{name}' needs ({type(exc).__name__}: {exc}); "
+            f"expected the columns of {spec.hub_id}"
+        ) from None

@@ -38,7 +38,12 @@ def _lettered(question: str, options: list[str]) -> str:
 
 def _gpqa(row: Row, rng: random.Random) -> Row:
     """The four GPQA answers in a seeded random order; the answer is the correct one's letter."""
-    answers = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
+    answers = [
+        row["Correct Answer"],
+        row["Incorrect Answer 1"],
+        row["Incorrect Answer 2"],
+        row["Incorrect Answer 3"],
+    ]
     order = list(range(4))
     rng.shuffle(order)  # order[k] = which answer is shown as letter k
     shown = [answers[i] for i in order]
@@ -46,12 +51,21 @@ def _gpqa(row: Row, rng: random.Random) -> Row:
 
 
 def _mmlu(row: Row, _: random.Random) -> Row:
-    return {"question": _lettered(row["question"], list(row["choices"])), "answer": "ABCD"[int(row["answer"])]}
+    return {
+        "question": _lettered(row["question"], list(row["choices"])),
+        "answer": "ABCD"[int(row["answer"])],
+    }
 
 
 def _openbookqa(row: Row, _: random.Random) -> Row:
-    choices = "\n".join(f"{label}. {text}" for label, text in zip(row["choices"]["label"], row["choices"]["text"], strict=True))
-    return {"question": f"Question: {row['question_stem']}\n\nChoices:\n{choices}", "answer": row["answerKey"]}
+    choices = "\n".join(
+        f"{label}. {text}"
+        for label, text in zip(row["choices"]["label"], row["choices"]["text"], strict=True)
+    )
+    return {
+        "question": f"Question: {row['question_stem']}\n\nChoices:\n{choices}",
+        "answer": row["answerKey"],
+    }
 
 
 def _fields(question: str, answer: str) -> Callable[[Row, random.Random], Row]:
@@ -73,29 +87,60 @@ class ExampleDataset:
 PYTHON_PROMPT = "Solve the following coding problem using the programming language python:"
 
 EXAMPLE_DATASETS: dict[str, ExampleDataset] = {
-    "aime2024": ExampleDataset("HuggingFaceH4/aime_2024", "train",
-                               lambda row, _: {"question": row["problem"], "answer": str(int(row["answer"]))}),
-    "aime2025": ExampleDataset("opencompass/AIME2025 (AIME2025-I and AIME2025-II)", "test",
-                               lambda row, _: {"question": row["question"],
-                                               "answer": "".join(c for c in str(row["answer"]) if c.isdigit() or c == ".")}),
+    "aime2024": ExampleDataset(
+        "HuggingFaceH4/aime_2024",
+        "train",
+        lambda row, _: {"question": row["problem"], "answer": str(int(row["answer"]))},
+    ),
+    "aime2025": ExampleDataset(
+        "opencompass/AIME2025 (AIME2025-I and AIME2025-II)",
+        "test",
+        lambda row, _: {
+            "question": row["question"],
+            "answer": "".join(c for c in str(row["answer"]) if c.isdigit() or c == "."),
+        },
+    ),
     "amc2023": ExampleDataset("knoveleng/AMC-23", "train", _fields("problem", "answer")),
     "gpqa_diamond": ExampleDataset("Idavidrein/gpqa (gpqa_diamond)", "train", _gpqa),
     "gpqa_main": ExampleDataset("Idavidrein/gpqa (gpqa_main)", "train", _gpqa),
-    "gsm8k": ExampleDataset("openai/gsm8k (main)", "test",
-                            lambda row, _: {"question": row["question"], "answer": hash_answer(row["answer"])}),
-    "math": ExampleDataset("chiayewken/competition_math", "train",
-                           lambda row, _: {"question": row["problem"], "answer": boxed_answer(row["solution"])}),
+    "gsm8k": ExampleDataset(
+        "openai/gsm8k (main)",
+        "test",
+        lambda row, _: {"question": row["question"], "answer": hash_answer(row["answer"])},
+    ),
+    "math": ExampleDataset(
+        "chiayewken/competition_math",
+        "train",
+        lambda row, _: {"question": row["problem"], "answer": boxed_answer(row["solution"])},
+    ),
     "math500": ExampleDataset("HuggingFaceH4/MATH-500", "test", _fields("problem", "answer")),
     "mmlu": ExampleDataset("cais/mmlu (all)", "dev", _mmlu),
-    "mmlu_pro": ExampleDataset("TIGER-Lab/MMLU-Pro", "validation",
-                               lambda row, _: {"question": _lettered(row["question"], list(row["options"])),
-                                               "answer": row["answer"]}),
+    "mmlu_pro": ExampleDataset(
+        "TIGER-Lab/MMLU-Pro",
+        "validation",
+        lambda row, _: {
+            "question": _lettered(row["question"], list(row["options"])),
+            "answer": row["answer"],
+        },
+    ),
     "openbookqa": ExampleDataset("allenai/openbookqa (main)", "train", _openbookqa),
     "openrs": ExampleDataset("knoveleng/open-rs", "train", _fields("problem", "answer")),
-    "openrs_easy": ExampleDataset("knoveleng/open-rs", "train", _fields("problem", "answer"),
-                                  keep=lambda row: row.get("level") == "Easy"),
-    "openrs_hard": ExampleDataset("knoveleng/open-rs", "train", _fields("problem", "answer"),
-                                  keep=lambda row: row.get("level") == "Hard"),
-    "prime_code": ExampleDataset("PrimeIntellect/verifiable-coding-problems", "train", _fields("prompt", "verification_info"),
-                                 keep=lambda row: str(row.get("prompt", "")).startswith(PYTHON_PROMPT)),
+    "openrs_easy": ExampleDataset(
+        "knoveleng/open-rs",
+        "train",
+        _fields("problem", "answer"),
+        keep=lambda row: row.get("level") == "Easy",
+    ),
+    "openrs_hard": ExampleDataset(
+        "knoveleng/open-rs",
+        "train",
+        _fields("problem", "answer"),
+        keep=lambda row: row.get("level") == "Hard",
+    ),
+    "prime_code": ExampleDataset(
+        "PrimeIntellect/verifiable-coding-problems",
+        "train",
+        _fields("prompt", "verification_info"),
+        keep=lambda row: str(row.get("prompt", "")).startswith(PYTHON_PROMPT),
+    ),
 }

@@ -17,7 +17,11 @@ from typing import Any
 from workbench.store.files import iter_jsonl, read_json
 from workbench.types import is_number
 
-OPTIMIZER_NAMES = {"gepa": "GEPA", "miprov2": "MIPROv2", "bootstrap": "BootstrapFewShot"}  # how the header names them
+OPTIMIZER_NAMES = {
+    "gepa": "GEPA",
+    "miprov2": "MIPROv2",
+    "bootstrap": "BootstrapFewShot",
+}  # how the header names them
 
 
 def first(data: Any, *keys: str, default: Any = None) -> Any:
@@ -151,8 +155,11 @@ class GepaRun:
         best = candidate_text(self.best_prompt, self.best_few_shot)
         if self.seed_prompt is None or best is None:
             return []
-        return list(difflib.unified_diff(self.seed_prompt.splitlines(), best.splitlines(),
-                                         "seed prompt", "best prompt", lineterm=""))
+        return list(
+            difflib.unified_diff(
+                self.seed_prompt.splitlines(), best.splitlines(), "seed prompt", "best prompt", lineterm=""
+            )
+        )
 
 
 def _candidates(meta: dict[str, Any]) -> list[Candidate]:
@@ -168,12 +175,18 @@ def _candidates(meta: dict[str, Any]) -> list[Candidate]:
                 parents = [parents]
             parents = [p for p in parents if isinstance(p, int)] if isinstance(parents, list) else []
             calls = first(item, "discovered_at_calls", "metric_calls", "discovered_at")
-            out.append(Candidate(
-                index=index if isinstance(index, int) else position,
-                score=_num(first(item, "score", "val_score", "val_aggregate_score", "mean_score", "reward_mean")),
-                prompt=prompt_text(first(item, "system_prompt", "prompt", "candidate", "text")),
-                parents=parents, metric_calls=int(calls) if isinstance(calls, int | float) else None,
-                few_shot=few_shot_turns(first(item, "few_shot", "demos"))))
+            out.append(
+                Candidate(
+                    index=index if isinstance(index, int) else position,
+                    score=_num(
+                        first(item, "score", "val_score", "val_aggregate_score", "mean_score", "reward_mean")
+                    ),
+                    prompt=prompt_text(first(item, "system_prompt", "prompt", "candidate", "text")),
+                    parents=parents,
+                    metric_calls=int(calls) if isinstance(calls, int | float) else None,
+                    few_shot=few_shot_turns(first(item, "few_shot", "demos")),
+                )
+            )
         else:
             out.append(Candidate(index=position, score=None, prompt=prompt_text(item)))
     return out
@@ -183,14 +196,18 @@ def _frontier(path: Path) -> list[FrontierRow]:
     rows = []
     for position, record in enumerate(iter_jsonl(path)):
         example = first(record, "example_id", "val_id", "example", "index", "id", default=position)
-        raw = first(record, "candidates", "candidate_indices", "best_candidates", "programs", "prompts", default=[])
+        raw = first(
+            record, "candidates", "candidate_indices", "best_candidates", "programs", "prompts", default=[]
+        )
         raw = raw if isinstance(raw, list) else [raw]
         names = [f"#{c}" if isinstance(c, int) else (prompt_text(c) or str(c)) for c in raw]
         rows.append(FrontierRow(str(example), _num(first(record, "best_score", "score")), names))
     return rows
 
 
-def _best_few_shot(path: Path, meta: dict[str, Any], candidates: list[Candidate], best_index: int | None) -> list[dict[str, Any]]:
+def _best_few_shot(
+    path: Path, meta: dict[str, Any], candidates: list[Candidate], best_index: int | None
+) -> list[dict[str, Any]]:
     """The best candidate's few-shot turns: best_few_shot.json, else the metadata's, else the
     best candidate's own. Empty for a run that rendered them into best_prompt.txt (demos_as
     'system'): shown again under it, they would look like a second set."""
@@ -214,12 +231,20 @@ def load_gepa_run(path: Path) -> GepaRun:
     best_file = path / "best_prompt.txt"
     best = best_file.read_text(encoding="utf-8") if best_file.is_file() else None
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    seed = (prompt_text(first(meta, "seed_prompt", "seed_candidate"))
-            or prompt_text(first(config, "seed_prompt", "system_prompt")))
+    seed = prompt_text(first(meta, "seed_prompt", "seed_candidate")) or prompt_text(
+        first(config, "seed_prompt", "system_prompt")
+    )
     if seed is None and candidates:
         seed = candidates[0].prompt
     index = GepaRun(path, meta, candidates, [], None, seed).best_index
     if best is None:
         best = next((c.prompt for c in candidates if c.index == index), None)
-    return GepaRun(path, meta, candidates, _frontier(path / "pareto_frontier.jsonl"), best, seed,
-                   _best_few_shot(path, meta, candidates, index))
+    return GepaRun(
+        path,
+        meta,
+        candidates,
+        _frontier(path / "pareto_frontier.jsonl"),
+        best,
+        seed,
+        _best_few_shot(path, meta, candidates, index),
+    )

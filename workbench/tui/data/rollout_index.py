@@ -65,8 +65,15 @@ class RolloutFilter:
         return self != RolloutFilter()
 
     def describe(self) -> str:
-        parts = [name for name, on in (("errors", self.errors), ("truncated", self.truncated),
-                                       ("zero-variance", self.zero_variance)) if on]
+        parts = [
+            name
+            for name, on in (
+                ("errors", self.errors),
+                ("truncated", self.truncated),
+                ("zero-variance", self.zero_variance),
+            )
+            if on
+        ]
         if self.reward_min is not None or self.reward_max is not None:
             parts.append(f"reward {_fmt_bound(self.reward_min)}..{_fmt_bound(self.reward_max)}")
         if self.search:
@@ -170,8 +177,11 @@ class RolloutIndex:
         reward = record.get("reward")
         self.rewards.append(float(reward) if isinstance(reward, (int, float)) else 0.0)
         error = record.get("error")
-        self.flags.append((ERROR if error else 0) | (TRUNCATED if record.get("is_truncated") else 0)
-                          | (INFRASTRUCTURE if isinstance(error, dict) and error.get("infrastructure") else 0))
+        self.flags.append(
+            (ERROR if error else 0)
+            | (TRUNCATED if record.get("is_truncated") else 0)
+            | (INFRASTRUCTURE if isinstance(error, dict) and error.get("infrastructure") else 0)
+        )
         return 1
 
     def groups(self) -> list[GroupRow]:
@@ -189,8 +199,17 @@ class RolloutIndex:
                 for i in lines:
                     flags |= self.flags[i]
                     failures += self.flags[i] & INFRASTRUCTURE != 0
-                rows.append(GroupRow(example_id, lines, mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-                                     bool(flags & ERROR), bool(flags & TRUNCATED), failures))
+                rows.append(
+                    GroupRow(
+                        example_id,
+                        lines,
+                        mean,
+                        math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+                        bool(flags & ERROR),
+                        bool(flags & TRUNCATED),
+                        failures,
+                    )
+                )
             self._groups = rows
             self._group_of = {row.example_id: row for row in rows}
         return self._groups
@@ -251,7 +270,7 @@ class RolloutIndex:
                 data = f.read(self.starts[line - 1] + self.lengths[line - 1] - self.starts[first])
                 for i in range(first, line):
                     at = self.starts[i] - self.starts[first]
-                    if needle in data[at:at + self.lengths[i]].lower():
+                    if needle in data[at : at + self.lengths[i]].lower():
                         found.add(self.example_ids[i])
         return found
 

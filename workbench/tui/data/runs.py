@@ -25,7 +25,15 @@ from workbench.store.runs import METADATA, effective_status, parse_run_metadata,
 from workbench.store.sweeps import BASE, SWEEP_FILE, read_sweep
 from workbench.workspace import RUN_FOLDERS
 
-__all__ = ["RunCatalog", "RunInfo", "checkpoint_label", "filter_runs", "parse_time", "pid_alive", "run_from_metadata"]
+__all__ = [
+    "RunCatalog",
+    "RunInfo",
+    "checkpoint_label",
+    "filter_runs",
+    "parse_time",
+    "pid_alive",
+    "run_from_metadata",
+]
 
 KINDS = ("eval", "train", "gepa")
 STATUSES = ("running", "finished", "stopped", "failed", "died", "starting")
@@ -87,7 +95,9 @@ class RunInfo:
 
     def matches(self, query: str) -> bool:
         """Case-insensitive substring search over the visible fields."""
-        text = f"{self.kind} {self.env} {self.model} {self.checkpoint or ''} {self.status} {self.run_id}".lower()
+        text = (
+            f"{self.kind} {self.env} {self.model} {self.checkpoint or ''} {self.status} {self.run_id}".lower()
+        )
         return all(part in text for part in query.lower().split())
 
 
@@ -121,10 +131,21 @@ def run_from_metadata(path: Path, meta: dict[str, Any], kind: str) -> RunInfo:
     run metadata."""
     run = parse_run_metadata(meta, kind)
     done, total = run.progress()
-    return RunInfo(kind=run.kind, path=path, run_id=run.run_id or path.name, env=run.env_label,
-                   model=run.model or "-", status=effective_status(run), done=done, total=total,
-                   reward=run.headline_reward, created_at=parse_time(run.created_at), pid=run.pid, metadata=meta,
-                   checkpoint=checkpoint_label(run.model) if run.kind == "eval" else None)
+    return RunInfo(
+        kind=run.kind,
+        path=path,
+        run_id=run.run_id or path.name,
+        env=run.env_label,
+        model=run.model or "-",
+        status=effective_status(run),
+        done=done,
+        total=total,
+        reward=run.headline_reward,
+        created_at=parse_time(run.created_at),
+        pid=run.pid,
+        metadata=meta,
+        checkpoint=checkpoint_label(run.model) if run.kind == "eval" else None,
+    )
 
 
 class RunCatalog:
@@ -171,7 +192,6 @@ class RunCatalog:
         self._cache[meta_path] = (stamp, info)
         return info
 
-
     def _label_sweep_evals(self, runs: list[RunInfo]) -> None:
         """Label each eval that a training run's sweep recorded with that run and step."""
         labels: dict[Path, str] = {}
@@ -200,12 +220,18 @@ class RunCatalog:
             for point in read_sweep(run_dir):
                 eval_dir = Path(point.eval_run)
                 eval_dir = eval_dir if eval_dir.is_absolute() else self.root / eval_dir
-                found[eval_dir.resolve()] = f"{run_dir.name} {'base' if point.step == BASE else f'step {point.step}'}"
+                found[eval_dir.resolve()] = (
+                    f"{run_dir.name} {'base' if point.step == BASE else f'step {point.step}'}"
+                )
             cached = self._sweeps[path] = (stamp, found)
         return cached[1]
 
 
 def filter_runs(runs: list[RunInfo], kind: str | None, status: str | None, query: str) -> list[RunInfo]:
-    return [r for r in runs
-            if (kind is None or r.kind == kind) and (status is None or r.status == status)
-            and (not query or r.matches(query))]
+    return [
+        r
+        for r in runs
+        if (kind is None or r.kind == kind)
+        and (status is None or r.status == status)
+        and (not query or r.matches(query))
+    ]

@@ -59,7 +59,7 @@ class TextTail:
         if self._source.reset:
             self.lines = []
         new = [line.decode("utf-8", errors="replace").rstrip("\r") for line in raw]
-        self.lines = (self.lines + new)[-self.keep:]
+        self.lines = (self.lines + new)[-self.keep :]
         return self.lines if self._source.reset else new
 
     @property

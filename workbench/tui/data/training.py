@@ -34,7 +34,9 @@ def series(records: list[dict[str, Any]], key: str) -> tuple[list[float], list[f
     return steps, [points[s] for s in steps]
 
 
-def eta_seconds(records: list[dict[str, Any]], step: int | None, max_steps: int | None, window: int = 10) -> float | None:
+def eta_seconds(
+    records: list[dict[str, Any]], step: int | None, max_steps: int | None, window: int = 10
+) -> float | None:
     """Remaining steps times the mean `time/step` of the last `window` steps."""
     if step is None or not max_steps:
         return None

@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from workbench.engine.difficulty import DEFAULT_RULE, DIFFICULTIES, Difficulty, Scored, difficulty_counts, run_verdict
+from workbench.engine.difficulty import (
+    DEFAULT_RULE,
+    DIFFICULTIES,
+    Difficulty,
+    Scored,
+    difficulty_counts,
+    run_verdict,
+)
 from workbench.engine.summary import STD_EDGES, std_bucket, summarize
 from workbench.tui.data.rollout_index import GroupRow, RolloutIndex
 from workbench.types import Group
@@ -99,8 +106,14 @@ def index_summary(rows: Sequence[GroupRow], rewards: Sequence[float]) -> dict[st
     `rewards` are the index's per-line rewards (`RolloutIndex.rewards`)."""
     kept = [row for row in rows if not row.infrastructure_failures]
     failed = len(rows) - len(kept)
-    lost = {"infrastructure_failures": sum(row.infrastructure_failures for row in rows),
-            "incomplete_groups": failed} if failed else {}
+    lost = (
+        {
+            "infrastructure_failures": sum(row.infrastructure_failures for row in rows),
+            "incomplete_groups": failed,
+        }
+        if failed
+        else {}
+    )
     num_rollouts = sum(row.size for row in kept)
     if not num_rollouts:
         return {"num_groups": 0, "num_rollouts": 0, **lost}

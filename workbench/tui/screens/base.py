@@ -30,8 +30,9 @@ class WorkbenchHost(Protocol):
     catalog: RunCatalog
     poll_s: float  # how often screens re-read the files they show
 
-    def open_screen(self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None,
-                    **kwargs: Any) -> Screen[Any]:
+    def open_screen(
+        self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None, **kwargs: Any
+    ) -> Screen[Any]:
         """Build the screen registered as `name` from `args`/`kwargs` and push it; `callback`
         gets what it dismisses with."""
         ...
@@ -46,8 +47,9 @@ class WorkbenchScreen(Screen[object]):
     def wb(self) -> WorkbenchHost:
         return cast("WorkbenchHost", self.app)
 
-    def open(self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None,
-             **kwargs: Any) -> Screen[Any]:
+    def open(
+        self, name: str, /, *args: Any, callback: ScreenResultCallbackType[Any] | None = None, **kwargs: Any
+    ) -> Screen[Any]:
         """Open the screen registered as `name` (see `WorkbenchApp.SCREEN_FACTORIES`)."""
         return self.wb.open_screen(name, *args, callback=callback, **kwargs)
 
@@ -58,8 +60,14 @@ class WorkbenchScreen(Screen[object]):
         (Textual's `display` is false for a node that is closing, closed or being pruned.)"""
         return not self.display
 
-    def confirm_stop(self, pid: int, what: str, *, consequence: str = "It saves what it finished.",
-                     stopping: str = "sent Ctrl-C: the run saves what it finished and stops") -> None:
+    def confirm_stop(
+        self,
+        pid: int,
+        what: str,
+        *,
+        consequence: str = "It saves what it finished.",
+        stopping: str = "sent Ctrl-C: the run saves what it finished and stops",
+    ) -> None:
         """Ask "Stop <what> (pid N)? <consequence>" and, on yes, Ctrl-C the run (`x` on every screen)."""
 
         def answered(yes: object) -> None:
@@ -70,8 +78,14 @@ class WorkbenchScreen(Screen[object]):
             else:
                 self.notify("the process is already gone", severity="warning")
 
-        self.open("confirm", f"Stop {what} (pid {pid})? {consequence}", title="Stop run", yes="Stop", no="Keep running",
-                  callback=answered)
+        self.open(
+            "confirm",
+            f"Stop {what} (pid {pid})? {consequence}",
+            title="Stop run",
+            yes="Stop",
+            no="Keep running",
+            callback=answered,
+        )
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1 and self is not self.app.screen_stack[0]:

@@ -38,7 +38,9 @@ def _step_order(label: str) -> float:
         return float("inf")
 
 
-def evals_of_run(runs: list[RunInfo], run: RunInfo, root: Path, swept: dict[Path, str]) -> list[tuple[str, RunInfo]]:
+def evals_of_run(
+    runs: list[RunInfo], run: RunInfo, root: Path, swept: dict[Path, str]
+) -> list[tuple[str, RunInfo]]:
     """(label, eval run) for evals of this run's checkpoints ('step N') or of its base model
     ('base'), newest first. `swept` is the run's sweep record ({eval folder: '<run> step N'},
     `RunCatalog.sweep_labels`): it names the step even when a `-b` server evaluated every
@@ -65,7 +67,9 @@ class EvalCheckpointScreen(ModalScreen[LaunchSpec | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "go", "Launch", priority=True)]
 
-    def __init__(self, checkpoint: CheckpointInfo | None, envs: list[str], run_dir: Path | None = None) -> None:
+    def __init__(
+        self, checkpoint: CheckpointInfo | None, envs: list[str], run_dir: Path | None = None
+    ) -> None:
         super().__init__()
         self.checkpoint = checkpoint
         self.envs = envs or ["reverse-text"]
@@ -73,11 +77,20 @@ class EvalCheckpointScreen(ModalScreen[LaunchSpec | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="eval-ckpt-box") as box:
-            box.border_title = (f"Evaluate checkpoint step {self.checkpoint.step}" if self.checkpoint is not None
-                                else "Sweep: the base model and every checkpoint, same examples and seed")
+            box.border_title = (
+                f"Evaluate checkpoint step {self.checkpoint.step}"
+                if self.checkpoint is not None
+                else "Sweep: the base model and every checkpoint, same examples and seed"
+            )
             with Horizontal(classes="field"):
                 yield Label("environment", classes="field-label")
-                yield Select([(e, e) for e in self.envs], value=self.envs[0], allow_blank=False, id="ck-env", compact=True)
+                yield Select(
+                    [(e, e) for e in self.envs],
+                    value=self.envs[0],
+                    allow_blank=False,
+                    id="ck-env",
+                    compact=True,
+                )
             with Horizontal(classes="field"):
                 yield Label("examples (-n)", classes="field-label")
                 yield Input("20", type="integer", id="ck-n", compact=True)
@@ -127,13 +140,18 @@ class CheckpointsScreen(WorkbenchScreen):
         self._scanning = False
 
     def compose(self) -> ComposeResult:
-        yield Static(f"[b]Checkpoints[/b] · {self.run.env} · {self.run.model} · [dim]{self.run.run_id}[/]",
-                     classes="screen-title")
+        yield Static(
+            f"[b]Checkpoints[/b] · {self.run.env} · {self.run.model} · [dim]{self.run.run_id}[/]",
+            classes="screen-title",
+        )
         with Horizontal(id="ckpt-top"):
             yield VirtualTable(CHECKPOINT_COLUMNS, id="ckpt-table", open_label="Evaluate")
             yield MetricPlot("sweep reward (base at step 0) · s: sweep", id="sweep-plot")
-        yield Static("Evals of these checkpoints and the base model · space: mark · c: compare",
-                     id="evals-title", classes="section-title")
+        yield Static(
+            "Evals of these checkpoints and the base model · space: mark · c: compare",
+            id="evals-title",
+            classes="section-title",
+        )
         yield VirtualTable(EVAL_COLUMNS, id="ckpt-evals", open_label="Open eval")
         yield Footer()
 
@@ -157,10 +175,28 @@ class CheckpointsScreen(WorkbenchScreen):
         if [c.step for c in checkpoints] != [c.step for c in self.checkpoints]:
             self.checkpoints = checkpoints
             self.query_one("#ckpt-table", VirtualTable).set_rows(
-                [(str(c.step), when(c.saved_at), reward_text(c.reward), num(c.eval_reward), format_size(c.size_bytes))
-                 for c in checkpoints], keys=[str(c.step) for c in checkpoints],
-                sort_values=[(float(c.step), c.saved_at.timestamp() if c.saved_at else None, c.reward, c.eval_reward,
-                              float(c.size_bytes) if c.size_bytes is not None else None) for c in checkpoints])
+                [
+                    (
+                        str(c.step),
+                        when(c.saved_at),
+                        reward_text(c.reward),
+                        num(c.eval_reward),
+                        format_size(c.size_bytes),
+                    )
+                    for c in checkpoints
+                ],
+                keys=[str(c.step) for c in checkpoints],
+                sort_values=[
+                    (
+                        float(c.step),
+                        c.saved_at.timestamp() if c.saved_at else None,
+                        c.reward,
+                        c.eval_reward,
+                        float(c.size_bytes) if c.size_bytes is not None else None,
+                    )
+                    for c in checkpoints
+                ],
+            )
         self.evals = evals
         self._render_evals()
         self.sweep = sweep
@@ -172,18 +208,38 @@ class CheckpointsScreen(WorkbenchScreen):
     def _read(self) -> tuple[list[CheckpointInfo], list[tuple[str, RunInfo]], list[SweepPoint]]:
         assert self._catalog is not None
         runs = self._catalog.scan()
-        return (list_checkpoint_infos(self.run.path),
-                evals_of_run(runs, self.run, self.wb.root, self._catalog.sweep_labels(self.run.path)),
-                newest_sweep(self.run.path))
+        return (
+            list_checkpoint_infos(self.run.path),
+            evals_of_run(runs, self.run, self.wb.root, self._catalog.sweep_labels(self.run.path)),
+            newest_sweep(self.run.path),
+        )
 
     def _render_evals(self) -> None:
         self.query_one("#ckpt-evals", VirtualTable).set_rows(
-            [("●" if run.key in self.marked else " ", label, status_text(run.status), run.progress,
-              reward_text(run.reward), when(run.created_at)) for label, run in self.evals],
+            [
+                (
+                    "●" if run.key in self.marked else " ",
+                    label,
+                    status_text(run.status),
+                    run.progress,
+                    reward_text(run.reward),
+                    when(run.created_at),
+                )
+                for label, run in self.evals
+            ],
             keys=[run.key for _, run in self.evals],
-            sort_values=[("●" if run.key in self.marked else None, _step_order(label), run.status,
-                          run.done / run.total if run.done is not None and run.total else None, run.reward,
-                          run.created_at.timestamp() if run.created_at else None) for label, run in self.evals])
+            sort_values=[
+                (
+                    "●" if run.key in self.marked else None,
+                    _step_order(label),
+                    run.status,
+                    run.done / run.total if run.done is not None and run.total else None,
+                    run.reward,
+                    run.created_at.timestamp() if run.created_at else None,
+                )
+                for label, run in self.evals
+            ],
+        )
         if not self.checkpoints:
             self.query_one("#evals-title", Static).update(Text("no complete checkpoints yet", style="dim"))
 
@@ -218,7 +274,9 @@ class CheckpointsScreen(WorkbenchScreen):
             if spec is not None:
                 self.notify(f"started: {self.wb.launcher.start(spec).command}", title="sweeping checkpoints")
 
-        self.app.push_screen(EvalCheckpointScreen(None, [str(e) for e in envs], run_dir=self.run.path), launch)
+        self.app.push_screen(
+            EvalCheckpointScreen(None, [str(e) for e in envs], run_dir=self.run.path), launch
+        )
 
     def action_mark(self) -> None:
         self.query_one("#ckpt-evals", VirtualTable).focus()
@@ -233,7 +291,9 @@ class CheckpointsScreen(WorkbenchScreen):
         if len(chosen) != 2:
             self.notify("mark exactly two evals with space, then press c", severity="warning")
             return
-        (label_a, a), (label_b, b) = sorted(chosen, key=lambda item: item[1].created_at.timestamp() if item[1].created_at else 0)
+        (label_a, a), (label_b, b) = sorted(
+            chosen, key=lambda item: item[1].created_at.timestamp() if item[1].created_at else 0
+        )
         self.open("compare", a, b, labels=(label_a, label_b))
 
     @on(VirtualTable.Selected, "#ckpt-table")

@@ -38,7 +38,9 @@ class CompareScreen(WorkbenchScreen):
         Binding("b", "open('b')", "Open in B", show=False),
     ]
 
-    def __init__(self, a: RunInfo, b: RunInfo, labels: tuple[str, str] | None = None, force: bool = False) -> None:
+    def __init__(
+        self, a: RunInfo, b: RunInfo, labels: tuple[str, str] | None = None, force: bool = False
+    ) -> None:
         super().__init__()
         self.a, self.b = a, b
         self.labels = labels or (f"{a.model_label} {a.run_id[-4:]}", f"{b.model_label} {b.run_id[-4:]}")
@@ -53,9 +55,17 @@ class CompareScreen(WorkbenchScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="compare-title", classes="screen-title")
-        yield VirtualTable((("example", 7), (f"A {clip(self.labels[0], 12)}", 14), (f"B {clip(self.labels[1], 12)}", 14),
-                            ("B - A", 7), ("change", 7)), id="compare-table",
-                           open_label="Open in B")
+        yield VirtualTable(
+            (
+                ("example", 7),
+                (f"A {clip(self.labels[0], 12)}", 14),
+                (f"B {clip(self.labels[1], 12)}", 14),
+                ("B - A", 7),
+                ("change", 7),
+            ),
+            id="compare-table",
+            open_label="Open in B",
+        )
         with Horizontal(id="compare-sides"):
             for side in ("a", "b"):
                 with Vertical(classes="compare-side"):
@@ -95,18 +105,30 @@ class CompareScreen(WorkbenchScreen):
         self.query_one("#compare-title", Static).update(
             f"[b]Compare[/b] · {self.a.env} · A: {self.labels[0]} ({num(comparison.mean_a)}) → "
             f"B: {self.labels[1]} ({num(comparison.mean_b)})\n"
-            f"{comparison.shared} shared examples · {counts} · showing {self.change or 'all'}")
+            f"{comparison.shared} shared examples · {counts} · showing {self.change or 'all'}"
+        )
         self.shown = comparison.only(self.change)
         cells = []
         for row in self.shown:
             delta = row.delta
-            delta_text = Text("-" if delta is None else f"{delta:+.3f}",
-                              style="" if delta is None or abs(delta) < 1e-9 else "green" if delta > 0 else "red")
-            cells.append((str(row.example_id), reward_text(row.a), reward_text(row.b), delta_text,
-                          Text(row.change, style=CHANGE_STYLE.get(row.change, "dim"))))
-        self.query_one(VirtualTable).set_rows(cells, keys=[str(row.example_id) for row in self.shown],
-                                              sort_values=[(float(r.example_id), r.a, r.b, r.delta, r.change)
-                                                           for r in self.shown])
+            delta_text = Text(
+                "-" if delta is None else f"{delta:+.3f}",
+                style="" if delta is None or abs(delta) < 1e-9 else "green" if delta > 0 else "red",
+            )
+            cells.append(
+                (
+                    str(row.example_id),
+                    reward_text(row.a),
+                    reward_text(row.b),
+                    delta_text,
+                    Text(row.change, style=CHANGE_STYLE.get(row.change, "dim")),
+                )
+            )
+        self.query_one(VirtualTable).set_rows(
+            cells,
+            keys=[str(row.example_id) for row in self.shown],
+            sort_values=[(float(r.example_id), r.a, r.b, r.delta, r.change) for r in self.shown],
+        )
         if not self.shown:
             for side in ("a", "b"):
                 self.query_one(f"#compare-head-{side}", Static).update("")
@@ -127,12 +149,17 @@ class CompareScreen(WorkbenchScreen):
             group = index.group(example)
             rollout = None
             if group is not None and group.size:
-                rollout = index.load(example, index.rollout_index_at(group, min(self.position, group.size - 1)))
+                rollout = index.load(
+                    example, index.rollout_index_at(group, min(self.position, group.size - 1))
+                )
             shown[side] = rollout
             head = _side_head(side.upper(), self.labels[side == "b"], rollout, group)
             if side == "b" and rollout is not None and shown["a"] is not None:
                 diff = rollout.reward - shown["a"].reward
-                head.append(f" · B - A {diff:+.3f}", style="bold green" if diff > 1e-9 else "bold red" if diff < -1e-9 else "dim")
+                head.append(
+                    f" · B - A {diff:+.3f}",
+                    style="bold green" if diff > 1e-9 else "bold red" if diff < -1e-9 else "dim",
+                )
             self.query_one(f"#compare-head-{side}", Static).update(head)
             self.query_one(f"#compare-conv-{side}", ConversationView).rollout = rollout
 

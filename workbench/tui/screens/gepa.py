@@ -29,8 +29,17 @@ PARETO_COLUMNS = (("example", 8), ("best", 6), ("candidates reaching it", 50))
 def diff_text(lines: list[str]) -> Text:
     text = Text()
     for line in lines:
-        style = "bold" if line.startswith(("---", "+++")) else "green" if line.startswith("+") else \
-            "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+        style = (
+            "bold"
+            if line.startswith(("---", "+++"))
+            else "green"
+            if line.startswith("+")
+            else "red"
+            if line.startswith("-")
+            else "cyan"
+            if line.startswith("@@")
+            else ""
+        )
         text.append(line + "\n", style=style)
     return text
 
@@ -102,24 +111,43 @@ class GepaScreen(WorkbenchScreen):
         if self.closing:
             return
         best = gepa.best_index
-        demos = f" · demos as {escape(str(gepa.metadata['demos_as']))}" if gepa.metadata.get("demos_as") else ""
+        demos = (
+            f" · demos as {escape(str(gepa.metadata['demos_as']))}" if gepa.metadata.get("demos_as") else ""
+        )
         self.query_one("#gepa-title", Static).update(
             f"[b]{escape(gepa.optimizer_name)}[/b] · {self.run.env} · {self.run.model} · {gepa.status}{demos}\n"
             f"seed {num(gepa.seed_score)} → best {num(gepa.best_score)} · {len(gepa.candidates)} candidates · "
-            f"{gepa.metric_calls if gepa.metric_calls is not None else '-'} metric calls")
+            f"{gepa.metric_calls if gepa.metric_calls is not None else '-'} metric calls"
+        )
         rows = []
         for c in gepa.candidates:
             marker = Text(f"{c.index}", style="bold green" if c.index == best else "")
-            rows.append((marker, reward_text(c.score), ",".join(map(str, c.parents)) or "-",
-                         "-" if c.metric_calls is None else str(c.metric_calls), prompt_cell(c.prompt, c.few_shot, 40)))
-        self.query_one("#gepa-candidates", VirtualTable).set_rows(rows, keys=[str(c.index) for c in gepa.candidates])
+            rows.append(
+                (
+                    marker,
+                    reward_text(c.score),
+                    ",".join(map(str, c.parents)) or "-",
+                    "-" if c.metric_calls is None else str(c.metric_calls),
+                    prompt_cell(c.prompt, c.few_shot, 40),
+                )
+            )
+        self.query_one("#gepa-candidates", VirtualTable).set_rows(
+            rows, keys=[str(c.index) for c in gepa.candidates]
+        )
         self.query_one("#gepa-pareto", VirtualTable).set_rows(
-            [(row.example, reward_text(row.best_score), clip(", ".join(row.candidates) or "-", 50)) for row in gepa.frontier],
-            keys=[str(row.example) for row in gepa.frontier])
+            [
+                (row.example, reward_text(row.best_score), clip(", ".join(row.candidates) or "-", 50))
+                for row in gepa.frontier
+            ],
+            keys=[str(row.example) for row in gepa.frontier],
+        )
         self.query_one("#gepa-best", Static).update(candidate_view(gepa.best_prompt, gepa.best_few_shot))
         diff = gepa.prompt_diff()
         self.query_one("#gepa-diff", Static).update(
-            diff_text(diff) if diff else Text("- (no seed or best prompt yet, or they are identical)", style="dim"))
+            diff_text(diff)
+            if diff
+            else Text("- (no seed or best prompt yet, or they are identical)", style="dim")
+        )
 
     @on(VirtualTable.Selected, "#gepa-candidates")
     def _candidate_chosen(self, event: VirtualTable.Selected) -> None:
@@ -127,9 +155,12 @@ class GepaScreen(WorkbenchScreen):
         if self.gepa is None or event.index >= len(self.gepa.candidates):
             return
         candidate = self.gepa.candidates[event.index]
-        self.query_one("#gepa-best", Static).update(Text.assemble(
-            (f"candidate {candidate.index} · score {num(candidate.score)}\n\n", "bold"),
-            candidate_view(candidate.prompt or "-", candidate.few_shot)))
+        self.query_one("#gepa-best", Static).update(
+            Text.assemble(
+                (f"candidate {candidate.index} · score {num(candidate.score)}\n\n", "bold"),
+                candidate_view(candidate.prompt or "-", candidate.few_shot),
+            )
+        )
         self.action_tab("best")
 
     def action_tab(self, tab: str) -> None:

@@ -26,8 +26,15 @@ def group_columns(group: Group) -> tuple[list[Column], list[str]]:
     functions: list[str] = []
     for rollout in group.rollouts:
         functions += [name for name in rollout.rewards if name not in functions]
-    columns = [("#", 3), ("reward", 6), *((clip(name, FUNCTION_WIDTH), FUNCTION_WIDTH) for name in functions),
-               ("length", 6), ("turns", 5), ("stop", 10), ("error", 14)]
+    columns = [
+        ("#", 3),
+        ("reward", 6),
+        *((clip(name, FUNCTION_WIDTH), FUNCTION_WIDTH) for name in functions),
+        ("length", 6),
+        ("turns", 5),
+        ("stop", 10),
+        ("error", 14),
+    ]
     return columns, functions
 
 
@@ -39,12 +46,24 @@ def rollout_cells(rollout: Rollout, functions: list[str]) -> tuple[tuple[Cell, .
     if rollout.is_truncated and "trunc" not in stop:
         stop += " (truncated)"
     values = [rollout.rewards.get(name) for name in functions]
-    cells: tuple[Cell, ...] = (str(rollout.rollout_index + 1), reward_text(rollout.reward),
-                               *(Text(num(v), style="cyan" if v is not None else "dim") for v in values),
-                               "-" if length is None else str(length), str(rollout.num_turns), stop,
-                               Text(error, style="bold red") if error else "")
-    sort: tuple[SortValue, ...] = (float(rollout.rollout_index), rollout.reward, *values,
-                                   None if length is None else float(length), float(rollout.num_turns), stop, error or None)
+    cells: tuple[Cell, ...] = (
+        str(rollout.rollout_index + 1),
+        reward_text(rollout.reward),
+        *(Text(num(v), style="cyan" if v is not None else "dim") for v in values),
+        "-" if length is None else str(length),
+        str(rollout.num_turns),
+        stop,
+        Text(error, style="bold red") if error else "",
+    )
+    sort: tuple[SortValue, ...] = (
+        float(rollout.rollout_index),
+        rollout.reward,
+        *values,
+        None if length is None else float(length),
+        float(rollout.num_turns),
+        stop,
+        error or None,
+    )
     return cells, sort
 
 
@@ -63,10 +82,13 @@ class GroupScreen(WorkbenchScreen):
 
     def compose(self) -> ComposeResult:
         group = self.group
-        yield Static(f"[b]Group[/b] · example {self.example_id} · {len(group.rollouts)} rollouts · "
-                     f"mean {num(group.mean if group.rollouts else None)} · std "
-                     f"{num(group.std if group.rollouts else None)}" + (f"\n{self.title_text}" if self.title_text else ""),
-                     classes="screen-title")
+        yield Static(
+            f"[b]Group[/b] · example {self.example_id} · {len(group.rollouts)} rollouts · "
+            f"mean {num(group.mean if group.rollouts else None)} · std "
+            f"{num(group.std if group.rollouts else None)}"
+            + (f"\n{self.title_text}" if self.title_text else ""),
+            classes="screen-title",
+        )
         yield VirtualTable(self.columns, id="group-table", open_label="Open rollout")
         with Vertical(id="group-detail"):
             yield RewardBreakdown(id="group-breakdown")
@@ -76,9 +98,12 @@ class GroupScreen(WorkbenchScreen):
     def on_mount(self) -> None:
         rows = [rollout_cells(r, self.functions) for r in self.group.rollouts]
         table = self.query_one(VirtualTable)
-        table.set_rows([cells for cells, _ in rows], cursor=min(self.position, max(len(rows) - 1, 0)),
-                       keys=[str(r.rollout_index + 1) for r in self.group.rollouts],
-                       sort_values=[sort for _, sort in rows])
+        table.set_rows(
+            [cells for cells, _ in rows],
+            cursor=min(self.position, max(len(rows) - 1, 0)),
+            keys=[str(r.rollout_index + 1) for r in self.group.rollouts],
+            sort_values=[sort for _, sort in rows],
+        )
         table.focus()
 
     @on(VirtualTable.Highlighted, "#group-table")

@@ -53,8 +53,11 @@ def table_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
     found: dict[str, tuple[str, ActiveBinding]] = {}  # by action: its shortest key (g, not home)
     for key, bindings in focused._bindings.key_to_bindings.items():
         for binding in bindings:
-            if binding.description and binding.action in TABLE_ACTIONS and (
-                    binding.action not in found or len(key) < len(found[binding.action][0])):
+            if (
+                binding.description
+                and binding.action in TABLE_ACTIONS
+                and (binding.action not in found or len(key) < len(found[binding.action][0]))
+            ):
                 found[binding.action] = (key, ActiveBinding(focused, binding, True, binding.tooltip))
     return list(found.values())
 
@@ -63,9 +66,18 @@ def key_rows(screen: Screen, key_display: Callable[[Binding], str]) -> list[tupl
     """(key, what it does, where) for each described key of `screen`, screen keys first, then
     the focused table's, then the global ones."""
     order = {"screen": 0, "table": 1, "global": 2}
-    rows = [(key_display(active.binding), active.binding.description, "global" if active.node is screen.app else "screen")
-            for _, active in screen_bindings(screen)]
-    rows += [(key_display(active.binding), active.binding.description, "table") for _, active in table_bindings(screen)]
+    rows = [
+        (
+            key_display(active.binding),
+            active.binding.description,
+            "global" if active.node is screen.app else "screen",
+        )
+        for _, active in screen_bindings(screen)
+    ]
+    rows += [
+        (key_display(active.binding), active.binding.description, "table")
+        for _, active in table_bindings(screen)
+    ]
     return sorted(rows, key=lambda row: order[row[2]])
 
 

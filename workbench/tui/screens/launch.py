@@ -91,43 +91,75 @@ class LaunchScreen(WorkbenchScreen):
         self.specs = [config_spec(path, self.wb.root) for path in configs]
         self.train_specs = [spec for spec in self.specs if spec.kind == "train"]
         envs = environment_ids()
-        yield Static("[b]Launch[/b] · start a run as a child process (it keeps running if you quit)",
-                     classes="screen-title")
+        yield Static(
+            "[b]Launch[/b] · start a run as a child process (it keeps running if you quit)",
+            classes="screen-title",
+        )
         with TabbedContent(id="launch-tabs", initial=self.initial_tab or ("configs" if configs else "eval")):
             with TabPane("Configs", id="configs"):
                 with Vertical(id="config-pane"):
                     if configs:
-                        yield OptionList(*[Option(f"{spec.kind:<5} {config_path(spec)}", id=str(i))
-                                           for i, spec in enumerate(self.specs)], id="config-list")
+                        yield OptionList(
+                            *[
+                                Option(f"{spec.kind:<5} {config_path(spec)}", id=str(i))
+                                for i, spec in enumerate(self.specs)
+                            ],
+                            id="config-list",
+                        )
                     else:
-                        yield Static("No configs in configs/{eval,rl,gepa}/. Use the Eval, Train or GEPA tab, or add "
-                                     "a TOML whose first line is the command that runs it.", classes="empty")
-                    yield from self._field("overrides", "config-set", "", "KEY=VALUE ... (--set), e.g. max_steps=20")
+                        yield Static(
+                            "No configs in configs/{eval,rl,gepa}/. Use the Eval, Train or GEPA tab, or add "
+                            "a TOML whose first line is the command that runs it.",
+                            classes="empty",
+                        )
+                    yield from self._field(
+                        "overrides", "config-set", "", "KEY=VALUE ... (--set), e.g. max_steps=20"
+                    )
             with TabPane("Eval", id="eval"), VerticalScroll(id="eval-form", classes="launch-form"):
                 yield from self._env_field("eval-env", envs)
-                yield from self._field("model", "eval-model", "tiny", "tiny, a model folder or checkpoint, an endpoint id")
+                yield from self._field(
+                    "model", "eval-model", "tiny", "tiny, a model folder or checkpoint, an endpoint id"
+                )
                 yield from self._field("examples (-n)", "eval-n", "20", "", type_="integer")
                 yield from self._field("rollouts (-r)", "eval-r", "4", "", type_="integer")
-                yield from self._field("overrides", "eval-set", "", "KEY=VALUE ... (--set), e.g. max_tokens=64")
-                yield from self._field("more args", "eval-extra", "", "e.g. -b http://127.0.0.1:8000/v1 -t 64")
+                yield from self._field(
+                    "overrides", "eval-set", "", "KEY=VALUE ... (--set), e.g. max_tokens=64"
+                )
+                yield from self._field(
+                    "more args", "eval-extra", "", "e.g. -b http://127.0.0.1:8000/v1 -t 64"
+                )
                 yield Button("Launch eval (ctrl+s)", id="eval-launch", variant="primary", compact=True)
             with TabPane("Train", id="train"), VerticalScroll(id="train-form", classes="launch-form"):
                 with Horizontal(classes="launch-field"):
                     yield Label("config", classes="launch-label")
                     options = [(config_path(spec), config_path(spec)) for spec in self.train_specs]
-                    yield Select(options, value=options[0][1] if options else Select.NULL, allow_blank=not options,
-                                 prompt="no configs in configs/rl/", id="train-config", compact=True)
-                yield from self._field("overrides", "train-set", "", "KEY=VALUE ... (--set), e.g. max_steps=20 seed=1")
+                    yield Select(
+                        options,
+                        value=options[0][1] if options else Select.NULL,
+                        allow_blank=not options,
+                        prompt="no configs in configs/rl/",
+                        id="train-config",
+                        compact=True,
+                    )
+                yield from self._field(
+                    "overrides", "train-set", "", "KEY=VALUE ... (--set), e.g. max_steps=20 seed=1"
+                )
                 yield from self._field("more args", "train-extra", "", "e.g. --nproc 2")
                 yield Button("Launch training (ctrl+s)", id="train-launch", variant="primary", compact=True)
             with TabPane("GEPA", id="gepa"), VerticalScroll(id="gepa-form", classes="launch-form"):
                 yield from self._env_field("gepa-env", envs)
-                yield from self._field("model (-m)", "gepa-model", "tiny", "the model whose prompt is optimized")
-                yield from self._field("reflection (-M)", "gepa-reflection", "", "reflection model (default: the model)")
+                yield from self._field(
+                    "model (-m)", "gepa-model", "tiny", "the model whose prompt is optimized"
+                )
+                yield from self._field(
+                    "reflection (-M)", "gepa-reflection", "", "reflection model (default: the model)"
+                )
                 yield from self._field("budget (-B)", "gepa-budget", "300", "metric calls", type_="integer")
                 yield from self._field("train ex. (-n)", "gepa-n", "50", "", type_="integer")
                 yield from self._field("val ex. (-N)", "gepa-val", "30", "", type_="integer")
-                yield from self._field("overrides", "gepa-set", "", "KEY=VALUE ... (--set), e.g. minibatch_size=4")
+                yield from self._field(
+                    "overrides", "gepa-set", "", "KEY=VALUE ... (--set), e.g. minibatch_size=4"
+                )
                 yield from self._field("more args", "gepa-extra", "", "e.g. -b http://127.0.0.1:8000/v1")
                 yield Button("Launch GEPA (ctrl+s)", id="gepa-launch", variant="primary", compact=True)
         yield Static(id="launch-preview", classes="preview")
@@ -157,8 +189,12 @@ class LaunchScreen(WorkbenchScreen):
         self._focus_tab(self.query_one(TabbedContent).active)
 
     def _focus_tab(self, tab: str) -> None:
-        first = {"configs": "#config-list" if self.specs else "#config-set", "eval": "#eval-env",
-                 "train": "#train-config", "gepa": "#gepa-env"}[tab]
+        first = {
+            "configs": "#config-list" if self.specs else "#config-set",
+            "eval": "#eval-env",
+            "train": "#train-config",
+            "gepa": "#gepa-env",
+        }[tab]
         self.query_one(first).focus()
 
     def action_tab(self, tab: str) -> None:
@@ -197,11 +233,15 @@ class LaunchScreen(WorkbenchScreen):
     def gepa_spec(self) -> LaunchSpec:
         env = self._env("gepa-env")
         model = self._value("gepa-model") or "tiny"
-        args = gepa_args(env, model, self._value("gepa-reflection") or None,
-                         positive(self._value("gepa-budget"), "budget"),
-                         positive(self._value("gepa-n"), "train examples", allow_all=True),
-                         positive(self._value("gepa-val"), "validation examples", allow_all=True),
-                         set_args(self._value("gepa-set")) + extra_args(self._value("gepa-extra")))
+        args = gepa_args(
+            env,
+            model,
+            self._value("gepa-reflection") or None,
+            positive(self._value("gepa-budget"), "budget"),
+            positive(self._value("gepa-n"), "train examples", allow_all=True),
+            positive(self._value("gepa-val"), "validation examples", allow_all=True),
+            set_args(self._value("gepa-set")) + extra_args(self._value("gepa-extra")),
+        )
         return LaunchSpec("gepa", args, env, model)
 
     def config_spec(self) -> LaunchSpec | None:

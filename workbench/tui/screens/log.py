@@ -29,8 +29,15 @@ class LogScreen(WorkbenchScreen):
         Binding("2", "tab(1)", "Second log", show=False),
     ]
 
-    def __init__(self, logs: list[tuple[str, Path]], *, title: str, pid: int | None = None, label: str | None = None,
-                 note: str | None = None) -> None:
+    def __init__(
+        self,
+        logs: list[tuple[str, Path]],
+        *,
+        title: str,
+        pid: int | None = None,
+        label: str | None = None,
+        note: str | None = None,
+    ) -> None:
         super().__init__()
         self.logs = logs
         self.title_text = title

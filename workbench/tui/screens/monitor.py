@@ -125,7 +125,8 @@ class TrainMonitorScreen(WorkbenchScreen):
     def _render_header(self) -> None:
         run = self.run
         self.query_one("#monitor-title", Static).update(
-            f"[b]Training[/b] · {run.env} · {run.model} · {run.status} · reward {num(run.reward)}\n[dim]{run.run_id}[/]")
+            f"[b]Training[/b] · {run.env} · {run.model} · {run.status} · reward {num(run.reward)}\n[dim]{run.run_id}[/]"
+        )
         bar = self.query_one("#step-bar", ProgressBar)
         if run.total:
             bar.update(total=run.total, progress=run.done or 0)
@@ -133,7 +134,8 @@ class TrainMonitorScreen(WorkbenchScreen):
         _, times = series(self.metrics.records, "time/step")
         pace = f"{sum(times[-10:]) / len(times[-10:]):.1f} s/step" if times else "- s/step"
         self.query_one("#monitor-eta", Static).update(
-            f"step {run.done if run.done is not None else '-'}/{run.total or '-'} · {pace} · ETA {format_duration(eta)}")
+            f"step {run.done if run.done is not None else '-'}/{run.total or '-'} · {pace} · ETA {format_duration(eta)}"
+        )
 
     def _render_curves(self) -> None:
         for index, (_, keys) in enumerate(CURVES):
@@ -147,7 +149,8 @@ class TrainMonitorScreen(WorkbenchScreen):
         groups = index.groups()
         self.query_one("#latest-title", Static).update(
             f"step {self.latest_step} · {len(groups)} groups · {len(index)} rollouts · mean {num(index.reward_mean)} · "
-            "Enter: open in Rollouts")
+            "Enter: open in Rollouts"
+        )
         self.query_one("#latest-groups", GroupsTable).show(groups)
 
     @on(GroupsTable.Highlighted, "#latest-groups")
@@ -211,5 +214,9 @@ class TrainMonitorScreen(WorkbenchScreen):
         if not self.run.is_live or not pid:
             self.notify(f"not running ({self.run.status})", severity="warning")
             return
-        self.confirm_stop(pid, f"training {self.run.env}", consequence="It finishes this step and writes a checkpoint.",
-                          stopping="sent Ctrl-C: training finishes this step, writes a checkpoint and stops")
+        self.confirm_stop(
+            pid,
+            f"training {self.run.env}",
+            consequence="It finishes this step and writes a checkpoint.",
+            stopping="sent Ctrl-C: training finishes this step, writes a checkpoint and stops",
+        )

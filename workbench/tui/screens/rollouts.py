@@ -91,8 +91,14 @@ class RolloutsScreen(WorkbenchScreen):
         Binding("comma", "step(-1)", "Prev step", show=False),
     ]
 
-    def __init__(self, path: Path, *, run: RunInfo | None = None, label: str = "results",
-                 focus_example: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        run: RunInfo | None = None,
+        label: str = "results",
+        focus_example: int | None = None,
+    ) -> None:
         super().__init__()
         self.path = path
         self.run = run
@@ -139,7 +145,9 @@ class RolloutsScreen(WorkbenchScreen):
         if not self.is_current or self.run is None:
             return
         try:
-            self.run = run_from_metadata(self.run.path, read_json(self.run.path / "metadata.json"), self.run.kind)
+            self.run = run_from_metadata(
+                self.run.path, read_json(self.run.path / "metadata.json"), self.run.kind
+            )
         except (OSError, ValueError):
             pass
         if not self.run.is_live and self._live is not None:
@@ -185,10 +193,16 @@ class RolloutsScreen(WorkbenchScreen):
     def _update_title(self) -> None:
         groups = self.index.groups()
         run = self.run
-        head = f"[b]Rollouts[/b] · {run.kind} · {run.env} · {run.model_label} · {run.status}" if run else "[b]Rollouts[/b]"
+        head = (
+            f"[b]Rollouts[/b] · {run.kind} · {run.env} · {run.model_label} · {run.status}"
+            if run
+            else "[b]Rollouts[/b]"
+        )
         body = f"{self.label}: {len(groups)} groups · {len(self.index)} rollouts · mean {num(self.index.reward_mean)}"
         shown = f" · showing {self._shown}" if self.filter.active else ""
-        self.query_one("#rollouts-title", Static).update(f"{head}\n{body} · filter: {self.filter.describe()}{shown}")
+        self.query_one("#rollouts-title", Static).update(
+            f"{head}\n{body} · filter: {self.filter.describe()}{shown}"
+        )
 
     # ----- showing one rollout --------------------------------------------------------------
     @on(GroupsTable.Highlighted)
@@ -207,14 +221,22 @@ class RolloutsScreen(WorkbenchScreen):
         group = event.group
 
         def chosen(rollout_index: object) -> None:
-            if not isinstance(rollout_index, int) or self.group is None or self.group.example_id != group.example_id:
+            if (
+                not isinstance(rollout_index, int)
+                or self.group is None
+                or self.group.example_id != group.example_id
+            ):
                 return
             indices = [self.index.rollout_index_at(self.group, i) for i in range(self.group.size)]
             self.position = indices.index(rollout_index) if rollout_index in indices else 0
             self._show_rollout()
             self.query_one(ConversationView).focus()
 
-        title = f"{self.run.kind} · {self.run.env} · {self.run.model_label} · {self.label}" if self.run else self.label
+        title = (
+            f"{self.run.kind} · {self.run.env} · {self.run.model_label} · {self.label}"
+            if self.run
+            else self.label
+        )
         self.open("group", self.index, group.example_id, title=title, position=self.position, callback=chosen)
 
     def _show_rollout(self, moving: bool = False) -> None:
@@ -276,13 +298,16 @@ class RolloutsScreen(WorkbenchScreen):
         self.query_one(PromptBar).ask("jump", "example id (Enter to jump)")
 
     def action_search(self) -> None:
-        self.query_one(PromptBar).ask("search", "text in prompts, completions, answers, errors (Enter to apply)",
-                                      self.filter.search)
+        self.query_one(PromptBar).ask(
+            "search", "text in prompts, completions, answers, errors (Enter to apply)", self.filter.search
+        )
 
     def action_reward_range(self) -> None:
         low, high = self.filter.reward_min, self.filter.reward_max
         current = "" if low is None and high is None else f"{_bound(low)}..{_bound(high)}"
-        self.query_one(PromptBar).ask("range", "group mean reward range, e.g. 0.2..0.8 or 0.5.. (empty clears)", current)
+        self.query_one(PromptBar).ask(
+            "range", "group mean reward range, e.g. 0.2..0.8 or 0.5.. (empty clears)", current
+        )
 
     @on(PromptBar.Answered)
     def _answered(self, event: PromptBar.Answered) -> None:
@@ -310,8 +335,11 @@ class RolloutsScreen(WorkbenchScreen):
         record = self.index.record(self.rollout.example_id, self.rollout.rollout_index)
         text = json.dumps(record, indent=2, ensure_ascii=False)
         self.app.copy_to_clipboard(text)
-        self.notify(f"example {self.rollout.example_id} rollout {self.rollout.rollout_index + 1} "
-                    f"copied as JSON ({len(text):,} characters)", title="copied")
+        self.notify(
+            f"example {self.rollout.example_id} rollout {self.rollout.rollout_index + 1} "
+            f"copied as JSON ({len(text):,} characters)",
+            title="copied",
+        )
 
     def action_variance(self) -> None:
         def chosen(example_id: object) -> None:

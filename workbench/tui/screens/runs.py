@@ -27,8 +27,10 @@ from workbench.tui.widgets.runs_table import RunsTable
 from workbench.tui.widgets.virtual_table import VirtualTable
 
 STATUS_FILTERS = (None, "running", "finished", "stopped", "failed", "died")
-HINT = ("[b]space[/b] mark · [b]c[/b] compare · [b]r[/b] rollouts · [b]v[/b] variance · "
-        "[b]K[/b] checkpoints · [b]o[/b]/[b]O[/b] sort · [b]?[/b] all keys")
+HINT = (
+    "[b]space[/b] mark · [b]c[/b] compare · [b]r[/b] rollouts · [b]v[/b] variance · "
+    "[b]K[/b] checkpoints · [b]o[/b]/[b]O[/b] sort · [b]?[/b] all keys"
+)
 
 
 def dismissable(run: RunInfo | None) -> bool:
@@ -61,8 +63,16 @@ class RunsScreen(WorkbenchScreen):
     # Keyless actions the command palette (ctrl+p or :) finds by name: (title, action, help).
     PALETTE_COMMANDS = (
         ("Launch eval", "launch('eval')", "Evaluate a model on an environment (Launch screen, Eval form)"),
-        ("Launch training", "launch('train')", "Train from an RL config in configs/rl (Launch screen, Train form)"),
-        ("Launch GEPA run", "launch('gepa')", "Optimize an environment's system prompt (Launch screen, GEPA form)"),
+        (
+            "Launch training",
+            "launch('train')",
+            "Train from an RL config in configs/rl (Launch screen, Train form)",
+        ),
+        (
+            "Launch GEPA run",
+            "launch('gepa')",
+            "Optimize an environment's system prompt (Launch screen, GEPA form)",
+        ),
         ("Launch a config", "launch('configs')", "Run any config in configs/{eval,rl,gepa} (Launch screen)"),
     )
 
@@ -76,14 +86,20 @@ class RunsScreen(WorkbenchScreen):
         self._scanning = False
         self._follow_pid: int | None = None  # select this launch's run once its folder appears
         self._generation = 0  # bumped when rows are removed here: a scan begun before is stale
-        self._row_state: tuple[bool, str | None] | None = None  # the cursor's row: (dismissable, its error shown)
+        self._row_state: tuple[bool, str | None] | None = (
+            None  # the cursor's row: (dismissable, its error shown)
+        )
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-summary", classes="screen-title")
         yield RunsTable(id="runs-table")
         yield Static(HINT, id="runs-hint", classes="hint")
-        yield Static("No runs yet. Press [b]l[/b] to launch one, or run "
-                     "`workbench eval run reverse-text -m tiny` in this workspace.", id="runs-empty", classes="empty")
+        yield Static(
+            "No runs yet. Press [b]l[/b] to launch one, or run "
+            "`workbench eval run reverse-text -m tiny` in this workspace.",
+            id="runs-empty",
+            classes="empty",
+        )
         yield PromptBar(id="runs-prompt")
         yield Footer()
 
@@ -132,13 +148,19 @@ class RunsScreen(WorkbenchScreen):
         self.marked &= {r.key for r in self.all_runs}
         self.query_one(RunsTable).show(visible, self.marked, select)
         live = sum(r.is_live for r in self.all_runs)
-        parts = [f"{len(visible)}/{len(self.all_runs)} runs", f"{live} running",
-                 f"kind: {self.kind or 'all'}", f"status: {self.status or 'all'}"]
+        parts = [
+            f"{len(visible)}/{len(self.all_runs)} runs",
+            f"{live} running",
+            f"kind: {self.kind or 'all'}",
+            f"status: {self.status or 'all'}",
+        ]
         if self.query_text:
             parts.append(f"search: {self.query_text}")
         if self.marked:
             parts.append(f"{len(self.marked)} marked")
-        self.query_one("#runs-summary", Static).update(f"[b]Runs[/b] · {self.wb.root.name} · " + " · ".join(parts))
+        self.query_one("#runs-summary", Static).update(
+            f"[b]Runs[/b] · {self.wb.root.name} · " + " · ".join(parts)
+        )
         self.query_one("#runs-empty").display = not self.all_runs
         self._sync_row_state()
 
@@ -152,7 +174,10 @@ class RunsScreen(WorkbenchScreen):
         Acts only on a change (the table re-renders every poll)."""
         run = self.current
         error = run.error if run is not None else None
-        state = (dismissable(run), f"{run.status}: {error}" if run is not None and error is not None else None)
+        state = (
+            dismissable(run),
+            f"{run.status}: {error}" if run is not None and error is not None else None,
+        )
         if state == self._row_state:
             return
         self._row_state = state
@@ -232,12 +257,21 @@ class RunsScreen(WorkbenchScreen):
             return
         live_pid = run.pid if run.is_live else None
         error = run.metadata.get("error")
-        note = f"{run.status}: {error}" if run.status in ("failed", "died") and isinstance(error, str) else None
-        self.open("log", logs, title=f"{run.kind} · {run.env} · {run.model}", pid=live_pid,
-                  label=f"{run.kind} {run.env}", note=note)
+        note = (
+            f"{run.status}: {error}" if run.status in ("failed", "died") and isinstance(error, str) else None
+        )
+        self.open(
+            "log",
+            logs,
+            title=f"{run.kind} · {run.env} · {run.model}",
+            pid=live_pid,
+            label=f"{run.kind} {run.env}",
+            note=note,
+        )
 
     def action_launch(self, tab: str | None = None) -> None:
         """`l`: the Launch screen (on `tab`: configs, eval, train or gepa — the palette's Launch ...)."""
+
         def launched(launch: object) -> None:
             if isinstance(launch, Launch):
                 self.notify(f"started: {launch.command}", title="launched")
@@ -276,8 +310,14 @@ class RunsScreen(WorkbenchScreen):
             if yes is True:
                 self.dismiss_launch(run, launch)
 
-        self.open("confirm", f"Dismiss the {what}? Its record and its output log ({shown}) are deleted.",
-                  title="Dismiss launch", yes="Dismiss", no="Keep", callback=answered)
+        self.open(
+            "confirm",
+            f"Dismiss the {what}? Its record and its output log ({shown}) are deleted.",
+            title="Dismiss launch",
+            yes="Dismiss",
+            no="Keep",
+            callback=answered,
+        )
 
     def dismiss_launch(self, run: RunInfo, launch: Launch) -> None:
         """Delete the launch's record and log, and its row (the cursor goes to the next row)."""
@@ -301,8 +341,10 @@ class RunsScreen(WorkbenchScreen):
         if run is None:
             return
         why = "it is still starting" if run.is_launch else "it has a run folder (d never deletes runs)"
-        self.notify(f"d dismisses a launch that ended before it wrote a run folder; not this row: {why}",
-                    severity="warning")
+        self.notify(
+            f"d dismisses a launch that ended before it wrote a run folder; not this row: {why}",
+            severity="warning",
+        )
 
     # ----- marks and compare --------------------------------------------------------------
     def action_mark(self) -> None:
@@ -321,12 +363,16 @@ class RunsScreen(WorkbenchScreen):
         if len(chosen) != 2:
             self.notify("mark exactly two eval runs with space, then press c", severity="warning")
             return
-        older, newer = sorted(chosen, key=lambda r: (r.created_at.timestamp() if r.created_at else 0, r.run_id))
+        older, newer = sorted(
+            chosen, key=lambda r: (r.created_at.timestamp() if r.created_at else 0, r.run_id)
+        )
         self.open("compare", older, newer, force=force)
 
     # ----- filters ------------------------------------------------------------------------
     def action_search(self) -> None:
-        self.query_one(PromptBar).ask("search", "search kind, env, model, status, run id (Enter to apply)", self.query_text)
+        self.query_one(PromptBar).ask(
+            "search", "search kind, env, model, status, run id (Enter to apply)", self.query_text
+        )
 
     @on(PromptBar.Answered)
     def _answered(self, event: PromptBar.Answered) -> None:

@@ -31,8 +31,14 @@ DIFFICULTY_STYLE = {"too easy": "yellow", "in range": "green", "too hard": "red"
 class VarianceScreen(WorkbenchScreen):
     BINDINGS = [Binding("number_sign", "jump", "Jump to example")]
 
-    def __init__(self, path: Path, *, run: RunInfo | None = None, label: str = "results",
-                 index: RolloutIndex | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        run: RunInfo | None = None,
+        label: str = "results",
+        index: RolloutIndex | None = None,
+    ) -> None:
         super().__init__()
         self.path = path
         self.run = run
@@ -48,8 +54,11 @@ class VarianceScreen(WorkbenchScreen):
             with Vertical(id="variance-left"):
                 yield BarChart(id="std-histogram", bar_width=18)
                 yield Static(id="variance-shares")
-            yield VirtualTable((("example", 7), ("mean", 5), ("std", 5), ("verdict", 8)), id="variance-table",
-                               open_label="Show in Rollouts")
+            yield VirtualTable(
+                (("example", 7), ("mean", 5), ("std", 5), ("verdict", 8)),
+                id="variance-table",
+                open_label="Show in Rollouts",
+            )
         yield PromptBar(id="variance-prompt")
         yield Footer()
 
@@ -70,9 +79,17 @@ class VarianceScreen(WorkbenchScreen):
         rows = []
         for group in report.by_variance:
             verdict = difficulty(group)
-            rows.append((str(group.example_id), reward_text(group.mean), f"{group.std:.3f}",
-                         Text(verdict, style=DIFFICULTY_STYLE[verdict])))
-        self.query_one("#variance-table", VirtualTable).set_rows(rows, keys=[str(g.example_id) for g in report.by_variance])
+            rows.append(
+                (
+                    str(group.example_id),
+                    reward_text(group.mean),
+                    f"{group.std:.3f}",
+                    Text(verdict, style=DIFFICULTY_STYLE[verdict]),
+                )
+            )
+        self.query_one("#variance-table", VirtualTable).set_rows(
+            rows, keys=[str(g.example_id) for g in report.by_variance]
+        )
 
     def action_jump(self) -> None:
         self.query_one(PromptBar).ask("jump", "example id (Enter to jump)")

@@ -105,7 +105,10 @@ def update_static(widget: Static, content: VisualType) -> None:
         return  # the same text (the system prompt of every rollout): nothing to redraw
     region = widget.content_region
     widget.update(content, layout=False)
-    if not region.width or widget.get_content_height(widget.container_size, widget.app.size, region.width) != region.height:
+    if (
+        not region.width
+        or widget.get_content_height(widget.container_size, widget.app.size, region.width) != region.height
+    ):
         widget.refresh(layout=True)
 
 
@@ -120,12 +123,16 @@ def _set_border_titles(widget: Widget, title: str, subtitle: str | None) -> None
 class MessageBlock(Static):
     """One chat message in a bordered block titled with its role."""
 
-    def __init__(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message_body(message), classes=_classes(message, in_prompt))
         self.border_title = message_title(message, tool_names)
         self.border_subtitle = "prompt" if in_prompt else None
 
-    def show(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
+    def show(
+        self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None
+    ) -> None:
         """Show another message in this block (see `ConversationView._update_in_place`)."""
         update_static(self, message_body(message))
         self.set_classes(_classes(message, in_prompt))  # a no-op when they are the same
@@ -137,14 +144,22 @@ class ThinkingFold(Collapsible):
 
     def __init__(self, thinking: str) -> None:
         words = len(thinking.split())
-        super().__init__(Static(thinking, classes="thinking-text"), title=f"thinking ({words} word{'s' * (words != 1)})",
-                         collapsed=True, collapsed_symbol="▸", expanded_symbol="▾", classes="thinking")
+        super().__init__(
+            Static(thinking, classes="thinking-text"),
+            title=f"thinking ({words} word{'s' * (words != 1)})",
+            collapsed=True,
+            collapsed_symbol="▸",
+            expanded_symbol="▾",
+            classes="thinking",
+        )
 
 
 class ThinkingTurn(Vertical):
     """An assistant turn that thought: the folded thinking above the answer, in one block."""
 
-    def __init__(self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None
+    ) -> None:
         super().__init__(classes=_classes(message, in_prompt))
         self.message = message
         self.border_title = message_title(message, tool_names)
@@ -156,7 +171,9 @@ class ThinkingTurn(Vertical):
         yield Static(message_body(self.message), classes="answer")
 
 
-def message_block(message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str]) -> Static | ThinkingTurn:
+def message_block(
+    message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str]
+) -> Static | ThinkingTurn:
     if message.get("reasoning_content"):
         return ThinkingTurn(message, in_prompt=in_prompt, tool_names=tool_names)
     return MessageBlock(message, in_prompt=in_prompt, tool_names=tool_names)
@@ -197,8 +214,11 @@ class ConversationView(VerticalScroll, can_focus=True):
             return False
         messages = [(m, True) for m in rollout.prompt] + [(m, False) for m in rollout.completion]
         blocks = [child for child in self.children if type(child) is MessageBlock]
-        if len(blocks) != len(self.children) or len(blocks) != len(messages) or any(
-                m.get("reasoning_content") for m, _ in messages):
+        if (
+            len(blocks) != len(self.children)
+            or len(blocks) != len(messages)
+            or any(m.get("reasoning_content") for m, _ in messages)
+        ):
             return False
         names = tool_call_names([m for m, _ in messages])
         for block, (message, in_prompt) in zip(blocks, messages, strict=True):

@@ -7,13 +7,21 @@ from datetime import datetime
 from rich.text import Text
 
 STATUS_STYLES = {
-    "running": "bold $success", "starting": "bold $warning", "finished": "$foreground",
-    "stopped": "$warning", "failed": "bold $error", "died": "bold $error",
+    "running": "bold $success",
+    "starting": "bold $warning",
+    "finished": "$foreground",
+    "stopped": "$warning",
+    "failed": "bold $error",
+    "died": "bold $error",
 }
 # Rich styles (no Textual variables) for Text objects inside tables.
 STATUS_RICH = {
-    "running": "bold green", "starting": "bold yellow", "finished": "", "stopped": "yellow",
-    "failed": "bold red", "died": "bold red",
+    "running": "bold green",
+    "starting": "bold yellow",
+    "finished": "",
+    "stopped": "yellow",
+    "failed": "bold red",
+    "died": "bold red",
 }
 
 

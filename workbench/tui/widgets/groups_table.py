@@ -48,10 +48,17 @@ class GroupsTable(VirtualTable):
         keep = select if select is not None else (self.current.example_id if self.current else None)
         self.groups = groups
         index = next((i for i, g in enumerate(groups) if g.example_id == keep), 0) if keep is not None else 0
-        self.set_rows([(str(g.example_id), str(g.size), reward_text(g.mean), f"{g.std:.3f}", group_flags(g))
-                       for g in groups], cursor=index, keys=[str(g.example_id) for g in groups],
-                      sort_values=[(float(g.example_id), float(g.size), g.mean, g.std, group_flags(g) or None)
-                                   for g in groups])
+        self.set_rows(
+            [
+                (str(g.example_id), str(g.size), reward_text(g.mean), f"{g.std:.3f}", group_flags(g))
+                for g in groups
+            ],
+            cursor=index,
+            keys=[str(g.example_id) for g in groups],
+            sort_values=[
+                (float(g.example_id), float(g.size), g.mean, g.std, group_flags(g) or None) for g in groups
+            ],
+        )
 
     def select_example(self, example_id: int) -> bool:
         return self.select_key(str(example_id))

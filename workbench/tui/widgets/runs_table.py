@@ -20,8 +20,16 @@ from workbench.tui.widgets.format import STATUS_RICH, clip, clip_head, reward_te
 from workbench.tui.widgets.virtual_table import Cell, SortValue, VirtualTable
 
 # (label, width): sized so the whole table fits an 80-column terminal.
-COLUMNS = (("✓", 1), ("kind", 5), ("env", 13), ("model", 12), ("status", 8), ("progress", 8),
-           ("reward", 6), ("started", 11))
+COLUMNS = (
+    ("✓", 1),
+    ("kind", 5),
+    ("env", 13),
+    ("model", 12),
+    ("status", 8),
+    ("progress", 8),
+    ("reward", 6),
+    ("started", 11),
+)
 ERROR_LABEL = "error"
 MIN_ERROR_WIDTH = 12  # narrower, an error cell says too little to be worth a column
 
@@ -75,23 +83,46 @@ class RunsTable(VirtualTable):
     def show(self, runs: list[RunInfo], marked: set[str], select: str | None = None) -> None:
         """Replace the rows; the cursor stays on the same run (or moves to `select`)."""
         self._given = runs
-        cursor = next((i for i, r in enumerate(runs) if r.key == select), None) if select is not None else None
-        self.set_rows([self._cells(run, run.key in marked) for run in runs], cursor,
-                      keys=[run.key for run in runs], sort_values=[self._sort_values(run, run.key in marked) for run in runs])
+        cursor = (
+            next((i for i, r in enumerate(runs) if r.key == select), None) if select is not None else None
+        )
+        self.set_rows(
+            [self._cells(run, run.key in marked) for run in runs],
+            cursor,
+            keys=[run.key for run in runs],
+            sort_values=[self._sort_values(run, run.key in marked) for run in runs],
+        )
 
     @staticmethod
     def _cells(run: RunInfo, marked: bool) -> tuple[Cell, ...]:
         # The error cell is cut to its column's width when drawn (the width follows the terminal).
-        return ("●" if marked else " ", run.kind, clip(run.env, 13), clip_head(run.model_label, 12),
-                status_text(run.status), clip(run.progress, 8), reward_text(run.reward), when(run.created_at),
-                error_text(run.error))
+        return (
+            "●" if marked else " ",
+            run.kind,
+            clip(run.env, 13),
+            clip_head(run.model_label, 12),
+            status_text(run.status),
+            clip(run.progress, 8),
+            reward_text(run.reward),
+            when(run.created_at),
+            error_text(run.error),
+        )
 
     @staticmethod
     def _sort_values(run: RunInfo, marked: bool) -> tuple[SortValue, ...]:
         fraction = run.done / run.total if run.done is not None and run.total else None
         started = run.created_at.timestamp() if run.created_at else None
-        return ("●" if marked else None, run.kind, run.env.casefold(), run.model_label.casefold(), run.status,
-                fraction, run.reward, started, run.error.casefold() if run.error else None)
+        return (
+            "●" if marked else None,
+            run.kind,
+            run.env.casefold(),
+            run.model_label.casefold(),
+            run.status,
+            fraction,
+            run.reward,
+            started,
+            run.error.casefold() if run.error else None,
+        )
 
     @on(VirtualTable.Selected)
     def _selected(self, event: VirtualTable.Selected) -> None:

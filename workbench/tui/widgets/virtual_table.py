@@ -105,8 +105,15 @@ class VirtualTable(ScrollView, can_focus=True):
         def control(self) -> VirtualTable:
             return self.table
 
-    def __init__(self, columns: Sequence[Column], *, id: str | None = None, classes: str | None = None,
-                 sortable: bool = True, open_label: str = "Open") -> None:
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        *,
+        id: str | None = None,
+        classes: str | None = None,
+        sortable: bool = True,
+        open_label: str = "Open",
+    ) -> None:
         super().__init__(id=id, classes=classes)
         # What Enter does here, as the footer and `?` say it ("Open group", "Open rollout").
         keys = self._bindings.key_to_bindings
@@ -141,8 +148,14 @@ class VirtualTable(ScrollView, can_focus=True):
         index = self.cursor_index
         return None if index is None or self._keys is None else self._keys[index]
 
-    def set_rows(self, rows: Sequence[Sequence[Cell]], cursor: int | None = None, *,
-                 keys: Sequence[str] | None = None, sort_values: Sequence[Sequence[SortValue]] | None = None) -> None:
+    def set_rows(
+        self,
+        rows: Sequence[Sequence[Cell]],
+        cursor: int | None = None,
+        *,
+        keys: Sequence[str] | None = None,
+        sort_values: Sequence[Sequence[SortValue]] | None = None,
+    ) -> None:
         """Replace every row (cheap: nothing is measured). The cursor goes to row `cursor` (an
         index into `rows`); without one it stays on the same key when rows have keys, else on
         the first row. `sort_values` gives exact per-column sort values (default: `sort_value`
@@ -168,8 +181,10 @@ class VirtualTable(ScrollView, can_focus=True):
         if column is None:
             self.order = list(range(count))
         else:
-            values = [self._values[i][column] if self._values is not None else sort_value(self._data[i][column])
-                      for i in range(count)]
+            values = [
+                self._values[i][column] if self._values is not None else sort_value(self._data[i][column])
+                for i in range(count)
+            ]
             self.order = _ordering(values, self.sort_reverse)
         self.rows = [self._data[i] for i in self.order]
 
@@ -277,7 +292,9 @@ class VirtualTable(ScrollView, can_focus=True):
             arrow = "▼" if self.sort_reverse else "▲"
             width = self.columns[self.sort_column][1]
             label = labels[self.sort_column]
-            labels[self.sort_column] = (label[: max(width - 1, 0)] + arrow) if len(label) >= width else label + arrow
+            labels[self.sort_column] = (
+                (label[: max(width - 1, 0)] + arrow) if len(label) >= width else label + arrow
+            )
         return labels
 
     def render_line(self, y: int) -> Strip:
@@ -289,7 +306,9 @@ class VirtualTable(ScrollView, can_focus=True):
         row = self.scroll_offset.y + y - 1
         if row >= len(self.rows):
             return Strip.blank(width, base)
-        style = base + self.get_component_rich_style("virtual-table--cursor") if row == self.cursor_row else base
+        style = (
+            base + self.get_component_rich_style("virtual-table--cursor") if row == self.cursor_row else base
+        )
         return self._line(self.rows[row], style, width)
 
     def _line(self, cells: Sequence[Cell], style: Style, width: int) -> Strip:
@@ -302,4 +321,8 @@ class VirtualTable(ScrollView, can_focus=True):
             if position < len(self.columns) - 1:
                 line.append(" ")
         segments = Segment.apply_style(line.render(self.app.console), style)
-        return Strip(segments).crop(self.scroll_offset.x, self.scroll_offset.x + width).adjust_cell_length(width, style)
+        return (
+            Strip(segments)
+            .crop(self.scroll_offset.x, self.scroll_offset.x + width)
+            .adjust_cell_length(width, style)
+        )
