@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import shutil
+import site
 import stat
 import sys
 import tempfile
@@ -224,10 +225,13 @@ async def test_host_tmp_and_shm_are_invisible(mount_namespace):
             *markers,
             *(f"/proc/1/cwd/../{os.path.basename(m)}" for m in markers if m.startswith("/tmp/")),
         ]
+        ways = interpreter_ways_in_tmp()
+        below_tmp = sorted(d for d in ways if d != "/tmp")
         code = (
             try_read(*escapes)
             + "import os\nprint('tmp:', sorted(os.listdir('/tmp')), 'cwd:', os.path.basename(os.getcwd()))\n"
             "print('shm:', os.listdir('/dev/shm'))\n"
+            f"print('ways in:', {{d: sorted(os.listdir(d)) for d in {below_tmp!r}}})\n"
         )
         result, output = await run(code)
     finally:
@@ -240,8 +244,29 @@ async def test_host_tmp_and_shm_are_invisible(mount_namespace):
         and output.count("blocked:") == 3
     )
     cwd = output.split("cwd: ")[1].split()[0]
-    assert f"tmp: [{cwd!r}]" in output  # its own /tmp holds nothing but its working dir
+    # Its own /tmp holds nothing but its working dir, and the way to the interpreter where that lies
+    # under /tmp (bound back read-only): the host's files and the project's other files stay unseen.
+    assert f"tmp: {sorted({cwd} | ways.get('/tmp', set()))!r}" in output
+    assert f"ways in: { {d: sorted(ways[d]) for d in below_tmp}!r}" in output
     assert "shm: []" in output
+
+
+def interpreter_ways_in_tmp() -> dict[str, set[str]]:
+    """Where the interpreter lies under /tmp (a virtual environment in a project cloned there): each
+    directory from /tmp down to it, with its entries on the way. The sandbox binds the interpreter's
+    outermost paths (sys.prefix, site-packages) back into its private /tmp, and nothing else."""
+    tmp = Path(os.path.realpath("/tmp"))
+    named = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()}
+    kept = {Path(os.path.realpath(p)) for p in named if os.path.isdir(p)}
+    under = {p for p in kept if p != tmp and p.is_relative_to(tmp)}
+    outermost = {p for p in under if not any(p != q and p.is_relative_to(q) for q in under)}
+    ways: dict[str, set[str]] = {}
+    for path in outermost:
+        for step in [path, *path.parents]:
+            if step == tmp:
+                break
+            ways.setdefault(str(Path("/tmp") / step.parent.relative_to(tmp)), set()).add(step.name)
+    return ways
 
 
 # ----- privileges --------------------------------------------------------------------------------
