@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+FIXTURES = REPO / "tests" / "fixtures"  # what tests read beside the code: exact copies, never ../shared
 
 # A suite started in the background by a script (`pytest ... &`, no job control) has SIGINT ignored,
 # as POSIX says, and every child it starts inherits that: a test that Ctrl-Cs a run would then wait

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests import zygote
+from tests.conftest import FIXTURES
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seed-configs"
+SEEDS = FIXTURES / "seed-configs"
 LONG_PATH = "/tmp/" + "/".join(f"a-rather-long-folder-name-{i:02d}" for i in range(12))  # > 300 characters
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Variables that decide terminal-ness, colour and width; each test sets what it means to test.
@@ -189,7 +190,6 @@ def test_eval_progress_to_a_pipe_is_lines_as_groups_finish(tmp_path: Path):
     ], err
 
 
-@pytest.mark.skipif(not (SEEDS / "prime-rl-seed004.toml").is_file(), reason="needs ../shared/seed-configs")
 def test_train_dry_run_plan_rows_are_whole_lines(tmp_path: Path):
     result = run_python(
         "",

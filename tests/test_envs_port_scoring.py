@@ -5,6 +5,7 @@ uses (`vf.Parser(extract_fn=...)`, `vf.XMLParser`, `vf.ThinkParser`, `vf.MaybeTh
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -14,8 +15,8 @@ import pytest
 from openai import AsyncOpenAI
 
 import workbench.envs as vf
-from tests.conftest import SHARED
 from tests.servers import ScriptedBackend, make_app, serve_in_thread
+from workbench.envs.gsm8k_data import shipped_gsm8k_path
 from workbench.envs.rubric import ScoringInput
 from workbench.envs.utils.data_utils import (
     BOXED_SYSTEM_PROMPT,
@@ -25,8 +26,6 @@ from workbench.envs.utils.data_utils import (
     load_example_dataset,
 )
 from workbench.types import Completion, Messages, SamplingParams
-
-GSM8K_DIR = SHARED / "data"
 
 
 class AttrMessage(dict):
@@ -272,10 +271,18 @@ def test_answer_extractors_and_prompts():
     assert vf.extract_boxed_answer is extract_boxed_answer and vf.load_example_dataset is load_example_dataset
 
 
-def test_load_example_dataset_reads_the_shared_gsm8k_file(monkeypatch: pytest.MonkeyPatch):
+@pytest.fixture
+def gsm8k_dir(tmp_path: Path) -> Path:
+    """A WORKBENCH_DATA_DIR holding gsm8k/train.jsonl: the GSM8K copy shipped with workbench, unzipped."""
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "train.jsonl").write_bytes(gzip.decompress(shipped_gsm8k_path().read_bytes()))
+    return tmp_path
+
+
+def test_load_example_dataset_reads_a_gsm8k_file(monkeypatch: pytest.MonkeyPatch, gsm8k_dir: Path):
     pytest.importorskip("datasets")
-    monkeypatch.setenv("WORKBENCH_DATA_DIR", str(GSM8K_DIR))
-    raw = [json.loads(line) for line in (GSM8K_DIR / "gsm8k" / "train.jsonl").read_text().splitlines()]
+    monkeypatch.setenv("WORKBENCH_DATA_DIR", str(gsm8k_dir))
+    raw = [json.loads(line) for line in (gsm8k_dir / "gsm8k" / "train.jsonl").read_text().splitlines()]
     data = load_example_dataset("gsm8k", split="train")
     assert len(data) == len(raw) == 7473 and data.column_names == ["question", "answer"]
     assert data[0] == {"question": raw[0]["question"], "answer": "72"}
@@ -292,14 +299,16 @@ def test_load_example_dataset_reads_the_shared_gsm8k_file(monkeypatch: pytest.Mo
     assert mapped[0]["prompt"][0]["content"] == sample[0]["question"]
 
 
-def test_load_example_dataset_missing_file_and_unknown_name(monkeypatch: pytest.MonkeyPatch, workspace: Path):
-    monkeypatch.setenv("WORKBENCH_DATA_DIR", str(GSM8K_DIR))
+def test_load_example_dataset_missing_file_and_unknown_name(
+    monkeypatch: pytest.MonkeyPatch, workspace: Path, gsm8k_dir: Path
+):
+    monkeypatch.setenv("WORKBENCH_DATA_DIR", str(gsm8k_dir))
     with pytest.raises(FileNotFoundError) as missing:  # verifiers' default gsm8k split is "test"
         load_example_dataset("gsm8k")
     message = str(missing.value)
     assert (
         "\n" not in message
-        and str(GSM8K_DIR / "gsm8k" / "test.jsonl") in message
+        and str(gsm8k_dir / "gsm8k" / "test.jsonl") in message
         and "WORKBENCH_DATA_DIR" in message
     )
     with pytest.raises(ValueError, match="unknown example dataset 'gsm9k'"):

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from tests import zygote
+from tests.conftest import FIXTURES
 from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
 from workbench.types import Completion
 
 KEYWORD = "BACKWARDS"
 LEVELS = 3
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 # ----- the two model servers -----------------------------------------------------------------
@@ -438,7 +438,7 @@ def test_budget_below_validation_set_is_one_line_error(tmp_path: Path):
 
 
 def test_seed_config_dry_run_shows_plan_and_reports_unknown_env(tmp_path: Path):
-    proc = workbench("gepa", "run", str(SHARED / "seed-configs" / "gepa.toml"), "--dry-run", cwd=tmp_path)
+    proc = workbench("gepa", "run", str(FIXTURES / "seed-configs" / "gepa.toml"), "--dry-run", cwd=tmp_path)
     out, err = finish(proc)
     assert_one_line_error(
         subprocess.CompletedProcess(proc.args, proc.returncode, "", err),

@@ -1,8 +1,11 @@
-"""gsm8k: answer extraction and robust numeric comparison, data loading and seeded disjoint splits,
-hand-written completions, clear errors without data, and `workbench eval run gsm8k` end to end."""
+"""gsm8k: answer extraction and robust numeric comparison, the shipped GSM8K copy (exact, licensed,
+read by default), data loading and seeded disjoint splits, hand-written completions, clear errors
+without data, and `workbench eval run gsm8k` end to end."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import sys
@@ -11,18 +14,17 @@ from pathlib import Path
 import pytest
 
 from tests import zygote
-from tests.conftest import SHARED
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from workbench.envs import load_environment
 from workbench.envs.environment import RolloutOutput
-from workbench.envs.gsm8k_data import read_gsm8k_jsonl
+from workbench.envs.gsm8k_data import read_gsm8k_jsonl, shipped_gsm8k_path
 from workbench.envs.math_answers import answers_match, extract_answer, extract_boxed, parse_number
 from workbench.errors import UserError
 
 pytestmark = pytest.mark.timeout(60)
 
-GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
-assert GSM8K == SHARED / "data" / "gsm8k" / "train.jsonl"
+GSM8K = shipped_gsm8k_path()  # GSM8K's train split, gzipped, in the bundled gsm8k environment
+UPSTREAM_SHA256 = "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"  # data/ORIGIN.md
 
 
 @pytest.mark.parametrize(
@@ -67,6 +69,22 @@ def test_answer_extraction():
     assert extract_answer("no digits here") is None
 
 
+def test_shipped_copy_is_upstream_byte_for_byte_with_its_licence():
+    assert GSM8K.name == "train.jsonl.gz" and GSM8K.parent.parent.name == "gsm8k"
+    assert hashlib.sha256(gzip.decompress(GSM8K.read_bytes())).hexdigest() == UPSTREAM_SHA256
+    licence = (GSM8K.parent / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "Copyright (c) 2021 OpenAI" in licence
+    assert UPSTREAM_SHA256 in (GSM8K.parent / "ORIGIN.md").read_text()
+
+
+def test_no_arguments_reads_the_shipped_copy_offline(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # no hub library: nothing is downloaded
+    default = load_environment("gsm8k")
+    explicit = load_environment("gsm8k", data_path=str(GSM8K))
+    assert len(default.get_examples(split="train")) == 7473 - 200
+    assert [e.prompt for e in default.get_examples()] == [e.prompt for e in explicit.get_examples()]
+
+
 def test_data_file_rows_and_seeded_disjoint_split():
     rows = read_gsm8k_jsonl(GSM8K)
     assert len(rows) == 7473 and rows[0]["answer"] == "72" and "####" in rows[0]["info"]["solution"]
@@ -98,8 +116,10 @@ def test_eval_file_and_sizes(tmp_path: Path):
 def test_missing_data_is_a_clear_one_line_error(monkeypatch, tmp_path: Path):
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if `datasets` were not installed
     with pytest.raises(UserError, match=r"pip install datasets.*data_path") as info:
-        load_environment("gsm8k")
+        load_environment("gsm8k", from_hub=True)
     assert "\n" not in str(info.value)
+    with pytest.raises(UserError, match="from_hub loads openai/gsm8k"):
+        load_environment("gsm8k", from_hub=True, data_path=str(GSM8K))
     with pytest.raises(UserError, match="data file not found"):
         load_environment("gsm8k", data_path=str(tmp_path / "missing.jsonl"))
     bad = tmp_path / "bad.jsonl"

@@ -14,17 +14,18 @@ from pathlib import Path
 import pytest
 
 from tests import zygote
-from tests.conftest import SHARED
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from tests.test_envs import ScriptedClient, tool_call
 from workbench.envs import load_environment
 from workbench.envs.environment import RolloutOutput
+from workbench.envs.gsm8k_data import shipped_gsm8k_path
 from workbench.envs.sandbox import SandboxLimits, run_python
+from workbench.errors import UserError
 from workbench.types import SamplingParams
 
 pytestmark = pytest.mark.timeout(60)
 
-GSM8K = SHARED / "data" / "gsm8k" / "train.jsonl"
+GSM8K = shipped_gsm8k_path()  # GSM8K's train split as shipped with the gsm8k environment
 # Small limits keep the fork bomb and the loops short; the machine must survive them.
 LIMITS = {"timeout_s": 3.0, "cpu_time_s": 1, "memory_mb": 256, "max_processes": 8}
 
@@ -252,6 +253,18 @@ def test_gsm8k_data_path_and_owner_prefix():
     env = load_environment("primeintellect/math-python", data_path=str(GSM8K), num_eval_examples=10)
     assert env.env_id == "math-python" and len(env.get_examples()) == 10
     assert env.get_examples()[0].answer.lstrip("-").isdigit()
+
+
+def test_dataset_gsm8k_reads_the_shipped_copy_and_a_wrong_name_is_one_line():
+    shipped = load_environment("math-python", dataset="gsm8k", num_eval_examples=10)
+    given = load_environment("math-python", data_path=str(GSM8K), num_eval_examples=10)
+    assert [e.prompt for e in shipped.get_examples()] == [e.prompt for e in given.get_examples()]
+    assert (
+        len(shipped.get_examples(split="train")) == 7473 - 10 and "solution" in shipped.get_examples()[0].info
+    )
+    with pytest.raises(UserError, match="argument 'dataset' = 'gsm9k'") as info:
+        load_environment("math-python", dataset="gsm9k")
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.timeout(180)

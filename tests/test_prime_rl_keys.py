@@ -13,15 +13,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from tests.conftest import FIXTURES
 from workbench.train.config import TrainConfig, config_for_saving, load_train_config
 from workbench.train.metrics import with_aliases
 from workbench.train.optimize import lr_factor
 from workbench.train.plan import build_plan, machine_notes
 from workbench.train.translate import translate
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DOCS, SEEDS = SHARED / "product-docs", SHARED / "seed-configs"
-needs_shared = pytest.mark.skipif(not DOCS.is_dir(), reason="needs ../shared/product-docs")
+DOCS, SEEDS = FIXTURES / "product-docs", FIXTURES / "seed-configs"
 
 # Keys the docs give in prose or on a command line rather than in a ```toml block.
 PROSE_SNIPPETS = {
@@ -67,14 +66,14 @@ PROSE_SNIPPETS = {
 def doc_snippets() -> dict[str, dict[str, Any]]:
     """Every ```toml block of the docs (the GEPA one is a GEPA config), plus PROSE_SNIPPETS."""
     found: dict[str, dict[str, Any]] = {}
-    for doc in sorted(DOCS.glob("*.txt")) if DOCS.is_dir() else []:
+    for doc in sorted(DOCS.glob("*.txt")):
         for index, block in enumerate(re.findall(r"```toml[^\n]*\n(.*?)```", doc.read_text(), re.S)):
             if "# Wrong" in block:  # 004 shows a wrong spelling, then the right one
                 block = block.split("# Right", 1)[1]
             raw = tomllib.loads(block)
             if "reflection_model" not in raw:
                 found[f"{doc.name[:3]} block {index}"] = raw
-    return {**found, **(PROSE_SNIPPETS if found else {})}
+    return {**found, **PROSE_SNIPPETS}
 
 
 def leaves(raw: dict[str, Any], prefix: str = "") -> list[str]:
@@ -113,18 +112,15 @@ def _check_every_key(raw: dict[str, Any]) -> TrainConfig:
 SNIPPETS = doc_snippets()
 
 
-@needs_shared
 def test_the_docs_have_the_snippets_this_file_walks():
     assert len(SNIPPETS) >= 20  # 16 toml blocks (GEPA left out) + the prose ones
 
 
-@needs_shared
 @pytest.mark.parametrize("name", list(SNIPPETS))
 def test_every_key_the_docs_show_is_accepted(name: str):
     _check_every_key(SNIPPETS[name])
 
 
-@needs_shared
 @pytest.mark.parametrize("name", sorted(p.name for p in SEEDS.glob("*.toml") if p.name != "gepa.toml"))
 def test_every_key_of_every_seed_config_is_accepted(name: str):
     _check_every_key(tomllib.loads((SEEDS / name).read_text()))

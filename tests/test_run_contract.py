@@ -27,8 +27,6 @@ from workbench.train.batches import keep_group
 from workbench.train.schema import TrainConfig
 from workbench.types import Group, Rollout
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
 
 def group(example_id: int, *rewards: float) -> Group:
     return Group(
@@ -119,7 +117,7 @@ def test_training_honours_the_environments_sampling_args():
     from workbench.envs.loader import load_environment
     from workbench.train.setup import training_sampling
 
-    gsm8k = load_environment("gsm8k", data_path=str(SHARED_DATA / "gsm8k" / "train.jsonl"))
+    gsm8k = load_environment("gsm8k")  # the GSM8K copy shipped with it
     assert gsm8k.sampling_args["max_tokens"] == 512
     plain = TrainConfig(env=[{"id": "gsm8k"}])
     assert training_sampling(plain, gsm8k).max_tokens == 512  # the env's, not the built-in 128

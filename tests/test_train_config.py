@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import zygote
+from tests.conftest import FIXTURES
 from workbench.errors import UserError
 from workbench.train.config import (
     TrainConfig,
@@ -25,7 +26,7 @@ from workbench.train.config import (
 from workbench.train.plan import build_plan, machine_notes
 from workbench.train.translate import translate
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seed-configs"
+SEEDS = FIXTURES / "seed-configs"
 
 # file -> (model in the plan, env ids in the plan)
 SEED_PLANS = {
@@ -78,13 +79,12 @@ def write(path: Path, text: str) -> Path:
 
 # Seed configs that name what is not here (a placeholder env, a missing env_file): the dry run
 # prints the whole plan, then one line naming what is missing, and exits 1 (seed-configs/README).
-# Environments are loaded as the run would: gsm8k without data_path needs the hub (offline here),
-# wiki-search with a judge_model on the OpenAI API needs its key.
+# Environments are loaded as the run would: wiki-search with a judge_model on the OpenAI API needs
+# its key. (gsm8k and math-python load offline: GSM8K ships with the gsm8k environment.)
 BLOCKED_SEEDS = {
     "hosted-basic.toml": "unknown environment 'my-environment'",
     "hosted-reference.toml": "secrets.env' does not exist",
     "prime-rl-nested-full.toml": "unknown environment 'my-env'",
-    "multi-env.toml": "could not load openai/gsm8k",
     "prime-rl-flat.toml": "judge model 'gpt-4.1-mini' on the OpenAI API needs an API key",
 }
 

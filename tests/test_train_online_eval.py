@@ -4,7 +4,6 @@ the pooled eval/reward_mean. Runs the real loop function with the instant EchoCl
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,8 +16,6 @@ from workbench.train.loop import _held_out_eval
 from workbench.train.schema import EnvConfig, SamplingConfig, TrainConfig
 from workbench.train.setup import env_names, load_eval_envs
 from workbench.types import SamplingParams
-
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 class _Model:
@@ -74,7 +71,7 @@ async def test_without_eval_env_the_training_envs_are_evaluated():
 
 
 def test_each_eval_env_samples_with_its_own_sampling_args():
-    gsm8k = {"id": "gsm8k", "args": {"data_path": str(SHARED_DATA / "gsm8k" / "train.jsonl")}}
+    gsm8k = {"id": "gsm8k"}  # reads the GSM8K copy shipped with it
     targets = load_eval_envs(config(env=[gsm8k, {"id": "reverse-text"}]))
     assert [t.sampling.max_tokens for t in targets] == [512, 128]  # gsm8k's own, then the built-in default
     given = load_eval_envs(config(env=[gsm8k]).model_copy(update={"sampling": SamplingConfig(max_tokens=64)}))

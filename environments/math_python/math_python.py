@@ -7,16 +7,17 @@ OS allows it) and returns what it printed. A failing call — an exception, or a
 comes back to the model as a tool error and is counted in `state["tool_errors"]`; the rollout goes
 on. The final answer goes in `\\boxed{}`; reward = numeric match with the reference.
 Data: by default a seeded generator of problems that need computation (big products, sums of
-long lists, modular powers, prime counts, ...), offline; or GSM8K-format JSONL via `data_path`.
+long lists, modular powers, prime counts, ...), offline; `dataset="gsm8k"`: GSM8K's train split as
+shipped with Workbench (offline too); or your own GSM8K-format JSONL via `data_path`.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from math import lcm
 from collections.abc import Callable
-from typing import Any
+from math import lcm
+from typing import Any, Literal
 
 from workbench.envs import Rubric, ToolEnv
 from workbench.envs.gsm8k_data import cached, gsm8k_datasets, solution_to_completion
@@ -34,22 +35,29 @@ SYSTEM_PROMPT = (
 # ----- generated problems -------------------------------------------------------------------
 def _product(rng: random.Random) -> tuple[str, int, str]:
     a, b, days = rng.randint(1000, 99999), rng.randint(100, 9999), rng.randint(7, 400)
-    question = (f"A factory fills {a:,} boxes a day and each box holds {b:,} screws. "
-                f"How many screws does it pack in {days} days?")
+    question = (
+        f"A factory fills {a:,} boxes a day and each box holds {b:,} screws. "
+        f"How many screws does it pack in {days} days?"
+    )
     return question, a * b * days, f"print({a} * {b} * {days})"
 
 
 def _list_sum(rng: random.Random) -> tuple[str, int, str]:
     sales = [rng.randint(100, 99999) for _ in range(rng.randint(12, 25))]
-    question = (f"A shop recorded its daily sales in dollars: {', '.join(map(str, sales))}. "
-                "What were the total sales?")
+    question = (
+        f"A shop recorded its daily sales in dollars: {', '.join(map(str, sales))}. "
+        "What were the total sales?"
+    )
     return question, sum(sales), f"print(sum({sales}))"
 
 
 def _mod_power(rng: random.Random) -> tuple[str, int, str]:
     base, exp, mod = rng.randint(2, 99), rng.randint(50, 500), rng.randint(1000, 99999)
-    return (f"What is the remainder when {base}^{exp} is divided by {mod}?", pow(base, exp, mod),
-            f"print(pow({base}, {exp}, {mod}))")
+    return (
+        f"What is the remainder when {base}^{exp} is divided by {mod}?",
+        pow(base, exp, mod),
+        f"print(pow({base}, {exp}, {mod}))",
+    )
 
 
 def _prime_count(rng: random.Random) -> tuple[str, int, str]:
@@ -59,24 +67,32 @@ def _prime_count(rng: random.Random) -> tuple[str, int, str]:
     sieve[0:2] = b"\x00\x00"
     for i in range(2, int(hi**0.5) + 1):
         if sieve[i]:
-            sieve[i * i::i] = bytearray(len(range(i * i, hi + 1, i)))
-    code = (f"n = {hi}\nsieve = [True] * (n + 1)\nsieve[0] = sieve[1] = False\n"
-            "for i in range(2, int(n**0.5) + 1):\n    if sieve[i]:\n        for j in range(i*i, n + 1, i):\n"
-            f"            sieve[j] = False\nprint(sum(sieve[{lo}:]))")
+            sieve[i * i :: i] = bytearray(len(range(i * i, hi + 1, i)))
+    code = (
+        f"n = {hi}\nsieve = [True] * (n + 1)\nsieve[0] = sieve[1] = False\n"
+        "for i in range(2, int(n**0.5) + 1):\n    if sieve[i]:\n        for j in range(i*i, n + 1, i):\n"
+        f"            sieve[j] = False\nprint(sum(sieve[{lo}:]))"
+    )
     return f"How many prime numbers are there from {lo} to {hi}, inclusive?", sum(sieve[lo:]), code
 
 
 def _digit_sum(rng: random.Random) -> tuple[str, int, str]:
     base, exp = rng.randint(2, 9), rng.randint(50, 300)
-    return (f"What is the sum of the digits of {base}^{exp}?", sum(map(int, str(base**exp))),
-            f"print(sum(int(d) for d in str({base}**{exp})))")
+    return (
+        f"What is the sum of the digits of {base}^{exp}?",
+        sum(map(int, str(base**exp))),
+        f"print(sum(int(d) for d in str({base}**{exp})))",
+    )
 
 
 def _square_sum(rng: random.Random) -> tuple[str, int, str]:
     lo = rng.randint(1, 500)
     hi = lo + rng.randint(100, 5000)
-    return (f"What is the sum of the squares of every whole number from {lo} to {hi}?",
-            sum(i * i for i in range(lo, hi + 1)), f"print(sum(i * i for i in range({lo}, {hi} + 1)))")
+    return (
+        f"What is the sum of the squares of every whole number from {lo} to {hi}?",
+        sum(i * i for i in range(lo, hi + 1)),
+        f"print(sum(i * i for i in range({lo}, {hi} + 1)))",
+    )
 
 
 def _divisible_count(rng: random.Random) -> tuple[str, int, str]:
@@ -85,13 +101,21 @@ def _divisible_count(rng: random.Random) -> tuple[str, int, str]:
     r = rng.choice([2, 17, 19, 23])
     # Inclusion-exclusion (the model is expected to just loop): |P or Q| - |(P or Q) and R|.
     count = (n // p + n // q - n // lcm(p, q)) - (n // lcm(p, r) + n // lcm(q, r) - n // lcm(p, q, r))
-    return (f"How many whole numbers from 1 to {n:,} are divisible by {p} or by {q}, but not by {r}?", count,
-            f"print(sum(1 for i in range(1, {n} + 1) if (i % {p} == 0 or i % {q} == 0) and i % {r}))")
+    return (
+        f"How many whole numbers from 1 to {n:,} are divisible by {p} or by {q}, but not by {r}?",
+        count,
+        f"print(sum(1 for i in range(1, {n} + 1) if (i % {p} == 0 or i % {q} == 0) and i % {r}))",
+    )
 
 
 GENERATORS: dict[str, Callable[[random.Random], tuple[str, int, str]]] = {
-    "product": _product, "list_sum": _list_sum, "mod_power": _mod_power, "prime_count": _prime_count,
-    "digit_sum": _digit_sum, "square_sum": _square_sum, "divisible_count": _divisible_count,
+    "product": _product,
+    "list_sum": _list_sum,
+    "mod_power": _mod_power,
+    "prime_count": _prime_count,
+    "digit_sum": _digit_sum,
+    "square_sum": _square_sum,
+    "divisible_count": _divisible_count,
 }
 
 
@@ -145,13 +169,23 @@ def num_tool_errors(state: State) -> float:
 class MathPythonEnv(ToolEnv):
     def reference_completion(self, example: Example) -> Messages | None:
         if example.info.get("code"):
-            call = {"id": "call_0", "type": "function",
-                    "function": {"name": "python", "arguments": json.dumps({"code": example.info["code"]})}}
-            return [{"role": "assistant", "content": "", "tool_calls": [call]},
-                    {"role": "tool", "tool_call_id": "call_0", "content": example.answer},
-                    {"role": "assistant", "content": f"The answer is \\boxed{{{example.answer}}}."}]
+            call = {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": "python", "arguments": json.dumps({"code": example.info["code"]})},
+            }
+            return [
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_0", "content": example.answer},
+                {"role": "assistant", "content": f"The answer is \\boxed{{{example.answer}}}."},
+            ]
         if example.info.get("solution"):
-            return [{"role": "assistant", "content": solution_to_completion(example.info["solution"], example.answer)}]
+            return [
+                {
+                    "role": "assistant",
+                    "content": solution_to_completion(example.info["solution"], example.answer),
+                }
+            ]
         return None
 
 
@@ -168,31 +202,45 @@ def load_environment(
     max_output_chars: int = 4000,
     system_prompt: str = SYSTEM_PROMPT,
     seed: int = 0,
+    dataset: Literal["generated", "gsm8k"] = "generated",
 ) -> MathPythonEnv:
-    """data_path/eval_data_path: GSM8K-format JSONL (as in gsm8k: eval held out of data_path unless
-    eval_data_path is given); without them, generated problems (train from `seed`, eval from
-    seed+1). num_train_examples/num_eval_examples: split sizes (-1: all rows of data_path, or 2000
-    generated). max_turns: model turns, tool calls included. timeout_s (wall clock), cpu_time_s,
-    memory_mb, max_processes, max_output_chars: sandbox limits of each tool call. system_prompt: the
-    instruction (GEPA optimizes it). seed: data seed."""
-    if data_path is None and eval_data_path is None:
+    """dataset: "generated" problems (train from `seed`, eval from seed+1) or "gsm8k", GSM8K's train
+    split as shipped with Workbench (as in gsm8k: `num_eval_examples` rows held out for eval).
+    data_path/eval_data_path: your own GSM8K-format JSONL instead (as in gsm8k: eval held out of
+    data_path unless eval_data_path is given). num_train_examples/num_eval_examples: split sizes
+    (-1: all rows of GSM8K data, or 2000 generated). max_turns: model turns, tool calls included.
+    timeout_s (wall clock), cpu_time_s, memory_mb, max_processes, max_output_chars: sandbox limits of
+    each tool call. system_prompt: the instruction (GEPA optimizes it). seed: data seed."""
+    train: Callable[[], list[dict[str, Any]]] | None
+    held_out: Callable[[], list[dict[str, Any]]] | None
+    if dataset == "generated" and data_path is None and eval_data_path is None:
         n_train = 2000 if num_train_examples < 0 else num_train_examples
         n_eval = 200 if num_eval_examples < 0 else num_eval_examples
         train_rows = cached(lambda: make_rows(n_train, seed))
-        dataset = train_rows
+        train = train_rows
         # Eval never repeats a training question (some kinds have small parameter spaces).
-        eval_dataset = lambda: make_rows(n_eval, seed + 1, frozenset(r["question"] for r in train_rows()))  # noqa: E731
+        held_out = lambda: make_rows(n_eval, seed + 1, frozenset(r["question"] for r in train_rows()))
     else:
-        dataset, eval_dataset = gsm8k_datasets(data_path, eval_data_path, num_train_examples, num_eval_examples, seed)
-    limits = SandboxLimits(timeout_s=timeout_s, cpu_time_s=cpu_time_s, memory_mb=memory_mb,
-                           max_processes=max_processes, max_output_chars=max_output_chars)
+        train, held_out = gsm8k_datasets(
+            data_path, eval_data_path, num_train_examples, num_eval_examples, seed
+        )
+    limits = SandboxLimits(
+        timeout_s=timeout_s,
+        cpu_time_s=cpu_time_s,
+        memory_mb=memory_mb,
+        max_processes=max_processes,
+        max_output_chars=max_output_chars,
+    )
     parser = BoxedAnswerParser()
-    rubric = Rubric([correct_answer, parser.get_format_reward_func(), num_tool_calls, num_tool_errors],
-                    weights=[1.0, 0.0, 0.0, 0.0], parser=parser)
+    rubric = Rubric(
+        [correct_answer, parser.get_format_reward_func(), num_tool_calls, num_tool_errors],
+        weights=[1.0, 0.0, 0.0, 0.0],
+        parser=parser,
+    )
     return MathPythonEnv(
         tools=[make_python_tool(limits)],
-        dataset=dataset,
-        eval_dataset=eval_dataset,
+        dataset=train,
+        eval_dataset=held_out,
         system_prompt=system_prompt,
         parser=parser,
         rubric=rubric,
