@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("-r", "--rollouts-per-example", type=int, default=4)
     parser.add_argument("-c", "--concurrency", type=int, default=64)
     args = parser.parse_args()
-    proc, url = start_server("workbench")  # `workbench serve`'s aiohttp server, as the docstring says
+    proc, url = start_server()  # `workbench serve`'s aiohttp server, as the docstring says
     rows = []
     try:
         for rollouts in args.rollouts:

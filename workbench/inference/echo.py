@@ -75,7 +75,7 @@ class EchoClient:
         sampling: SamplingParams,
         tools: list[dict[str, Any]] | None = None,
     ) -> list[Completion]:
-        """`chat`, synchronously: nothing here waits (the lean echo server calls it directly)."""
+        """`chat`, synchronously: nothing here waits."""
         prompt_text = "".join(f"{m.get('role', '')}: {_text_of(m.get('content'))}\n" for m in messages)
         prompt_ids = _byte_ids(prompt_text)
         last = messages[-1] if messages else {}

@@ -10,12 +10,15 @@ A request times out when its server has been *silent* for `timeout_s`: no answer
 request nor to any other since it was sent. A busy server that answers others (a long queue,
 a big batch) never times a request out; a stalled one (it may still answer `/v1/models`) is
 noticed within `timeout_s` however many requests wait on it.
+
+HTTP is aiohttp for every URL (`http_session.HttpSession`: one session, keep-alive).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from typing import Any
 
@@ -25,8 +28,7 @@ from yarl import URL
 
 from workbench.errors import CONTEXT_LENGTH_MARKERS, ContextLengthError, InferenceError
 from workbench.inference.client import Client
-from workbench.inference.http_connection import BadResponse, ConnectError, ConnectionClosed
-from workbench.inference.http_transport import Transport, TransportKind, transport_for
+from workbench.inference.http_session import HttpSession
 from workbench.inference.reasoning import check_reasoning_parser, split_reasoning
 from workbench.inference.silence_watch import SilenceWatch
 from workbench.types import Completion, Messages, SamplingParams, TokenData
@@ -64,21 +66,24 @@ def error_for_exception(exc: BaseException, url: str) -> InferenceError:
         return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=False)
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return InferenceError(f"no response from {url} (timed out)", transient=True)
-    if isinstance(exc, ConnectError):  # the lean client's (http_pool), already in words
-        return InferenceError(f"cannot connect to {url}: {exc.reason}", transient=True)
-    if isinstance(exc, ConnectionClosed):
-        return InferenceError(f"{url} closed the connection before answering", transient=True)
-    if isinstance(exc, BadResponse):  # garbled HTTP, as aiohttp's ClientResponseError: worth another try
-        return InferenceError(f"bad HTTP response from {url}: {exc}", transient=True)
     if isinstance(exc, aiohttp.ClientConnectorError):  # says why in words, not aiohttp's repr
-        errno = exc.os_error.errno
-        reason = os.strerror(errno).lower() if errno else str(exc.os_error)
-        return InferenceError(f"cannot connect to {url}: {reason}", transient=True)
+        return InferenceError(f"cannot connect to {url}: {_connect_failure(exc.os_error)}", transient=True)
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return InferenceError(f"{url} closed the connection before answering", transient=True)
+    if isinstance(exc, aiohttp.ClientPayloadError):  # cut short, or a broken chunked/gzip body
+        return InferenceError(f"incomplete answer from {url}: {exc}", transient=True)
+    if isinstance(exc, aiohttp.ClientResponseError):  # garbled HTTP (we never raise for a status)
+        return InferenceError(f"bad HTTP response from {url}: {exc.message}", transient=True)
     if isinstance(exc, (aiohttp.ClientError, OSError)):
         return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=True)
     return InferenceError(f"{type(exc).__name__} calling {url}: {exc}", transient=False)
+
+
+def _connect_failure(error: OSError) -> str:
+    """Why a connect failed, in words: "connection refused", "name or service not known"."""
+    if isinstance(error, socket.gaierror) or not error.errno:
+        return (error.strerror or str(error)).lower()
+    return os.strerror(error.errno).lower()
 
 
 def _server_message(body: bytes) -> str:
@@ -110,9 +115,8 @@ class OpenAIClient:
 
     With `return_tokens=True` it asks for sampled logprobs and token ids the vLLM way and
     fills `Completion.tokens` (what RL trains on). Connections are made lazily inside the
-    running event loop and reused (keep-alive, `max_connections` sockets): by the lean client
-    (http_pool.py) for plain `http://` URLs, by aiohttp otherwise (`transport="aiohttp"` forces
-    aiohttp; see http_transport.py).
+    running event loop and reused (one aiohttp session, keep-alive, at most `max_connections`
+    sockets; see http_session.py).
 
     Thinking: a server's `reasoning_content` (vLLM) or `reasoning` (newer vLLM, OpenRouter)
     becomes the message's `reasoning_content`. With `reasoning_parser` set, a reply that still
@@ -133,7 +137,6 @@ class OpenAIClient:
         return_tokens: bool = False,
         max_tokens_field: str = "max_tokens",
         reasoning_parser: str | None = None,
-        transport: TransportKind = "auto",
     ) -> None:
         self.base_url = _normalize_base_url(base_url)
         self.reasoning_parser = check_reasoning_parser(reasoning_parser)
@@ -146,16 +149,13 @@ class OpenAIClient:
         # OpenAI's reasoning models only accept `max_completion_tokens`; vLLM takes both.
         self.max_tokens_field = max_tokens_field
         self._url = f"{self.base_url}/chat/completions"
+        self._chat_url = URL(self._url)  # parsed once: the hot path passes it as is
         self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
         self.api_key = api_key  # for weight updates to the same server; never in repr or logs
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._transport: Transport = transport_for(
-            self.base_url,
-            self._headers,
-            max_connections=max_connections,
-            connect_timeout_s=min(self.timeout_s, 30.0),
-            kind=transport,
+        self._http = HttpSession(
+            self._headers, max_connections=max_connections, connect_timeout_s=min(self.timeout_s, 30.0)
         )
 
     def __repr__(self) -> str:
@@ -256,11 +256,10 @@ class OpenAIClient:
             ) from exc
 
     async def _post(self, data: bytes, url: str | None = None) -> tuple[int, bytes]:
-        url = url or self._url
         try:
-            status, payload = await self._transport.request("POST", url, data)
-        except (TimeoutError, aiohttp.ClientError, OSError, BadResponse) as exc:
-            raise error_for_exception(exc, url) from exc
+            status, payload = await self._http.request("POST", URL(url) if url else self._chat_url, data)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise error_for_exception(exc, url or self._url) from exc
         self._watch.answered()  # any reply, even an error, shows the server is alive
         return status, payload
 
@@ -296,8 +295,8 @@ class OpenAIClient:
         url = f"{self.base_url}/models"
         try:
             async with asyncio.timeout(timeout_s):
-                status, payload = await self._transport.request("GET", url)
-        except (TimeoutError, aiohttp.ClientError, OSError, BadResponse) as exc:
+                status, payload = await self._http.request("GET", URL(url))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise error_for_exception(exc, url) from exc
         if status >= 400 and status != 404:
             raise error_for_status(status, payload, url)
@@ -305,10 +304,10 @@ class OpenAIClient:
     @property
     def connected(self) -> bool:
         """Whether any connection to the server is held open (none after `close()` with nothing in flight)."""
-        return self._transport.is_open()
+        return self._http.is_open()
 
     async def close(self) -> None:
-        await self._transport.close()
+        await self._http.close()
 
 
 def _token_ids_from_logprobs(content: list[dict[str, Any]]) -> list[int] | None:
