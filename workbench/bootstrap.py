@@ -171,7 +171,7 @@ def tiny_qwen_demonstrations(
             reference = env.reference_completion(example)
             if not reference:
                 continue
-            turns = []
+            turns: list[dict] = []
             for message in reference:
                 if message.get("role") == "assistant" and pick.random() < think_share:
                     turn = sum(m.get("role") == "assistant" for m in turns)

@@ -34,7 +34,7 @@ class OneLineHandler(logging.Handler):
         try:
             line = record.getMessage()
             if record.exc_info and record.exc_info[1] is not None:
-                report = crash_report(record.exc_info, f"workbench {' '.join(sys.argv[1:])}: {line}")  # type: ignore[arg-type]
+                report = crash_report(record.exc_info, f"workbench {' '.join(sys.argv[1:])}: {line}")
                 line = f"{line}: {summary(record.exc_info[1])} (traceback in {report})"
             print(f"error: {line}" if record.levelno >= logging.ERROR else line, file=sys.stderr, flush=True)
         except Exception:

@@ -20,7 +20,7 @@ from rich.progress import (
 from rich.segment import Segment
 from rich.table import Table
 
-from workbench.types import Group
+from workbench.types import Group, Rollout
 
 UNFOLDED_WIDTH = 100_000
 """Width of a console that writes to a file or pipe: wider than any path or log line, i.e. no folding."""
@@ -48,13 +48,14 @@ class CliConsole(Console):
         """True when writing to a file or pipe (and no width was given): lines are never folded."""
         return not self._fixed_width and not self.is_terminal and not self.is_jupyter
 
-    @property  # type: ignore[override]
+    @property
     def size(self) -> ConsoleDimensions:
-        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        size = super().size
         return ConsoleDimensions(UNFOLDED_WIDTH, size.height) if self.unfolded else size
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
+        # super() cannot set a property; mypy types `Console.size` as the getter's value, not the property.
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
         self._fixed_width = True
 
@@ -229,7 +230,7 @@ class RichReporter:
             self._progress = None
 
 
-def format_rollout(rollout: Any) -> str:
+def format_rollout(rollout: Rollout) -> str:
     final = next((m for m in reversed(rollout.completion) if m.get("role") == "assistant"), {})
     last = final.get("content") or ""
     # Thinking stays folded: its size is shown, the answer is what the line is for.

@@ -3,6 +3,7 @@ plot that also reads in a log file: one whole line per step)."""
 
 from __future__ import annotations
 
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from workbench.store.sweeps import BASE, SweepPoint, step_label
@@ -14,14 +15,15 @@ EIGHTHS = " ▏▎▍▌▋▊▉█"
 def sweep_table(points: list[SweepPoint], title: str) -> Table:
     base = next((p.reward_mean for p in points if p.step == BASE), None)
     table = Table(title=title, title_justify="left", box=None, padding=(0, 2))
-    for column, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("step", "right"),
         ("reward", "right"),
         ("± std", "right"),
         ("vs base", "right"),
         ("eval run", "left"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    )
+    for column, justify in columns:
+        table.add_column(column, justify=justify)
     best = max(points, key=lambda p: p.reward_mean) if points else None
     for point in points:
         delta = "" if base is None or point.step == BASE else f"{point.reward_mean - base:+.3f}"

@@ -5,13 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from workbench.errors import UserError
 
 if TYPE_CHECKING:
+    # The context TyperGroup.parse_args is typed with: typer (0.29+) vendors click and names its
+    # Context nowhere public (typer.Context is a subclass). For the type checker only.
+    from typer._click import Context
+
     from workbench.config.plan import Plan
 
 ConfigArg = Annotated[
@@ -179,7 +182,7 @@ def export(
 class TrainGroup(TyperGroup):
     """`workbench train CONFIG ...` runs training; `workbench train export ...` exports."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
             args = ["run", *args]
         return super().parse_args(ctx, args)

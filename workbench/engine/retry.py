@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from workbench.errors import InferenceError, ServerGone, UserError
 from workbench.inference.client import Client, TokensInClient
@@ -69,12 +69,12 @@ class RetryingClient:
         # A runtime Protocol check walks the protocol's members every time (on Python 3.11 it was
         # several percent of the engine's CPU, asked once per rollout); the wrapped client's kind
         # does not change, so it is checked once.
-        self._tokens_in_capable = isinstance(inner, TokensInClient)
+        self._tokens_in_inner = inner if isinstance(inner, TokensInClient) else None
 
     @property
     def tokens_in(self) -> bool:
         """Whether multi-turn rollouts continue by token ids (the wrapped client's setting)."""
-        return self._tokens_in_capable and self.inner.tokens_in  # type: ignore[attr-defined]
+        return self._tokens_in_inner is not None and self._tokens_in_inner.tokens_in
 
     async def chat(
         self, messages: Messages, *, sampling: SamplingParams, tools: list[dict[str, Any]] | None = None
@@ -89,11 +89,11 @@ class RetryingClient:
         sampling: SamplingParams,
         tools: list[dict[str, Any]] | None = None,
     ) -> list[Completion]:
-        if not self._tokens_in_capable:
+        inner = self._tokens_in_inner
+        if inner is None:
             raise InferenceError(
                 f"{type(self.inner).__name__} cannot continue a conversation by token ids", transient=False
             )
-        inner = cast(TokensInClient, self.inner)
         return await self._with_retries(
             lambda: inner.continue_chat(previous, new_messages, sampling=sampling, tools=tools)
         )

@@ -16,12 +16,17 @@ from workbench.types import SamplingParams, is_number
 
 
 class SamplingFlags(Protocol):
-    """The sampling fields eval and GEPA configs share (-t, -T, -S, --seed)."""
+    """The sampling fields eval and GEPA configs share (-t, -T, -S, --seed); read only, so a
+    config whose field is narrower (GEPA's `seed: int`) fits."""
 
-    max_tokens: int | None
-    temperature: float | None
-    sampling_args: dict[str, Any]
-    seed: int | None
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def sampling_args(self) -> dict[str, Any]: ...
+    @property
+    def seed(self) -> int | None: ...
 
 
 def resolve_sampling(*layers: Mapping[str, Any], seed: int | None) -> SamplingParams:

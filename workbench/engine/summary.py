@@ -196,7 +196,7 @@ class RunningSummary:
         self.binary = True  # every reward 0 or 1: pass@k applies
         self.group_sizes: Counter[int] = Counter()
         self._size_order = _FirstSeen()
-        self.passes: Counter[tuple[int, float]] = Counter()  # (rollouts, rewards summed) per group
+        self.passes: Counter[tuple[int, int]] = Counter()  # (rollouts, passes) per group
 
     def add(self, group: Group, order: Any = None) -> None:
         self._seq += 1
@@ -249,7 +249,7 @@ class RunningSummary:
         self.group_sizes[len(rollouts)] += 1
         self._size_order.see(len(rollouts), key)
         if self.binary:
-            self.passes[len(rollouts), sum(group.rewards)] += 1
+            self.passes[len(rollouts), round(sum(group.rewards))] += 1  # 0/1 rewards: a whole number
         if len(rewards) >= _ExactSum.FOLD:
             for values in (
                 self.rewards,

@@ -14,16 +14,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 Row = dict[str, Any]
 
 
-def is_hf_dataset(data: object) -> bool:
+class RowTable(Iterable[Row], Protocol):
+    """What is read of a `datasets.Dataset` (which iterates over its rows as dicts)."""
+
+    @property
+    def column_names(self) -> list[str]: ...
+
+    def to_list(self) -> list[Row]: ...
+
+
+def is_hf_dataset(data: object) -> TypeGuard[RowTable]:
     return hasattr(data, "to_list") and hasattr(data, "column_names")
 
 
-def rows_of(data: Iterable[Row] | Any) -> list[Row]:
+def rows_of(data: Iterable[Row]) -> list[Row]:
     """The rows of a list of dicts or a `datasets.Dataset`."""
     if is_hf_dataset(data):
         return [_clean_row(row) for row in data.to_list()]

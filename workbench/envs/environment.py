@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.envs.dataset_rows import row_info, rows_of
+from workbench.envs.dataset_rows import RowTable, row_info, rows_of
 from workbench.envs.messages import as_messages
 from workbench.envs.parsers import Parser
 from workbench.envs.rubric import RolloutScore, Rubric, ScoringInput
@@ -34,8 +34,8 @@ from workbench.types import (
 )
 
 Rows = list[dict[str, Any]]
-# A list of rows or a `datasets.Dataset` (Any: `datasets` is not imported here), or a builder of either.
-Dataset = Rows | Any | Callable[[], Rows | Any]
+# A list of rows or a `datasets.Dataset` (`datasets` is not imported here), or a builder of either.
+Dataset = Rows | RowTable | Callable[[], Rows | RowTable]
 
 
 @dataclass
@@ -136,6 +136,7 @@ class Environment(ABC):
             source = (
                 source if source is not None else (self._dataset if split == "eval" else self._eval_dataset)
             )
+            assert source is not None  # the constructor refuses an environment without either
             self._rows[split] = rows_of(source() if callable(source) else source)
         return self._rows[split]
 

@@ -199,9 +199,12 @@ class JudgeRubric(Rubric):
         """One chat completion from an `openai.AsyncOpenAI` judge, as verifiers asks it."""
         client: AsyncOpenAI = self.judge_client  # type: ignore[assignment]
         try:
+            # Plain dicts in the chat API's shape; the SDK types each role as its own TypedDict.
             response = await client.chat.completions.create(
-                model=self.judge_model, messages=messages, **sdk_request_args(self.judge_sampling_args)
-            )  # type: ignore[arg-type]
+                model=self.judge_model,
+                messages=messages,  # type: ignore[arg-type]
+                **sdk_request_args(self.judge_sampling_args),
+            )
         except Exception as exc:  # say which judge failed: the SDK's own message is often "Connection error."
             raise RuntimeError(
                 f"judge '{self.judge_model}' at {client.base_url} failed: {type(exc).__name__}: {exc}"

@@ -127,7 +127,7 @@ def answers_match(predicted: str | None, expected: str, rel_tol: float = 1e-9) -
     if got is not None and want is not None:
         if got == want:
             return True
-        return abs(got - want) <= rel_tol * max(1, abs(want))
+        return abs(got - want) <= rel_tol * max(Fraction(1), abs(want))
     return _normalize_text(predicted) == _normalize_text(expected) != ""
 
 

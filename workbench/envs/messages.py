@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 
-class ToolCall(dict):
+class ToolCall(dict[str, Any]):
     """One tool call, stored in OpenAI form (`{"id", "type", "function": {"name", "arguments"}}`).
 
     `verifiers` spells a tool call flat (`call.id`, `call.name`, `call.arguments`); both spellings
@@ -70,7 +70,7 @@ class ToolCall(dict):
         self[name] = value
 
 
-class ChatMessage(dict):
+class ChatMessage(dict[str, Any]):
     """A chat message: a dict whose keys also read and write as attributes.
 
     A field the message does not have raises AttributeError, except the optional fields of its

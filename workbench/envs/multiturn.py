@@ -124,7 +124,7 @@ class MultiTurnEnv(Environment):
         except Exception as exc:  # an env bug ends this rollout only
             out.error, out.stop_condition = RolloutError.from_exception(exc, "env"), "error"
             return
-        messages: list[ChatMessage] = list(state["prompt"])
+        messages: Messages = list(state["prompt"])  # ChatMessages; the hooks take Messages
         single = sampling if sampling.n == 1 else sampling.merged({"n": 1})
         # Tokens in (a trainer's "interleaved" strategy): after the first turn, continue from the
         # ids already sampled plus the template's rendering of the env's new messages, instead of
@@ -182,7 +182,7 @@ class MultiTurnEnv(Environment):
             new_messages = replies
 
     def _record_turn(
-        self, out: RolloutOutput, prompt: list[ChatMessage], message: ChatMessage, choice: Completion
+        self, out: RolloutOutput, prompt: Messages, message: ChatMessage, choice: Completion
     ) -> None:
         state = out.state
         state["responses"].append(choice)
@@ -205,7 +205,7 @@ class MultiTurnEnv(Environment):
         out.num_turns += 1
         state["turn"] = out.num_turns
 
-    async def _turn_stop(self, messages: list[ChatMessage], state: State, out: RolloutOutput) -> bool:
+    async def _turn_stop(self, messages: Messages, state: State, out: RolloutOutput) -> bool:
         """After a model turn: `@stop` conditions of priority >= 0, `is_completed`, `max_turns`,
         then `@stop` conditions of negative priority. The first that fires names the stop."""
         if await self._decorated_stop(state, lambda priority: priority >= 0, out):
@@ -225,7 +225,7 @@ class MultiTurnEnv(Environment):
                 return True
         return False
 
-    async def _env_reply(self, messages: list[ChatMessage], state: State) -> list[ChatMessage]:
+    async def _env_reply(self, messages: Messages, state: State) -> list[ChatMessage]:
         reply = await self.env_response(messages, state)
         if isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[1], dict):
             reply, new_state = reply  # verifiers' older `-> (messages, state)`

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from workbench.envs.decorators import PerFunction
+from workbench.envs.messages import ChatMessage
 from workbench.envs.parsers import Parser
-from workbench.types import Messages, RolloutError, State
+from workbench.types import RolloutError, State
 
 RewardFunc = Callable[..., Any]
 
@@ -53,10 +54,10 @@ class RolloutScore:
 
 @dataclass
 class ScoringInput:
-    """What a reward function may ask for, for one rollout."""
+    """What a reward function may ask for, for one rollout (messages as ChatMessages)."""
 
-    prompt: Messages
-    completion: Messages
+    prompt: list[ChatMessage]
+    completion: list[ChatMessage]
     answer: str
     state: State
     info: dict[str, Any] = field(default_factory=dict)

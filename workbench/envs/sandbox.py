@@ -46,6 +46,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 SETUP_FAILED = 125  # keep in sync with sandbox_child.SETUP_FAILED
@@ -156,11 +157,11 @@ def _hidden_paths() -> list[str]:
     return sorted({os.path.realpath(p) for p in paths if p})
 
 
-def _read_capped(handle: object, limit_chars: int) -> tuple[str, bool]:
-    handle.seek(0)  # type: ignore[attr-defined]
-    raw = handle.read(limit_chars * 4 + 1)  # type: ignore[attr-defined]
+def _read_capped(handle: IO[bytes], limit_chars: int) -> tuple[str, bool]:
+    handle.seek(0)
+    raw = handle.read(limit_chars * 4 + 1)
     text = raw.decode("utf-8", errors="replace")
-    more = handle.read(1) != b""  # type: ignore[attr-defined]
+    more = handle.read(1) != b""
     if len(text) > limit_chars or more:
         return text[:limit_chars], True
     return text, False

@@ -448,7 +448,7 @@ def worker(cfg: dict, flags: int, report_fd: int) -> None:
         os.write(report_fd, (json.dumps({"isolation": iso}) + "\n").encode())
         os.close(report_fd)  # the code cannot forge the report
         status = _run_code(source)
-    except BaseException:  # noqa: BLE001 - a setup failure is reported as the run's error, never hidden
+    except BaseException:  # a setup failure is reported as the run's error, never hidden
         traceback.print_exc()
     finally:
         sys.stdout.flush()
@@ -469,14 +469,14 @@ def _run_code(source: str) -> int:
     )  # source lines in tracebacks
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
-        exec(compile(source, "main.py", "exec"), namespace)  # noqa: S102 - running it is the point
+        exec(compile(source, "main.py", "exec"), namespace)  # running it is the point
         return 0
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except BaseException as exc:  # noqa: BLE001 - the code's own error is its output
+    except BaseException as exc:  # the code's own error is its output
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
         return 1
 

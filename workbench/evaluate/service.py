@@ -34,6 +34,7 @@ from workbench.store.runs import (
     RUN_LOG,
     EvalRun,
     RunLog,
+    RunStatus,
     create_run_dir,
     locate_resume,
     now_iso,
@@ -252,7 +253,7 @@ async def _run(
         reporter.message(line)
 
     reporter.start(f"{config.env_id} · {config.model}", len(examples) * r, done * r)
-    status = "failed"
+    status: RunStatus = "failed"
     try:
         await run_rollouts(
             env,

@@ -123,7 +123,9 @@ def _offsets(source: str) -> list[int]:
 
 
 def _span(offsets: list[int], node: ast.expr) -> tuple[int, int]:
-    return (offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset)  # type: ignore[operator]
+    end_line, end_col = node.end_lineno, node.end_col_offset
+    assert end_line is not None and end_col is not None  # set on every node ast.parse makes
+    return (offsets[node.lineno - 1] + node.col_offset, offsets[end_line - 1] + end_col)
 
 
 def _column(source: str, node: ast.expr) -> int:

@@ -24,7 +24,7 @@ from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT
 from workbench.gepa.reflection import ReflectionEvent
 from workbench.gepa.scoring import Budget, BudgetSpent, CandidateScorer
 from workbench.store.files import write_text_atomic
-from workbench.store.runs import RUN_LOG, GepaRun, RunLog, now_iso, write_run_metadata
+from workbench.store.runs import RUN_LOG, GepaRun, RunLog, RunStatus, now_iso, write_run_metadata
 from workbench.types import Group
 
 MAX_ERROR_STREAK = 5  # iterations failing in a row (a bug, not bad luck): stop instead of spinning
@@ -246,7 +246,7 @@ class RunRecorder:
     def calls_used(self) -> int:
         return self.budget.used
 
-    def close(self, status: str) -> None:
+    def close(self, status: RunStatus) -> None:
         """The run's last write, and its last log line."""
         self.write(status)
         snap = self.snapshot
@@ -256,7 +256,7 @@ class RunRecorder:
             f"seed {_fmt(seed)} -> best {_fmt(best)}"
         )
 
-    def write(self, status: str | None = None) -> None:
+    def write(self, status: RunStatus | None = None) -> None:
         meta = self.metadata
         if status is not None:
             meta.status = status

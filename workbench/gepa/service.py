@@ -24,7 +24,14 @@ from workbench.events import NullReporter, Reporter
 from workbench.gepa.config import DEFAULT_REFLECTION_MAX_TOKENS, GepaConfig
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
 from workbench.inference.client import Client
-from workbench.store.runs import METADATA, GepaRun, create_run_dir, locate_resume, read_run_metadata
+from workbench.store.runs import (
+    METADATA,
+    GepaRun,
+    RunStatus,
+    create_run_dir,
+    locate_resume,
+    read_run_metadata,
+)
 from workbench.types import SamplingParams
 from workbench.workspace import gepa_runs_dir, new_run_id
 
@@ -178,7 +185,7 @@ def _optimize(
         f"budget={budget.used}/{config.max_calls}"
     )
     reporter.start(f"gepa {config.env_id} · {config.model}", config.max_calls, budget.used)
-    status = "failed"
+    status: RunStatus = "failed"
     try:
         gepa.optimize(
             seed_candidate={SYSTEM_PROMPT_COMPONENT: seed_prompt},

@@ -53,6 +53,7 @@ from workbench.inference.generation import (
     sample_next,
     stop_strings,
 )
+from workbench.inference.lean_cache import KVCache
 from workbench.inference.lean_model import ForwardBatch, LeanModel, SharedPrefix
 
 MIN_SHARED_PREFIX = 16  # tokens: below this a separate prefix pass costs more than it saves
@@ -200,6 +201,8 @@ class DecodeEngine:
         self.counters = counters or BatchCounters()
         self.stopper = _TextStopper(tokenizer, tokenizer_lock or nullcontext())
         self.vocab = _vocab(model)
+        self.cache: KVCache
+        self.slots: _SlotTensors
         if (
             reuse is not None
             and not reuse.live_rows

@@ -406,7 +406,7 @@ class LocalClient:
                 return
             try:
                 self._run_hf_batch(batch)
-            except Exception as exc:  # noqa: BLE001 - every waiter must hear about the failure
+            except Exception as exc:  # every waiter must hear about the failure
                 for request in batch:
                     _deliver(request, _generation_error(exc))
 
@@ -473,7 +473,7 @@ class LocalClient:
                 joiners = self._take_joiners(version, free) if free > 0 else []
                 running.update((id(r), (r, [None] * r.rows)) for r in joiners)
                 self._join(engine, joiners)
-        except Exception as exc:  # noqa: BLE001 - every waiter must hear about the failure
+        except Exception as exc:  # every waiter must hear about the failure
             unanswered = [request for request, _ in running.values()]
             self._finish(unanswered)
             for request in unanswered:
@@ -526,7 +526,7 @@ class LocalClient:
         """Count and deliver a finished request."""
         try:
             completions = [self._to_completion(request, result) for result in results]
-        except Exception as exc:  # noqa: BLE001 - the caller hears about it; the batch goes on
+        except Exception as exc:  # the caller hears about it; the batch goes on
             _deliver(request, _generation_error(exc))
             return
         self.stats.prompt_tokens += len(request.prompt_ids) * len(results)
@@ -611,7 +611,8 @@ def _load(model_path: str | Path, device: str, dtype: str) -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch_dtype)
     except (OSError, ValueError) as exc:
         raise InferenceError(f"could not load model {model_path}: {exc}", transient=False) from exc
-    model.to(device)
+    # transformers wraps `to` with functools.wraps; typeshed's _Wrapped does not bind `self` of a method.
+    model.to(device)  # type: ignore[arg-type]
     model.eval()
     return model, tokenizer
 

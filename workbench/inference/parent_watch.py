@@ -86,7 +86,7 @@ def main(argv: Sequence[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     try:
-        child = subprocess.Popen(list(argv[2:]), preexec_fn=_default_signals)  # noqa: PLW1509 (no threads yet)
+        child = subprocess.Popen(list(argv[2:]), preexec_fn=_default_signals)  # preexec_fn: no threads yet
     except OSError as exc:
         print(f"could not start {argv[2]}: {exc.strerror or exc}", file=sys.stderr)
         return 127

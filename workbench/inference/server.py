@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, overload
 
 import orjson
 from aiohttp import web
@@ -104,6 +104,10 @@ def _number(body: dict[str, Any], key: str, default: float, *, minimum: float | 
     return float(value)
 
 
+@overload
+def _integer(body: dict[str, Any], key: str, default: int, *, minimum: int | None = None) -> int: ...
+@overload
+def _integer(body: dict[str, Any], key: str, default: None, *, minimum: int | None = None) -> int | None: ...
 def _integer(
     body: dict[str, Any], key: str, default: int | None, *, minimum: int | None = None
 ) -> int | None:
@@ -132,10 +136,10 @@ def parse_sampling(body: dict[str, Any]) -> SamplingParams:
     return SamplingParams(
         temperature=_number(body, "temperature", 1.0, minimum=0.0),
         top_p=_number(body, "top_p", 1.0, minimum=0.0),
-        top_k=_integer(body, "top_k", -1, minimum=-1),  # type: ignore[arg-type]
-        max_tokens=max_tokens,  # type: ignore[arg-type]
+        top_k=_integer(body, "top_k", -1, minimum=-1),
+        max_tokens=max_tokens,
         stop=stop,
-        n=_integer(body, "n", 1, minimum=1),  # type: ignore[arg-type]
+        n=_integer(body, "n", 1, minimum=1),
         seed=_integer(body, "seed", None),
         extra={k: v for k, v in body.items() if k not in _CONSUMED},
     )

@@ -56,24 +56,38 @@ INSTALL_HINT = "inference.launch needs vLLM on a machine with a GPU: pip install
 
 
 class ServeSettings(Protocol):
-    """What `vllm serve` needs from a config (training's `[inference]` table has these fields)."""
+    """What `vllm serve` needs from a config (training's `[inference]` table has these fields).
+    Read only, so a config field of a narrower type (a Literal for a str) fits."""
 
-    tensor_parallel_size: int
-    data_parallel_size: int
-    gpu_ids: list[int]
-    gpu_memory_utilization: float | None
-    max_model_len: int | None
-    enable_auto_tool_choice: bool
-    tool_call_parser: str | None
-    reasoning_parser: str | None  # thinking models: vLLM splits <think> into reasoning_content
-    dtype: str  # vLLM's --dtype: "auto" (its default), "float16", "bfloat16", "float32"
+    @property
+    def tensor_parallel_size(self) -> int: ...
+    @property
+    def data_parallel_size(self) -> int: ...
+    @property
+    def gpu_ids(self) -> list[int]: ...
+    @property
+    def gpu_memory_utilization(self) -> float | None: ...
+    @property
+    def max_model_len(self) -> int | None: ...
+    @property
+    def enable_auto_tool_choice(self) -> bool: ...
+    @property
+    def tool_call_parser(self) -> str | None: ...
+    @property
+    def reasoning_parser(self) -> str | None:  # thinking models: vLLM splits <think> into reasoning_content
+        ...
+    @property
+    def dtype(self) -> str:  # vLLM's --dtype: "auto" (its default), "float16", "bfloat16", "float32"
+        ...
 
 
 class LoraSettings(Protocol):
     """The LoRA settings that size vLLM's adapter slots (training's `[lora]` table)."""
 
-    enabled: bool
-    r: int
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def r(self) -> int: ...
 
 
 class ServerStartError(UserError):
@@ -231,7 +245,7 @@ class ManagedServer:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "ab")  # closed in stop()
         self._log.write(f"$ {' '.join(self.command)}\n".encode())
         self._log.flush()
         command = watched_command(self.command, os.getpid()) if self.die_with_parent else list(self.command)

@@ -73,6 +73,7 @@ def go_offline() -> None:
     import sys
 
     os.environ["HF_HUB_OFFLINE"] = "1"
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
+    if "huggingface_hub.constants" in sys.modules:  # already imported: no import paid here
+        from huggingface_hub import constants
+
         constants.HF_HUB_OFFLINE = True  # read at call time by its download functions

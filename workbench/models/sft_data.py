@@ -46,7 +46,8 @@ def encode_conversation(
     """Tokenize a conversation into one sequence, or several when the template rewrites earlier
     turns; each assistant turn is trained (up to and including `<|im_end|>`) in exactly one."""
     segments: list[tuple[str, list[tuple[int, int]]]] = []
-    text, spans = "", []
+    text = ""
+    spans: list[tuple[int, int]] = []
     for index, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue

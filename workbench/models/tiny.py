@@ -80,8 +80,8 @@ def build_fingerprint(spec: TinyModelSpec, extra: str = "", sources: Sequence[Pa
     return digest.hexdigest()[:32]
 
 
-def demonstrations_digest(demonstrations: Sequence[Messages]) -> str:
-    """Hash of the demonstrations (recorded in the build info, usable as fingerprint `extra`)."""
+def demonstrations_digest(demonstrations: Sequence[object]) -> str:
+    """Hash of the demonstrations, any JSON (recorded in the build info, usable as fingerprint `extra`)."""
     payload = json.dumps(list(demonstrations), sort_keys=True, default=str).encode()
     return hashlib.sha256(payload).hexdigest()[:32]
 
@@ -99,7 +99,7 @@ def is_current_build(out_dir: Path, fingerprint: str) -> bool:
     out_dir = Path(out_dir)
     info = read_build_info(out_dir)
     complete = (out_dir / "config.json").exists() and (out_dir / "tokenizer.json").exists()
-    return bool(info) and complete and info.get("fingerprint") == fingerprint
+    return info is not None and complete and info.get("fingerprint") == fingerprint
 
 
 def build_tiny_model(
@@ -122,8 +122,13 @@ def build_tiny_model(
     import torch
 
     spec = spec or TinyModelSpec()
-    overrides = {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr}
-    spec = dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
+    spec = dataclasses.replace(
+        spec,
+        seed=spec.seed if seed is None else seed,
+        steps=spec.steps if steps is None else steps,
+        batch_size=spec.batch_size if batch_size is None else batch_size,
+        lr=spec.lr if lr is None else lr,
+    )
     if not demonstrations:
         raise ValueError("build_tiny_model needs at least one demonstration")
     out_dir = Path(out_dir)
@@ -179,7 +184,9 @@ def _new_model(spec: TinyModelSpec) -> Any:
         num_attention_heads=spec.num_heads,
         num_key_value_heads=spec.num_heads,
         max_position_embeddings=spec.max_position_embeddings,
-        rope_theta=spec.rope_theta,
+        # transformers 5 takes rope_theta as a legacy keyword its signature no longer shows (it moved
+        # into rope_parameters); 4.x, also supported, knows only rope_theta.
+        rope_theta=spec.rope_theta,  # type: ignore[call-arg]
         tie_word_embeddings=True,  # input/output share weights: fewer params, faster to learn
         bos_token_id=None,
         eos_token_id=byte_tokenizer.IM_END_ID,

@@ -152,6 +152,7 @@ def build_tiny_qwen_model(
 def new_model(spec: TinyQwenSpec, vocab_size: int = qwen_vocab.EMBEDDING_SIZE) -> Any:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    full = vocab_size == qwen_vocab.EMBEDDING_SIZE
     config = Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
@@ -164,12 +165,9 @@ def new_model(spec: TinyQwenSpec, vocab_size: int = qwen_vocab.EMBEDDING_SIZE) -
         rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
         tie_word_embeddings=True,  # as Qwen3-0.6B; here it also halves the size on disk
         # Qwen3's (no pad_token_id: it would freeze that embedding row; padding is in generation_config).
-        # The compact training copy has other ids, so it names none.
-        **(
-            {"bos_token_id": qwen_vocab.ENDOFTEXT_ID, "eos_token_id": qwen_vocab.IM_END_ID}
-            if vocab_size == qwen_vocab.EMBEDDING_SIZE
-            else {}
-        ),
+        # The compact training copy has other ids, so it names none (None is the default).
+        bos_token_id=qwen_vocab.ENDOFTEXT_ID if full else None,
+        eos_token_id=qwen_vocab.IM_END_ID if full else None,
     )
     # Also the pre-5 key: transformers 4.x (what many vLLM builds run on) reads `rope_theta` and
     # would otherwise take its default 10,000; transformers 5 reads either.

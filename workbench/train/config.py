@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -284,7 +285,7 @@ def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
     return problems
 
 
-def _env_problems(envs: list[EnvConfig], label: str, skip: list[EnvConfig] = ()) -> list[str]:
+def _env_problems(envs: list[EnvConfig], label: str, skip: Sequence[EnvConfig] = ()) -> list[str]:
     """Each environment is loaded with its args, as the run will (its data files, its imports),
     so a run that passes these checks can start; environments in `skip` were checked already."""
     from workbench.envs.loader import load_environment, unknown_environment

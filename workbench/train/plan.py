@@ -46,7 +46,7 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
         if config.pipeline_parallel_size > 1
         else None,
     }
-    set_keys = {k: v for k, v in gpu_keys.items() if v is not None}
+    set_keys: dict[str, object] = {k: v for k, v in gpu_keys.items() if v is not None}
     dtypes = {
         k: v
         for k, v in (("optimization_dtype", config.optimization_dtype), ("reduce_dtype", config.reduce_dtype))
@@ -117,11 +117,11 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
                 "the servers at inference.base_urls keep their own"
             )
     if count is not None:
-        for key in ("trainer_gpu_ids", "inference.gpu_ids"):
-            bad = [i for i in set_keys.get(key, []) if i >= count]
+        for key, ids in (("trainer_gpu_ids", config.trainer_gpu_ids), ("inference.gpu_ids", inf.gpu_ids)):
+            bad = [i for i in ids if i >= count]
             if bad:
                 notes.append(
-                    f"{key} = {_fmt(set_keys[key])}: this machine has {count} GPU(s) (ids 0..{count - 1}); {bad} do not exist"
+                    f"{key} = {_fmt(ids)}: this machine has {count} GPU(s) (ids 0..{count - 1}); {bad} do not exist"
                 )
         if config.num_gpus and config.num_gpus > count:
             notes.append(f"num_gpus = {config.num_gpus}: this machine has {count} GPU(s)")
@@ -272,22 +272,25 @@ def build_plan(
         f"{wandb_mode(c)} · project {w.project or 'workbench'} · name {w.name or '<run folder>'}"
         + (f" · entity {w.entity}" if w.entity else ""),
     )
-    e = c.eval
-    if e.interval:
+    ev = c.eval
+    if ev.interval:
         on = "; ".join(
-            f"{env.id} ({', '.join(f'{k}={v!r}' for k, v in env.args.items()) or 'no args'})" for env in e.env
+            f"{env.id} ({', '.join(f'{k}={v!r}' for k, v in env.args.items()) or 'no args'})"
+            for env in ev.env
         )
         out.add(
             "eval",
-            f"every {e.interval} steps on {e.num_examples} held-out examples x {e.rollouts_per_example}"
-            f" · {'envs ' + on + ', each logged as eval/<env>/reward_mean' if e.env else 'the training envs'}",
+            f"every {ev.interval} steps on {ev.num_examples} held-out examples x {ev.rollouts_per_example}"
+            f" · {'envs ' + on + ', each logged as eval/<env>/reward_mean' if ev.env else 'the training envs'}",
         )
     else:
         out.add(
             "eval",
             "off"
             + (
-                f" (eval.interval = 0; eval.env {', '.join(env.id for env in e.env)} unused)" if e.env else ""
+                f" (eval.interval = 0; eval.env {', '.join(env.id for env in ev.env)} unused)"
+                if ev.env
+                else ""
             ),
         )
     out.add(
@@ -339,9 +342,8 @@ def build_plan(
         "reasoning_parser": i.reasoning_parser,
         "dtype": i.dtype if i.dtype != "auto" else None,
     }
-    shown = ", ".join(f"{k} {_fmt(v)}" for k, v in vllm.items() if v is not None)
-    if shown:
-        infra.add("inference settings", shown)
+    if shown_vllm := ", ".join(f"{k} {_fmt(v)}" for k, v in vllm.items() if v is not None):
+        infra.add("inference settings", shown_vllm)
     infra.add(
         "this machine",
         "no CUDA GPU: CPU" if count == 0 else f"{count if count is not None else 'some'} CUDA GPU(s)",

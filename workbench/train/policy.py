@@ -125,7 +125,8 @@ def load_policy(
             )
         lora = LoraConfig(
             r=config.lora.r,
-            lora_alpha=config.lora.alpha,
+            # peft annotates lora_alpha as int but only divides by it (alpha / r): a float alpha works.
+            lora_alpha=config.lora.alpha,  # type: ignore[arg-type]
             lora_dropout=config.lora.dropout,
             target_modules=list(config.lora.target_modules),
             task_type="CAUSAL_LM",

@@ -383,6 +383,8 @@ def _hoist_misplaced(raw: dict[str, Any], b: _Builder) -> None:
     """A top-level key written below a table header lands in that table (TOML reads
     `[wandb] ... env_file = [...]` as wandb.env_file). Documented configs do this; when the key
     means nothing in that table but is a top-level key, read it as the top-level key."""
+    from pydantic import BaseModel
+
     from workbench.train.schema import TrainConfig
 
     top_level = (set(TrainConfig.model_fields) - CANONICAL_TABLES - {"env"}) | set(TOP_LEVEL_ALIASES)
@@ -390,7 +392,9 @@ def _hoist_misplaced(raw: dict[str, Any], b: _Builder) -> None:
         body = raw.get(table)
         if not isinstance(body, dict):
             continue
-        valid = set(TrainConfig.model_fields[table].annotation.model_fields)
+        section = TrainConfig.model_fields[table].annotation
+        assert isinstance(section, type) and issubclass(section, BaseModel), table  # a table is a model
+        valid = set(section.model_fields)
         misplaced = [k for k in body if k not in valid and k in top_level and k not in raw]
         for key in misplaced:
             raw[key] = body.pop(key)

@@ -141,8 +141,8 @@ class GepaRun:
         index = first(self.metadata, "best_index", "best_idx", "best_candidate")
         if isinstance(index, int):
             return index
-        scored = [c for c in self.candidates if c.score is not None]
-        return max(scored, key=lambda c: c.score).index if scored else None  # type: ignore[arg-type,return-value]
+        scored = [(c.score, c.index) for c in self.candidates if c.score is not None]
+        return max(scored, key=lambda pair: pair[0])[1] if scored else None  # the first of the best
 
     @property
     def metric_calls(self) -> int | None:
@@ -164,7 +164,7 @@ class GepaRun:
 
 def _candidates(meta: dict[str, Any]) -> list[Candidate]:
     raw = first(meta, "candidates", default=[])
-    out = []
+    out: list[Candidate] = []
     if not isinstance(raw, list):
         return out
     for position, item in enumerate(raw):

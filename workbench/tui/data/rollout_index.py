@@ -107,6 +107,9 @@ class RolloutIndex:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._clear()
+
+    def _clear(self) -> None:
         self.starts = array("q")  # byte offset of each complete line
         self.lengths = array("q")
         self.example_ids = array("q")
@@ -133,7 +136,7 @@ class RolloutIndex:
             size = 0
         reset = size < self._pos
         if reset:  # rewritten (compacted on resume): start over
-            self.__init__(self.path)  # type: ignore[misc]
+            self._clear()
         if size == self._pos:
             return reset
         added = 0

@@ -58,8 +58,8 @@ class VarianceReport:
     """Everything the Reward variance screen shows."""
 
     histogram: list[tuple[str, int]]  # (bucket label, groups) in bucket order
-    shares: dict[str, float]  # too easy / in range / too hard -> fraction of groups
-    counts: dict[str, int]
+    shares: dict[Difficulty, float]  # too easy / in range / too hard -> fraction of groups
+    counts: dict[Difficulty, int]
     by_variance: Sequence[VarianceRow]  # highest within-group std first, then by example id
     # engine.summary.summarize of the same groups: all of it from `variance_report`; from
     # `index_variance_report` the keys the numbers of an index give, with summarize's values
@@ -75,7 +75,7 @@ def _report(rows: Sequence[VarianceRow], summary: dict[str, Any]) -> VarianceRep
     counts_by_bucket = {label: 0 for label in bucket_labels()}
     for row in rows:
         counts_by_bucket[std_bucket(row.std)] += 1
-    counts: dict[str, int] = dict(difficulty_counts(rows))
+    counts = difficulty_counts(rows)
     total = max(len(rows), 1)
     return VarianceReport(
         histogram=list(counts_by_bucket.items()),

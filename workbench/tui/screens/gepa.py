@@ -63,7 +63,8 @@ def candidate_view(prompt: str | None, turns: list[dict[str, Any]]) -> Text:
 def prompt_cell(prompt: str | None, turns: list[dict[str, Any]], width: int) -> str:
     """The candidates table's prompt column: the prompt's first line, and how many few-shot
     messages come with it."""
-    first_line = prompt.strip().splitlines()[0] if (prompt or "").strip() else "-"  # type: ignore[union-attr]
+    stripped = (prompt or "").strip()
+    first_line = stripped.splitlines()[0] if stripped else "-"
     if not turns:
         return clip(first_line, width)
     tag = f" +{len(turns)} turns"

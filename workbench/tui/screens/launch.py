@@ -7,6 +7,8 @@ the `Launch`, and Runs shows it at once. What the commands look like is `launche
 
 from __future__ import annotations
 
+from typing import Literal
+
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -172,10 +174,16 @@ class LaunchScreen(WorkbenchScreen):
         yield Footer()
 
     @staticmethod
-    def _field(label: str, id: str, value: str, placeholder: str, type_: str = "text") -> ComposeResult:
+    def _field(
+        label: str,
+        id: str,
+        value: str,
+        placeholder: str,
+        type_: Literal["integer", "number", "text"] = "text",
+    ) -> ComposeResult:
         with Horizontal(classes="launch-field"):
             yield Label(label, classes="launch-label")
-            yield Input(value, placeholder=placeholder, id=id, type=type_, compact=True)  # type: ignore[arg-type]
+            yield Input(value, placeholder=placeholder, id=id, type=type_, compact=True)
 
     @staticmethod
     def _env_field(id: str, envs: list[str]) -> ComposeResult:

@@ -45,7 +45,8 @@ class MetricPlot(PlotextPlot):
             plt.plot(steps, values, marker=marker, label=label if len(self.lines) > 1 else None)
         steps = sorted({s for _, xs, _ in self.lines for s in xs})
         if steps:
-            plt.xticks(step_ticks(steps))
+            ticks: list[float] = list(step_ticks(steps))  # ints: plotext labels them "2", not "2.0"
+            plt.xticks(ticks)
         self.refresh()
 
 
