@@ -6,9 +6,11 @@ and the same in words. A guess that is not a 5-letter word from the word list, o
 no `<guess>`, gets a message saying what was wrong and still uses up the turn. The game ends
 on the winning guess or after `max_turns` turns.
 
-Words come from `wordfreq` (English word frequencies shipped with the package, offline):
-answers are common 5-letter words, split by a seeded shuffle into disjoint train and eval
-sets; any 5-letter word among the 100,000 most frequent English words is accepted as a guess.
+Words come from data/words.txt, shipped here: English words ranked by frequency, frozen once from
+`wordfreq`'s data (CC BY-SA 4.0, see data/ORIGIN.md; make_word_list.py made it), so nothing
+is imported or downloaded. Answers are common 5-letter words, split by a seeded shuffle into
+disjoint train and eval sets; any 5-letter word among the 100,000 most frequent English words
+is accepted as a guess.
 Rewards replay the game from the completion, so hand-written transcripts score the same way.
 """
 
@@ -18,13 +20,15 @@ import random
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from workbench.envs import MultiTurnEnv, Rubric, XMLParser
 from workbench.types import Example, Messages, State
 
 WORD_LENGTH = 5
 MAX_GUESSES = 6
-GUESS_VOCABULARY_SIZE = 100_000  # words of wordfreq's English list searched for valid guesses
+GUESS_VOCABULARY_SIZE = 100_000  # most frequent English words searched for valid guesses
+WORDS_FILE = "words.txt"  # in data/: "rank word" lines, 4- and 5-letter words of that top 100,000
 
 SYSTEM_PROMPT = (
     "You are playing Wordle. Guess the secret 5-letter English word. Write each guess inside "
@@ -35,7 +39,8 @@ SYSTEM_PROMPT = (
 
 # wordfreq's list is lowercased, so names, places, brands, slang, word fragments and offensive
 # words look like ordinary words. They stay valid guesses but are never the secret word.
-NOT_ANSWERS = frozenset("""
+NOT_ANSWERS = frozenset(
+    """
 aaron abbas abdul adele adler adolf agnes ahmad ahmed aires akbar akron alexa alice allah allan allen
 alvin andre angie angus anita anton ariel arent asean asses assad assam aston avery baden baird barca
 barry basel bates bauer becky bella belle benny betsy biden bitch blair blake blanc boise boone boris
@@ -71,22 +76,40 @@ vijay vince vitro volvo wales wally walsh wanda wanna wayne weber weiss welch we
 wilde wiley willy wolfe woody wyatt yahoo yates yemen youre zelda zhang
 korea billy bobby annie betty cuban seoul delhi pablo lagos leone hague kuala samoa gemma costa anglo
 rican crore wasnt gimme yikes sorta sykes kinky booty satan
-""".split())
+""".split()
+)
 
 
 # ----- words -------------------------------------------------------------------------------
-def _top_words(top_n: int) -> list[str]:
-    """wordfreq's `top_n` most frequent English words, most frequent first."""
-    try:
-        from wordfreq import top_n_list
-    except ImportError as exc:  # a clear message instead of a bare ModuleNotFoundError
-        raise ImportError("the wordle environment needs the wordfreq package: pip install wordfreq") from exc
-    return top_n_list("en", top_n)
+def _words_path() -> Path:
+    """data/words.txt next to this file; from workbench's bundled copy when this module was
+    installed alone (a wheel holds only wordle.py)."""
+    here = Path(__file__).resolve().parent / "data" / WORDS_FILE
+    if here.is_file():
+        return here
+    from workbench.envs.loader import bundled_environments_dir
+
+    return bundled_environments_dir() / "wordle" / "data" / WORDS_FILE
+
+
+@lru_cache(maxsize=1)
+def _ranked_words() -> tuple[tuple[int, str], ...]:
+    """(rank, word) of the lowercase ASCII 4- and 5-letter words among the 100,000 most frequent
+    English words, most frequent first (rank 1 is the most frequent word of all)."""
+    lines = _words_path().read_text(encoding="utf-8").splitlines()
+    return tuple(
+        (int(rank), word) for rank, word in (line.split() for line in lines if not line.startswith("#"))
+    )
+
+
+def _words(top_n: int, length: int) -> list[str]:
+    """`length`-letter lowercase ASCII words among the `top_n` most frequent English words."""
+    return [w for rank, w in _ranked_words() if rank <= top_n and len(w) == length]
 
 
 def _five_letter_words(top_n: int) -> list[str]:
     """5-letter lowercase ASCII words among the `top_n` most frequent English words."""
-    return [w for w in _top_words(top_n) if len(w) == WORD_LENGTH and w.isascii() and w.isalpha() and w.islower()]
+    return _words(top_n, WORD_LENGTH)
 
 
 @lru_cache(maxsize=1)
@@ -100,20 +123,29 @@ def answer_pool(num_common_words: int) -> tuple[str, ...]:
     """Possible secret words, most frequent first: common 5-letter words, minus plurals of
     shorter common words ("years") and the `NOT_ANSWERS` list."""
     if not 1 <= num_common_words <= GUESS_VOCABULARY_SIZE:
-        raise ValueError(f"num_common_words must be between 1 and {GUESS_VOCABULARY_SIZE}, got {num_common_words}")
-    common = set(_top_words(num_common_words))
-    return tuple(w for w in _five_letter_words(num_common_words)
-                 if w not in NOT_ANSWERS and not (w.endswith("s") and w[:-1] in common))
+        raise ValueError(
+            f"num_common_words must be between 1 and {GUESS_VOCABULARY_SIZE}, got {num_common_words}"
+        )
+    common = set(_words(num_common_words, WORD_LENGTH - 1))  # what a plural's singular would be
+    return tuple(
+        w
+        for w in _five_letter_words(num_common_words)
+        if w not in NOT_ANSWERS and not (w.endswith("s") and w[:-1] in common)
+    )
 
 
-def split_words(pool: tuple[str, ...], num_train: int, num_eval: int, seed: int) -> tuple[list[str], list[str]]:
+def split_words(
+    pool: tuple[str, ...], num_train: int, num_eval: int, seed: int
+) -> tuple[list[str], list[str]]:
     """Disjoint (train, eval) secret words from a seeded shuffle of `pool`."""
     if num_eval >= len(pool):
-        raise ValueError(f"num_eval_examples ({num_eval}) must be smaller than the answer pool ({len(pool)} words); "
-                         "raise num_common_words or lower num_eval_examples")
+        raise ValueError(
+            f"num_eval_examples ({num_eval}) must be smaller than the answer pool ({len(pool)} words); "
+            "raise num_common_words or lower num_eval_examples"
+        )
     shuffled = list(pool)
     random.Random(seed).shuffle(shuffled)
-    return shuffled[num_eval:num_eval + num_train], shuffled[:num_eval]
+    return shuffled[num_eval : num_eval + num_train], shuffled[:num_eval]
 
 
 # ----- game rules --------------------------------------------------------------------------
@@ -158,8 +190,10 @@ def is_well_formed(text: str) -> bool:
 
 def feedback_text(guess: str, pattern: str, guesses_left: int) -> str:
     letters = " · ".join(f"{c.upper()} {_WORDS[p]}" for c, p in zip(guess, pattern, strict=True))
-    return (f"{guess.upper()}  {''.join(_EMOJI[p] for p in pattern)}  {' '.join(pattern)}\n{letters}\n"
-            f"{_left(guesses_left)}")
+    return (
+        f"{guess.upper()}  {''.join(_EMOJI[p] for p in pattern)}  {' '.join(pattern)}\n{letters}\n"
+        f"{_left(guesses_left)}"
+    )
 
 
 def _left(guesses_left: int) -> str:
@@ -214,8 +248,10 @@ def replay(completion: Messages, secret: str) -> Game:
 def reply_for(turn: Turn, guesses_left: int) -> str:
     """The environment's message after a turn that did not win."""
     if turn.guess is None:
-        return (f"No guess found: write one 5-letter word inside <guess> tags, e.g. <guess>crane</guess>. "
-                f"{_left(guesses_left)}")
+        return (
+            f"No guess found: write one 5-letter word inside <guess> tags, e.g. <guess>crane</guess>. "
+            f"{_left(guesses_left)}"
+        )
     if not turn.valid:
         return f"'{turn.guess}' is not in the word list; that used a turn. {_left(guesses_left)}"
     assert turn.pattern is not None
@@ -301,15 +337,20 @@ def load_environment(
         raise ValueError(f"max_turns must be at least 1, got {max_turns}")
     pool = answer_pool(num_common_words)  # fail at load time, not when the data is first read
     train_words, eval_words = split_words(pool, num_train_examples, num_eval_examples, seed)
-    question = (f"Guess the secret {WORD_LENGTH}-letter word. You have {max_turns} guesses. "
-                "Answer with your first guess inside <guess> tags.")
+    question = (
+        f"Guess the secret {WORD_LENGTH}-letter word. You have {max_turns} guesses. "
+        "Answer with your first guess inside <guess> tags."
+    )
 
     def rows(words: list[str]) -> list[dict]:
         return [{"question": question, "answer": w, "info": {"max_turns": max_turns}} for w in words]
 
     parser = XMLParser(["guess"], answer_field="guess")
-    rubric = Rubric([win_reward, partial_credit_reward, fewer_turns_reward, format_reward],
-                    weights=[0.6, 0.2, 0.1, 0.1], parser=parser)
+    rubric = Rubric(
+        [win_reward, partial_credit_reward, fewer_turns_reward, format_reward],
+        weights=[0.6, 0.2, 0.1, 0.1],
+        parser=parser,
+    )
     return WordleEnv(
         num_common_words=num_common_words,
         dataset=lambda: rows(train_words),
