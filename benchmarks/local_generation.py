@@ -47,6 +47,11 @@ def main() -> None:
     parser.add_argument(
         "--baseline-requests", type=int, default=None, help="requests in the generate loop (default: all)"
     )
+    parser.add_argument(
+        "--continuous-batching",
+        action="store_true",
+        help="also time transformers' own continuous batching (model.generate_batch) on the same prompts",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     parser.add_argument(
         "--hf-decode", action="store_true", help="LocalClient on the Hugging Face forward (no lean engine)"
@@ -71,7 +76,7 @@ def main() -> None:
         prompts = [demo[:2] for demo in reverse_text_demonstrations(args.requests, seed=1234)]
         sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
         baseline_prompts = prompts[: args.baseline_requests or len(prompts)]
-        client_rates, padded_rates, loop_rates = asyncio.run(
+        client_rates, padded_rates, loop_rates, cb_rates = asyncio.run(
             _run_interleaved(
                 str(model_path),
                 prompts,
@@ -80,6 +85,7 @@ def main() -> None:
                 args.repeats,
                 hf_decode=args.hf_decode,
                 dtype=args.dtype,
+                continuous_batching=args.continuous_batching,
             )
         )
     load_after = os.getloadavg()[0]
@@ -104,6 +110,12 @@ def main() -> None:
     print(
         f"{'model.generate, one call/request':34} {loop_rate:10.1f}  {client / loop_rate:19.1f}x  {paired_loop:6.1f}x"
     )
+    if cb_rates:
+        cb_rate = statistics.median(cb_rates)
+        paired_cb = statistics.median(c / b for c, b in zip(client_rates, cb_rates))
+        print(
+            f"{'model.generate_batch (continuous)':34} {cb_rate:10.1f}  {client / cb_rate:19.1f}x  {paired_cb:6.1f}x"
+        )
 
 
 def _quick_model(tmp: Path) -> Path:
@@ -121,9 +133,10 @@ async def _run_interleaved(
     *,
     hf_decode: bool,
     dtype: str,
-) -> tuple[list[float], list[float], list[float]]:
-    """Alternate LocalClient runs, padded-generate runs and per-request generate loops; returns
-    the three lists of tokens/s."""
+    continuous_batching: bool,
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Alternate LocalClient runs, padded-generate runs, per-request generate loops and (with
+    `continuous_batching`) transformers' `generate_batch`; returns the lists of tokens/s."""
     client = LocalClient(model_path, max_batch_size=len(prompts), dtype=dtype)
     client.lean_decode = not hf_decode
     model, tokenizer = _load(model_path, dtype)
@@ -135,7 +148,10 @@ async def _run_interleaved(
         await asyncio.gather(*[client.chat(p, sampling=sampling) for p in prompts])
         _padded_generate(model, tokenizer, padded_inputs, sampling)
         _generate_loop(model, tokenizer, loop_inputs[:1], sampling)
-        client_rates, padded_rates, loop_rates = [], [], []
+        cb_inputs = [_prompt_ids(tokenizer, messages) for messages in prompts]
+        if continuous_batching:
+            _continuous_batch(model, tokenizer, cb_inputs, sampling, warmup=True)
+        client_rates, padded_rates, loop_rates, cb_rates = [], [], [], []
         for _ in range(repeats):
             start = time.perf_counter()
             results = await asyncio.gather(*[client.chat(p, sampling=sampling) for p in prompts])
@@ -152,7 +168,11 @@ async def _run_interleaved(
             tokens, elapsed = _generate_loop(model, tokenizer, loop_inputs, sampling)
             loop_rates.append(tokens / elapsed)
             print(f"  generate loop: {tokens} tokens in {elapsed:.2f}s", flush=True)
-        return client_rates, padded_rates, loop_rates
+            if continuous_batching:
+                tokens, elapsed = _continuous_batch(model, tokenizer, cb_inputs, sampling, warmup=False)
+                cb_rates.append(tokens / elapsed)
+                print(f"  generate_batch: {tokens} tokens in {elapsed:.2f}s", flush=True)
+        return client_rates, padded_rates, loop_rates, cb_rates
     finally:
         await client.close()
 
@@ -216,6 +236,31 @@ def _padded_generate(
         ends = [i for i, token in enumerate(row) if token in eos]
         tokens += ends[0] + 1 if ends else len(row)  # rows that finished early are padded after their EOS
     return tokens, elapsed
+
+
+def _continuous_batch(
+    model: Any, tokenizer: Any, encoded: list[list[int]], sampling: SamplingParams, *, warmup: bool
+) -> tuple[int, float]:
+    """All requests through transformers' continuous batching (`generate_batch`, paged KV cache);
+    returns (completion tokens, seconds). `warmup` runs the library's own warm-up pass first."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    # Sized for this workload: left to itself on a CPU the library sizes its paged KV cache from
+    # free memory and ran 13 tokens/s on the tiny model (8 requests); pages of 64 tokens, enough
+    # blocks for every request's prompt + completion, and one forward of at most 2,048 tokens.
+    page = 64
+    blocks = sum(-(-(len(ids) + sampling.max_tokens) // page) for ids in encoded) + 8
+    batching = ContinuousBatchingConfig(num_blocks=blocks, page_size=page, max_batch_tokens=2048)
+    config = GenerationConfig(
+        eos_token_id=sorted(_eos_ids(model, tokenizer)), **_generate_settings(tokenizer, sampling)
+    )
+    start = time.perf_counter()
+    outputs = model.generate_batch(
+        inputs=encoded, generation_config=config, continuous_batching_config=batching, warmup=warmup
+    )
+    elapsed = time.perf_counter() - start
+    return sum(len(output.generated_tokens) for output in outputs.values()), elapsed
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
