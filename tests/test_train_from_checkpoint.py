@@ -90,7 +90,7 @@ def held_out_as_eval_run(run_config, model: str) -> float:
     (`held_out_sampling`), its concurrency (the in-process client batches what is in flight)."""
     from workbench.envs import load_environment
     from workbench.evaluate import EvalConfig, run_eval
-    from workbench.train.loop import held_out_sampling
+    from workbench.train.held_out import held_out_sampling
     from workbench.train.setup import training_sampling
 
     [env] = run_config.env

@@ -1,6 +1,6 @@
 """Held-out evaluation during training on `[[eval.env]]` environments: loaded like the training
 environments, each evaluated on its own eval split and logged as eval/<env>/reward_mean besides
-the pooled eval/reward_mean. Runs the real loop function with the instant EchoClient (no model)."""
+the pooled eval/reward_mean. Runs the real evaluation function with the instant EchoClient (no model)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from workbench.envs import Parser, load_environment
 from workbench.errors import UserError
 from workbench.inference.echo import EchoClient
 from workbench.train.distributed import SINGLE
-from workbench.train.loop import _held_out_eval
+from workbench.train.held_out import held_out_eval
 from workbench.train.schema import EnvConfig, SamplingConfig, TrainConfig
 from workbench.train.setup import env_names, load_eval_envs
 from workbench.types import SamplingParams
@@ -23,13 +23,17 @@ class _Model:
         return self
 
 
-def context(eval_envs: list, env=None, sampling: SamplingParams | None = None) -> SimpleNamespace:
-    """What `_held_out_eval` reads from a TrainContext; the EchoClient answers with the reversed prompt."""
+POLICY = SimpleNamespace(model=_Model(), wrapped=None)  # what `held_out_eval` reads of the policy
+
+
+def context(
+    cfg: TrainConfig, eval_envs: list, env=None, sampling: SamplingParams | None = None
+) -> SimpleNamespace:
+    """What `held_out_eval` reads from a TrainContext; the EchoClient answers with the reversed prompt."""
     return SimpleNamespace(
-        policy=SimpleNamespace(model=_Model(), wrapped=None),
-        client=EchoClient(),
+        config=cfg,
+        inference=SimpleNamespace(client=EchoClient(), server_mode=False),
         dist=SINGLE,
-        server_mode=False,
         eval_envs=eval_envs,
         env=env,
         sampling=sampling or SamplingParams(max_tokens=64),
@@ -49,7 +53,7 @@ async def test_each_eval_env_is_logged_under_its_own_name():
     assert [t.name for t in targets] == ["reverse-text", "alphabet-sort"]
     assert len(targets[0].env.get_examples(-1, split="eval")) == 6  # the args reached load_environment
     targets[0].env.rubric.parser = Parser()  # the echo's bare reversal scores 1.0 on reverse-text
-    metrics = await _held_out_eval(context(targets), cfg)
+    metrics = await held_out_eval(context(cfg, targets), POLICY)
     assert set(metrics) == {
         "eval/reward_mean",
         "eval/reverse-text/reward_mean",
@@ -67,7 +71,7 @@ async def test_without_eval_env_the_training_envs_are_evaluated():
     assert load_eval_envs(cfg) == []
     env = load_environment("reverse-text")
     env.rubric.parser = Parser()
-    assert await _held_out_eval(context([], env=env), cfg) == {"eval/reward_mean": 1.0}
+    assert await held_out_eval(context(cfg, [], env=env), POLICY) == {"eval/reward_mean": 1.0}
 
 
 def test_each_eval_env_samples_with_its_own_sampling_args():

@@ -5,14 +5,10 @@
     workbench train --resume outputs/runs/<run>
     workbench train configs/rl/reverse-text.toml --nproc 2   # data parallel (workbench.train.distributed)
 
-One RL step reads top to bottom in `_rl_step`:
-  1. sample batch_size / rollouts_per_example examples (weighted across [[env]]s) and run
-     rollouts_per_example rollouts of each through the shared engine with the current policy
-  2. online difficulty filtering (oversample to refill the batch)
-  3. advantages: reward - group mean (optionally / group std)
-  4. token-level policy-gradient loss with the importance ratio against the sampler's logprobs
-     (grpo / dapo / cispo), optional k3 KL to the reference, micro-batches with accumulation
-  5. gradient clipping, AdamW, warmup; metrics, sampled rollouts, checkpoint
+This file is the run around the steps: set up (`setup.py`), resume, then per step: the step
+(`rl_step.py` reads top to bottom: generate -> reward -> advantage -> loss -> step -> publish; or
+`_sft_step`), held-out evaluation (`held_out.py`), metrics, run metadata, checkpoint; a failure
+becomes one line saying where to resume from.
 
 Colocated (the default): generation and training take turns on this machine (the trainer's
 own model serves generation through LocalClient, no weight copies), so rollouts always come
@@ -30,45 +26,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import functools
 import signal
-import statistics
 import time
 from pathlib import Path
-from typing import Any
-
-import orjson
+from types import FrameType
 
 from workbench import startup
-from workbench.engine import run_rollouts
 from workbench.errors import ServerGone, UserError
 from workbench.events import NullReporter, Reporter
 from workbench.inference.weight_sync import WeightSyncError
 from workbench.store.checkpoints import checkpoint_at, list_checkpoints, read_step_info, set_aside_after
-from workbench.store.runs import TrainRun, now_iso, write_run_metadata
+from workbench.store.runs import RunStatus, now_iso
 from workbench.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
+from workbench.train.context import Learner, TrainContext
 from workbench.train.distributed import (
     SINGLE,
     DistInfo,
     agreed_run_dir,
     checkpoint_states,
     close,
-    gather_groups,
-    generation_weights,
     init_distributed,
     load_optimizer_state,
 )
+from workbench.train.held_out import held_out_eval
 from workbench.train.metrics import MetricsLogger, NullMetricsLogger, step_line, truncate_metrics
-from workbench.train.optimize import NonFiniteLoss, adapt_kl_beta, make_optimizer, train_on_samples
-from workbench.train.rollout_source import RolloutSource
-from workbench.train.samples import groups_to_samples
+from workbench.train.optimize import NonFiniteLoss, train_on_samples
+from workbench.train.rl_step import rl_step
 from workbench.train.schema import TrainConfig
 from workbench.train.service import TrainingFailed, TrainResult
-from workbench.train.setup import TrainContext, build_context, new_run_dir, refuse_server_mode_ranks
-from workbench.train.shared_source import SharedSource, on_main
-from workbench.train.teacher import TeacherStats
-from workbench.types import SamplingParams
+from workbench.train.setup import build_context, new_run_dir, refuse_server_mode_ranks
+from workbench.train.shared_source import on_main
+from workbench.train.step_metrics import sft_metrics
 
 
 def run_rank(
@@ -106,8 +94,9 @@ async def _train(
         launched: list[str] = []
         if config.inference.mode == "server" and config.inference.launch:
             # rank 0 alone starts them (it alone rolls out: shared_source.py); the others get its config
+            unchanged: tuple[TrainConfig, list[str]] = (config, [])
             config, launched = await on_main(
-                dist, lambda: _launch_inference(config, run_dir, servers, reporter), (config, [])
+                dist, lambda: _launch_inference(config, run_dir, servers, reporter), unchanged
             )
         return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
 
@@ -147,73 +136,53 @@ async def _train_in(
     launched: list[str],
     dist: DistInfo,
 ) -> TrainResult:
-    ctx = build_context(config, run_dir, checkpoint, dist, launched_urls=launched)
-    optimizer, scheduler = make_optimizer(ctx.policy, config)
-    start_step = 0
-    if checkpoint is not None:
-        state = load_trainer_state(checkpoint)
-        load_optimizer_state(ctx.policy, optimizer, state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        info = read_step_info(checkpoint)
-        start_step = info["step"]
-        ctx.kl_beta = info.get("kl_beta", ctx.kl_beta)
-        reporter.message(f"resuming from {checkpoint.name}")
+    ctx, learner = build_context(config, run_dir, checkpoint, dist, launched_urls=launched)
+    start_step = _restore(learner, checkpoint, reporter) if checkpoint is not None else 0
     if dist.is_main:  # rank 0 alone writes metrics, metadata and W&B
         truncate_metrics(run_dir, start_step)
     logger = (
-        MetricsLogger(run_dir, config.wandb, run_dir.name, ctx.saved_config, resume=checkpoint is not None)
+        MetricsLogger(
+            run_dir, config.wandb, run_dir.name, ctx.files.metadata.config, resume=checkpoint is not None
+        )
         if dist.is_main
         else NullMetricsLogger()
     )
     stop = _StopFlag(reporter)
-    metadata = ctx.metadata
+    metadata = ctx.files.metadata
     metadata.status, metadata.step = "running", start_step
-    _write_metadata(ctx, metadata)
-    history: list[dict[str, Any]] = []
-    status, step = "failed", start_step
+    ctx.files.write_metadata(dist)
+    history: list[dict[str, float]] = []
+    status: RunStatus = "failed"
+    step = start_step
     reporter.start(f"train {run_dir.name}", config.max_steps, start_step)
-    ctx.clock.version = start_step
-    if ctx.env is not None:
-        ctx.source = _rollout_source(ctx, config)
+    ctx.inference.clock.version = start_step
+    publisher = ctx.inference.publisher
     try:
-        if ctx.publisher is not None:
-            await ctx.publisher.start(start_step)
+        if publisher is not None:
+            await publisher.start(start_step)
         if start_step == 0 and config.eval.interval > 0 and config.on_policy:
-            logger.log(0, await _held_out_eval(ctx, config))
+            logger.log(0, await held_out_eval(ctx, learner.policy))
         stopping = dist.any(stop.requested)
         startup.release()  # the command's start-up is over (workbench/startup.py)
         while step < config.max_steps and not stopping:
             step += 1
             metrics = await (
-                _rl_step(ctx, config, optimizer, scheduler, step)
-                if config.on_policy
-                else _sft_step(ctx, config, optimizer, scheduler, step)
+                rl_step(ctx, learner, step) if config.on_policy else _sft_step(ctx, learner, step)
             )
-            if (
-                config.eval.interval > 0
-                and config.on_policy
-                and (step % config.eval.interval == 0 or step == config.max_steps)
-            ):
-                if ctx.publisher is not None:
-                    await ctx.publisher.wait()  # evaluate this step's weights
-                metrics.update(await _held_out_eval(ctx, config))
+            if _evaluates(config, step):
+                if publisher is not None:
+                    await publisher.wait()  # evaluate this step's weights
+                metrics.update(await held_out_eval(ctx, learner.policy))
             logger.log(step, metrics)
             history.append({"step": step, **metrics})
-            ctx.log.write(step_line(step, metrics, config.max_steps))
+            ctx.files.log.write(step_line(step, metrics, config.max_steps))
             reporter.step_done(step, metrics)
-            metadata.step, metadata.updated_at, metadata.reward_mean = (
-                step,
-                now_iso(),
-                metrics.get("reward/mean"),
-            )
-            metadata.eval_reward_mean = metrics.get("eval/reward_mean", metadata.eval_reward_mean)
-            _write_metadata(ctx, metadata)
+            _record_step(ctx, step, metrics)
             stopping = dist.any(stop.requested)  # agreed, so every rank stops after the same step
             if step % config.checkpointing.save_every_n_steps == 0 or step == config.max_steps or stopping:
-                _checkpoint(ctx, config, optimizer, scheduler, step, metrics)
-        if ctx.publisher is not None:
-            await ctx.publisher.wait()  # the servers end on the final weights
+                _checkpoint(ctx, learner, step, metrics)
+        if publisher is not None:
+            await publisher.wait()  # the servers end on the final weights
         status = "stopped" if step < config.max_steps else "finished"
     except WeightSyncError as exc:
         last = list_checkpoints(run_dir)
@@ -234,295 +203,85 @@ async def _train_in(
         metadata.error = f"non-finite loss at step {step}: {exc}"
         raise TrainingFailed(f"training stopped at step {step}: {exc} (NaN/inf){where}") from exc
     finally:
-        if ctx.source is not None:
-            await ctx.source.close()
-        if ctx.publisher is not None:
-            await ctx.publisher.cancel()
+        await ctx.inference.close()
         stop.restore()
         reporter.finish()
         logger.close()
-        await ctx.client.close()
         if ctx.teacher is not None:
             await ctx.teacher.close()
         metadata.status, metadata.updated_at = status, now_iso()
-        _write_metadata(ctx, metadata)
-        ctx.log.write(f"{status} at step {step}")
+        ctx.files.write_metadata(dist)
+        ctx.files.log.write(f"{status} at step {step}")
     return TrainResult(run_dir, status, step, history, speaks=dist.is_main, world_size=dist.world_size)
 
 
-async def _rl_step(
-    ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int
-) -> dict[str, Any]:
+def _restore(learner: Learner, checkpoint: Path, reporter: Reporter) -> int:
+    """Load what the checkpoint saved of the learner (the adapter is loaded with the policy) and
+    the RNG state; returns the step it was written after."""
+    state = load_trainer_state(checkpoint)
+    load_optimizer_state(learner.policy, learner.optimizer, state["optimizer"])
+    learner.scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    info = read_step_info(checkpoint)
+    learner.kl_beta = info.get("kl_beta", learner.kl_beta)
+    reporter.message(f"resuming from {checkpoint.name}")
+    return int(info["step"])
+
+
+def _evaluates(config: TrainConfig, step: int) -> bool:
+    """Held-out evaluation after this step: every eval.interval steps and after the last (RL only)."""
+    interval = config.eval.interval
+    return interval > 0 and config.on_policy and (step % interval == 0 or step == config.max_steps)
+
+
+def _record_step(ctx: TrainContext, step: int, metrics: dict[str, float]) -> None:
+    """The run's metadata after a step (what `workbench runs` and the TUI list)."""
+    metadata = ctx.files.metadata
+    metadata.step, metadata.updated_at, metadata.reward_mean = step, now_iso(), metrics.get("reward/mean")
+    metadata.eval_reward_mean = metrics.get("eval/reward_mean", metadata.eval_reward_mean)
+    ctx.files.write_metadata(ctx.dist)
+
+
+async def _sft_step(ctx: TrainContext, learner: Learner, step: int) -> dict[str, float]:
+    """Supervised fine-tuning: the step's demonstrations (this rank's slice), one optimizer step."""
     started = time.perf_counter()
-    learning_rate = scheduler.get_last_lr()[0]  # this step's (the scheduler moves on when it trains)
-    if not ctx.server_mode:
-        ctx.policy.model.eval()  # colocated: the trainer's own model generates
-    with generation_weights(ctx.policy):
-        batch = await ctx.source.batch_for(step)
-    wait_s = time.perf_counter() - started
-    all_groups = gather_groups(ctx.dist, batch.all_groups)  # every rank's (multi-process); metrics use these
-    if all_groups and all(g.infrastructure_failures for g in all_groups):
-        where = (
-            f"; resume with --resume {ctx.run_dir} once a server is back"
-            if list_checkpoints(ctx.run_dir)
-            else ""
-        )
-        raise TrainingFailed(
-            f"training stopped at step {step}: no inference server answered "
-            f"(every rollout failed after retries){where}"
-        )
-    if ctx.dist.is_main:
-        _write_rollouts(ctx.run_dir, step, all_groups)
-    samples = groups_to_samples(batch.groups, config)
-    distill: dict[str, float] = {}
-    if ctx.teacher is not None:  # online distillation: the teacher scores every sampled token
-        scored = await ctx.teacher.score(samples, ctx.sampling.temperature)
-        distill = TeacherStats(
-            *ctx.dist.sum([scored.reverse_kl_sum, scored.teacher_logprob_sum, scored.tokens])
-        ).metrics()
-    rollouts = [r for g in batch.groups for r in g.rollouts]
-    trained, sample_tokens, dropped, server_failed, sampled_rollouts = ctx.dist.sum(
-        [
-            len(samples) if rollouts else 0,
-            sum(len(s.input_ids) for s in samples),
-            batch.dropped,
-            batch.server_failed,
-            len(rollouts),
-        ]
+    learning_rate = learner.learning_rate  # this step's (the scheduler moves on when it trains)
+    assert ctx.sft_data is not None  # mode = "sft" (setup.build_context)
+    samples = ctx.dist.shard(ctx.sft_data.batch(step, ctx.config.batch_size))  # this rank's slice
+    stats = train_on_samples(
+        learner.policy, learner.optimizer, learner.scheduler, samples, ctx.config, sft=True, dist=ctx.dist
     )
-    lag = (step - 1) - batch.policy_version
-    metrics: dict[str, Any] = {
-        "filter/dropped_groups": int(dropped),
-        "rollout/server_failed_groups": int(server_failed),
-        "rollout/generation_time": batch.generation_s,
-        "policy/lag": lag,
-        "policy/off_policy_dropped": batch.off_policy_dropped,
-        **distill,
-    }
-    if ctx.dist.any(bool(samples) and any(s.teaches for s in samples)):  # every rank trains, or none
-        train = functools.partial(
-            train_on_samples,
-            ctx.policy,
-            optimizer,
-            scheduler,
-            samples,
-            config,
-            temperature=ctx.sampling.temperature,
-            kl_beta=ctx.kl_beta,
-            dist=ctx.dist,
-        )
-        # Server mode trains in a thread so the event loop keeps generating the next batch.
-        stats = await asyncio.to_thread(train) if ctx.server_mode else train()
-        if config.kl_penalty.enabled:
-            ctx.kl_beta = adapt_kl_beta(ctx.kl_beta, stats.kl, config.kl_penalty.target_kl)
-            metrics["policy/kl_beta"] = ctx.kl_beta
-        metrics.update(
-            {
-                "train/loss": stats.loss,
-                "train/grad_norm": stats.grad_norm,
-                "policy/entropy": stats.entropy,
-                "policy/kl": stats.kl,
-                "policy/importance_ratio": stats.ratio_mean,
-                "policy/clip_frac": stats.clip_frac,
-                "policy/mismatch_kl": stats.mismatch_kl,
-                "time/forward_backward": stats.forward_backward_s,
-                "time/optimizer": stats.optimizer_s,
-                "train/padding_fraction": stats.padding_fraction,
-            }
-        )
-    else:  # every group filtered out or zero advantage: nothing to learn this step
-        metrics.update(
-            {"train/loss": 0.0, "train/grad_norm": 0.0, "time/forward_backward": 0.0, "time/optimizer": 0.0}
-        )
-    if ctx.publisher is not None:  # the servers get the new weights while the next step trains
-        sync_s = await ctx.publisher.publish(step)
-    else:
-        sync_s = 0.0
-        await ctx.clock.advance(step)
-    # a group the server failed is no result: left out of the reward numbers (counted above)
-    all_rollouts = [r for g in all_groups if not g.infrastructure_failures for r in g.rollouts]
-    rewards = [r.reward for r in all_rollouts] or [0.0]
-    step_s = time.perf_counter() - started
-    completion_tokens = sum(r.usage.get("completion_tokens", 0) for r in all_rollouts)
-    metrics.update(
-        {
-            "reward/mean": sum(rewards) / len(rewards),
-            "reward/std": statistics.pstdev(rewards),
-            **{f"reward/{name}": value for name, value in _func_means(all_rollouts).items()},
-            "train/learning_rate": learning_rate,
-            "rollout/mean_length": completion_tokens / max(len(all_rollouts), 1),
-            "rollout/truncated_frac": sum(r.is_truncated for r in all_rollouts) / max(len(all_rollouts), 1),
-            "rollout/errors": sum(r.error is not None for r in all_rollouts),
-            "rollout/trained_samples": int(trained),
-            # > 1 for multi-turn rollouts under trajectory_strategy = "branching" (one sample per turn)
-            "rollout/samples_per_rollout": trained / max(sampled_rollouts, 1),
-            "perf/tokens_per_s": (completion_tokens + sample_tokens) / step_s,
-            "time/wait_rollouts": wait_s,
-            "time/step": step_s,
-        }
-    )
-    if ctx.publisher is not None:
-        metrics["time/weight_sync"] = sync_s  # what the trainer waited for: the write, a push still running
-        metrics["time/weight_push"] = ctx.publisher.last_push_s  # the newest completed push, on the servers
-    # Colocated, generation happens inside the wait; async, it overlaps the previous step.
-    busy = (wait_s if ctx.server_mode else batch.generation_s) + sync_s
-    metrics["time/other"] = max(
-        0.0, step_s - busy - metrics["time/forward_backward"] - metrics["time/optimizer"]
-    )
-    return metrics
+    return sft_metrics(stats, learning_rate, time.perf_counter() - started)
 
 
-async def _sft_step(
-    ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int
-) -> dict[str, Any]:
-    started = time.perf_counter()
-    learning_rate = scheduler.get_last_lr()[0]  # this step's (the scheduler moves on when it trains)
-    samples = ctx.dist.shard(ctx.sft_data.batch(step, config.batch_size))  # this rank's slice
-    stats = train_on_samples(ctx.policy, optimizer, scheduler, samples, config, sft=True, dist=ctx.dist)
-    step_s = time.perf_counter() - started
-    return {
-        "train/loss": stats.loss,
-        "train/grad_norm": stats.grad_norm,
-        "policy/entropy": stats.entropy,
-        "train/learning_rate": learning_rate,
-        "perf/tokens_per_s": stats.tokens / step_s,
-        "time/forward_backward": stats.forward_backward_s,
-        "time/optimizer": stats.optimizer_s,
-        "time/step": step_s,
-        "train/padding_fraction": stats.padding_fraction,
-    }
-
-
-async def _held_out_eval(ctx: TrainContext, config: TrainConfig) -> dict[str, float]:
-    """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)
-    of the training environments, or of each `eval.env` (then also logged per environment as
-    eval/<name>/reward_mean); eval/reward_mean pools every rollout. Several ranks share the
-    examples; in server mode rank 0 evaluates them all (its client serves the newest weights)."""
-    if ctx.server_mode and ctx.dist.active:
-        return await on_main(
-            ctx.dist, lambda: _held_out_eval(dataclasses.replace(ctx, dist=SINGLE), config), {}
-        )
-    ctx.policy.model.eval()
-    targets = [(e.name, e.env, e.sampling) for e in ctx.eval_envs] or [(None, ctx.env, ctx.sampling)]
-    metrics: dict[str, float] = {}
-    total = count = 0.0
-    for name, env, sampling in targets:
-        examples = ctx.dist.shard(
-            env.get_examples(config.eval.num_examples, split="eval")
-        )  # this rank's slice
-        groups: list[Any] = []
-        with generation_weights(ctx.policy):
-            await run_rollouts(
-                env,
-                ctx.client,
-                examples,
-                rollouts_per_example=config.eval.rollouts_per_example,
-                sampling=held_out_sampling(config, sampling),
-                max_concurrent=config.eval_concurrency(),
-                on_group=groups.append,
-            )
-        rewards = [
-            r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts
-        ]  # server failures: no result
-        env_total, env_count = ctx.dist.sum([sum(rewards), len(rewards)])
-        if name is not None:
-            metrics[f"eval/{name}/reward_mean"] = env_total / env_count if env_count else 0.0
-        total, count = total + env_total, count + env_count
-    return {"eval/reward_mean": total / count if count else 0.0, **metrics}
-
-
-def held_out_sampling(config: TrainConfig, sampling: SamplingParams) -> SamplingParams:
-    """How held-out evaluation samples: the run's sampling with one seed for every evaluation, so
-    each step's reward is measured on the same draws (and `eval run` with these settings, the
-    same -n/-r and examples, reproduces the number for a checkpoint)."""
-    return dataclasses.replace(sampling, seed=_seed(config, 10_000_019))
-
-
-def _checkpoint(
-    ctx: TrainContext, config: TrainConfig, optimizer: Any, scheduler: Any, step: int, metrics: dict[str, Any]
-) -> None:
-    states = checkpoint_states(ctx.policy, optimizer)  # FSDP: gathered from every rank
+def _checkpoint(ctx: TrainContext, learner: Learner, step: int, metrics: dict[str, float]) -> None:
+    states = checkpoint_states(learner.policy, learner.optimizer)  # FSDP: gathered from every rank
     if not ctx.dist.is_main:
         return
+    config = ctx.config
     try:
         path = save_checkpoint(
-            ctx.run_dir,
+            ctx.files.run_dir,
             step,
-            ctx.policy,
-            optimizer,
-            scheduler,
+            learner.policy,
+            learner.optimizer,
+            learner.scheduler,
             {
                 "reward_mean": metrics.get("reward/mean"),
                 "eval_reward_mean": metrics.get("eval/reward_mean"),
-                "kl_beta": ctx.kl_beta,
+                "kl_beta": learner.kl_beta,
             },
             keep=config.checkpointing.keep_n_checkpoints,
             states=states,
             keep_every=config.checkpointing.keep_every_n_steps,
         )
     except OSError as exc:
-        last = list_checkpoints(ctx.run_dir)
+        last = list_checkpoints(ctx.files.run_dir)
         kept = f"; previous checkpoint intact: {last[-1]}" if last else ""
         raise TrainingFailed(
             f"could not write the step {step} checkpoint ({exc.strerror or exc}){kept}"
         ) from exc
-    ctx.log.write(f"checkpoint {path.name}")
-
-
-def _rollout_source(ctx: TrainContext, config: TrainConfig) -> RolloutSource | SharedSource:
-    """Colocated: every rank rolls out its share on demand. Server mode: generated ahead of the
-    trainer; with several ranks by rank 0 alone, which hands each rank its share."""
-    if not (ctx.server_mode and ctx.dist.active):
-        return RolloutSource(
-            ctx.env,
-            ctx.client,
-            config,
-            ctx.clock,
-            lambda s: _sampling(ctx, config, s),
-            asynchronous=ctx.server_mode,
-            dist=ctx.dist,
-        )
-    own = (
-        RolloutSource(
-            ctx.env, ctx.client, config, ctx.clock, lambda s: _sampling(ctx, config, s), asynchronous=True
-        )
-        if ctx.dist.is_main
-        else None
-    )
-    return SharedSource(own, ctx.dist)
-
-
-def _write_metadata(ctx: TrainContext, metadata: TrainRun) -> None:
-    if ctx.dist.is_main:
-        write_run_metadata(ctx.run_dir, metadata)
-
-
-def _sampling(ctx: TrainContext, config: TrainConfig, step: int) -> SamplingParams:
-    """The run's sampling (environment < config) with a seed of its own for every step."""
-    return dataclasses.replace(ctx.sampling, seed=_seed(config, step))
-
-
-def _seed(config: TrainConfig, step: int) -> int:
-    return config.seed * 100_003 + step
-
-
-def _write_rollouts(run_dir: Path, step: int, groups: list[Any]) -> None:
-    folder = run_dir / "rollouts"
-    folder.mkdir(exist_ok=True)
-    with (folder / f"step_{step}.jsonl").open("wb") as f:
-        for group in groups:
-            for rollout in group.rollouts:
-                record = rollout.to_record()
-                record.pop("tokens", None)  # large and only needed in memory
-                f.write(orjson.dumps(record) + b"\n")
-
-
-def _func_means(rollouts: list[Any]) -> dict[str, float]:
-    sums: dict[str, list[float]] = {}
-    for r in rollouts:  # weighted reward functions, and the weight-0 ones kept as metrics
-        for name, value in {**r.rewards, **r.metrics}.items():
-            sums.setdefault(name, []).append(value)
-    return {name: sum(v) / len(v) for name, v in sums.items()}
+    ctx.files.log.write(f"checkpoint {path.name}")
 
 
 class _StopFlag:
@@ -534,7 +293,7 @@ class _StopFlag:
         self._previous = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, self._handle)
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True

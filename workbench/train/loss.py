@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,14 +141,14 @@ def _last_logits_only(model: Any) -> dict[str, int]:
     step): `logits_to_keep` (transformers >= 4.50), `num_logits_to_keep` before; none if unknown."""
     inner = getattr(model, "module", model)  # DDP
     inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
-    name = _logits_keyword(type(inner))
+    name = _logits_keyword(type(inner).forward)
     return {name: 1} if name else {}
 
 
 @functools.cache
-def _logits_keyword(model_class: type) -> str | None:
-    """(Once per model class: signatures are slow to read, and this runs every micro-batch.)"""
-    parameters = inspect.signature(model_class.forward).parameters
+def _logits_keyword(forward: Callable[..., object]) -> str | None:
+    """(Once per model class's forward: signatures are slow to read, and this runs every micro-batch.)"""
+    parameters = inspect.signature(forward).parameters
     return next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in parameters), None)
 
 

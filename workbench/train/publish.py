@@ -1,4 +1,9 @@
-"""Server mode: the trainer's side of in-flight weight updates.
+"""Weight publishing, the last stage of an RL step: the new weights reach whoever generates.
+
+Colocated, the trainer's own model generates: publishing only moves the policy clock, which
+lets the next step's rollouts start (`publish_weights`).
+
+Server mode: the trainer's side of in-flight weight updates.
 
 After each optimizer step the new weights are written under `<run>/weights/step_N` (the LoRA
 adapter, a few MB; or the whole model with full fine-tuning) and every inference server is
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
+from workbench.inference.client import Client
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
 from workbench.inference.weight_sync import WeightSync, WeightSyncError
 from workbench.train.rollout_source import PolicyClock
@@ -29,6 +35,15 @@ KEEP_PUBLISHED = 2  # the newest weights, and the previous ones requests may sti
 # Seconds a training server may stay silent before its requests are retried. Longer than an eval's
 # 60: a step's rollouts start together and, with long max_tokens, all may end minutes later.
 TRAIN_REQUEST_TIMEOUT_S = 600.0
+
+
+async def publish_weights(publisher: WeightPublisher | None, clock: PolicyClock, step: int) -> float:
+    """After step `step`'s optimizer step: the weights it made are the ones rollouts use from now on.
+    Returns the seconds the trainer waited for that (0 colocated)."""
+    if publisher is None:
+        await clock.advance(step)
+        return 0.0
+    return await publisher.publish(step)  # the servers get the new weights while the next step trains
 
 
 def served_model_name(config: TrainConfig) -> str:
@@ -50,7 +65,7 @@ def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundR
             raise UserError(
                 f"environment variable {config.inference.api_key_var} (inference.api_key_var) is not set"
             )
-    clients: list[OpenAIClient] = []
+    clients: list[Client] = []
     registry: dict[str, Any] | None = None
     for ref in [*config.inference.base_urls, *extra_urls]:
         if ref.startswith(("http://", "https://")):
@@ -150,7 +165,7 @@ class WeightPublisher:
     async def _push(self, step: int, target: Path) -> None:
         started = time.perf_counter()
         name = f"{self.run_name}-step-{step}" if self.lora else self.base_name
-        servers = list(self.client.clients)
+        servers = self._servers()
         outcomes = await asyncio.gather(
             *(self._load(server, name, target) for server in servers), return_exceptions=True
         )
@@ -171,6 +186,10 @@ class WeightPublisher:
         self.published.append((step, name))
         self.last_push_s = time.perf_counter() - started
         await self._prune()
+
+    def _servers(self) -> list[OpenAIClient]:
+        """The servers still in the pool (every one is an OpenAIClient: `server_client`)."""
+        return [server for server in self.client.clients if isinstance(server, OpenAIClient)]
 
     async def _load(self, server: OpenAIClient, name: str, target: Path) -> None:
         sync = WeightSync([server.base_url], api_key=server.api_key)
@@ -194,7 +213,7 @@ class WeightPublisher:
         while len(self.published) > KEEP_PUBLISHED:
             step, name = self.published.pop(0)
             if self.lora:
-                for server in self.client.clients:
+                for server in self._servers():
                     try:
                         await WeightSync([server.base_url], api_key=server.api_key).unload_lora(name)
                     except WeightSyncError as exc:  # memory on that server, not correctness

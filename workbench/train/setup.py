@@ -1,11 +1,12 @@
-"""Everything a training run needs before its first step: run folder, envs, policy, client, data."""
+"""Everything a training run needs before its first step: run folder, envs, policy, optimizer,
+client, rollout source, data (`build_context`; the parts are described in `context.py`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,48 +15,21 @@ from workbench.engine.sampling import resolve_sampling
 from workbench.envs import EnvGroup, load_environment
 from workbench.envs.environment import Environment
 from workbench.errors import UserError
+from workbench.inference.client import Client
 from workbench.store.checkpoints import CHECKPOINTS
 from workbench.store.runs import RUN_LOG, QuietLog, RunLog, TrainRun, create_run_dir, read_saved
+from workbench.train.context import EvalEnv, Inference, Learner, RunFiles, TrainContext
 from workbench.train.distributed import SINGLE, DistInfo, wrap_model
-from workbench.train.policy import Policy, load_policy
+from workbench.train.optimize import make_optimizer
+from workbench.train.policy import load_policy
 from workbench.train.publish import WeightPublisher, server_client
 from workbench.train.rollout_source import PolicyClock, RolloutSource
 from workbench.train.samples import Sample
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, EnvConfig, TrainConfig
 from workbench.train.shared_source import SharedSource
-from workbench.train.teacher import Teacher, load_teacher
+from workbench.train.teacher import load_teacher
 from workbench.types import Messages, SamplingParams
 from workbench.workspace import model_label, new_run_id, runs_dir
-
-
-@dataclass
-class TrainContext:
-    run_dir: Path
-    env: Environment
-    policy: Policy
-    client: Any  # LocalClient over the policy's own model
-    log: RunLog
-    metadata: TrainRun
-    saved_config: dict[str, Any]
-    sft_data: SFTData | None = None
-    kl_beta: float = 0.0  # current KL coefficient (adapted toward kl_penalty.target_kl when set)
-    source: RolloutSource | SharedSource | None = None  # each step's batch (on demand, or generated ahead)
-    clock: PolicyClock = field(default_factory=PolicyClock)  # the policy version inference serves
-    publisher: WeightPublisher | None = None  # server mode, rank 0: pushes new weights to the servers
-    server_mode: bool = False  # rollouts come from inference servers (on rank 0 only, with several ranks)
-    dist: DistInfo = SINGLE  # this process's rank in a multi-process run (--nproc / torchrun)
-    sampling: SamplingParams = field(default_factory=SamplingParams)  # environment < config (engine.sampling)
-    eval_envs: list[EvalEnv] = field(default_factory=list)  # eval.env; empty: held-out eval on `env`
-    teacher: Teacher | None = None  # mode = "distill": scores every sampled token
-
-
-@dataclass
-class EvalEnv:
-    """One `[[eval.env]]`: evaluated on its own, logged as eval/<name>/reward_mean."""
-
-    name: str
-    env: Environment
-    sampling: SamplingParams  # the environment's own sampling_args < [sampling]
 
 
 def new_run_dir(config: TrainConfig) -> Path:
@@ -106,7 +80,9 @@ def build_context(
     dist: DistInfo = SINGLE,
     *,
     launched_urls: Sequence[str] = (),
-) -> TrainContext:
+) -> tuple[TrainContext, Learner]:
+    """The run's fixed parts and its learner, fresh: a resumed run then loads the optimizer,
+    schedule and KL coefficient from its checkpoint (`loop.py`); the LoRA adapter is loaded here."""
     import torch
 
     from workbench.inference.local_client import LocalClient
@@ -134,15 +110,17 @@ def build_context(
     )  # multi-process only: device, DDP/FSDP wrapper
     log = RunLog(run_dir / RUN_LOG) if dist.is_main else QuietLog(run_dir / RUN_LOG)
     clock = PolicyClock()
+    client: Client
     if config.inference.mode == "server":
         refuse_server_mode_ranks(config, dist)
-        client = server_client(config, extra_urls=list(launched_urls))
+        servers = server_client(config, extra_urls=list(launched_urls))
         # Several ranks: rank 0 alone rolls out and publishes (workbench.train.shared_source).
         publisher = (
-            WeightPublisher(policy, run_dir, config, client, clock, log=log.write) if dist.is_main else None
+            WeightPublisher(policy, run_dir, config, servers, clock, log=log.write) if dist.is_main else None
         )
+        client = servers
     else:
-        client = LocalClient.from_model(
+        local = LocalClient.from_model(
             policy.model,
             policy.tokenizer,
             model_name=config.model,
@@ -150,8 +128,8 @@ def build_context(
             reasoning_parser=config.inference.reasoning_parser or "auto",
         )
         # Interleaved: later turns continue the exact ids sampled so far (see inference/chat_tokens).
-        client.tokens_in = config.trajectory_strategy == "interleaved"
-        publisher = None
+        local.tokens_in = config.trajectory_strategy == "interleaved"
+        client, publisher = local, None
     log.write(f"{'resume from ' + checkpoint.name if checkpoint else 'start'} pid={os.getpid()}")
     metadata = TrainRun(
         run_id=run_dir.name,
@@ -171,24 +149,56 @@ def build_context(
     teacher = (
         load_teacher(config.distill, policy.tokenizer, dist.device) if config.mode == "distill" else None
     )
-    return TrainContext(
-        run_dir,
+    optimizer, scheduler = make_optimizer(policy, config)
+    server_mode = config.inference.mode == "server"
+    ctx = TrainContext(
+        config,
+        dist,
+        RunFiles(run_dir, log, metadata),
+        Inference(client, clock, server_mode, publisher),
         env,
-        policy,
-        client,
-        log,
-        metadata,
-        metadata.config,
+        training_sampling(config, env),
+        eval_envs,
         sft_data,
-        kl_beta=config.kl_penalty.beta,
-        clock=clock,
-        publisher=publisher,
-        dist=dist,
-        sampling=training_sampling(config, env),
-        eval_envs=eval_envs,
-        teacher=teacher,
-        server_mode=config.inference.mode == "server",
+        teacher,
     )
+    if env is not None:
+        ctx.inference.source = rollout_source(ctx)
+    return ctx, Learner(policy, optimizer, scheduler, kl_beta=config.kl_penalty.beta)
+
+
+def rollout_source(ctx: TrainContext) -> RolloutSource | SharedSource:
+    """Colocated: every rank rolls out its share on demand. Server mode: generated ahead of the
+    trainer; with several ranks by rank 0 alone, which hands each rank its share."""
+    config, env, dist, inference = ctx.config, ctx.env, ctx.dist, ctx.inference
+    assert env is not None
+
+    def sampling_for(step: int) -> SamplingParams:
+        """The run's sampling (environment < config) with a seed of its own for every step."""
+        return dataclasses.replace(ctx.sampling, seed=step_seed(config, step))
+
+    if not (inference.server_mode and dist.active):
+        return RolloutSource(
+            env,
+            inference.client,
+            config,
+            inference.clock,
+            sampling_for,
+            asynchronous=inference.server_mode,
+            dist=dist,
+        )
+    own = (
+        RolloutSource(env, inference.client, config, inference.clock, sampling_for, asynchronous=True)
+        if dist.is_main
+        else None
+    )
+    return SharedSource(own, dist)
+
+
+def step_seed(config: TrainConfig, step: int) -> int:
+    """The sampling seed of a step's rollouts: the run's seed and the step, so a resumed run draws
+    what the uninterrupted one would have."""
+    return config.seed * 100_003 + step
 
 
 def refuse_server_mode_ranks(config: TrainConfig, dist: DistInfo) -> None:
