@@ -43,9 +43,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 # pip-installed (an editable install of another worktree would otherwise be tested).
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
-# The CLI children's pre-imported zygote takes the session's environment as it is now, with the
-# variables above set and before any test monkeypatches one (tests/zygote.py).
-import tests.zygote  # noqa: E402, F401
+# Most CLI commands run in this process (tests/cli.py): the libraries get the defaults a
+# `workbench` process gives them (quiet transformers, no tqdm bars) before anything imports them.
+from workbench.startup import quiet_libraries  # noqa: E402
+
+quiet_libraries()
 
 
 @pytest.fixture

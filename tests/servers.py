@@ -27,7 +27,6 @@ from typing import Any, Self
 import orjson
 from aiohttp import web
 
-from tests import zygote
 from workbench.inference.echo import EchoClient
 from workbench.inference.server import create_app, error_response, serve
 from workbench.types import Completion, Messages, SamplingParams
@@ -387,7 +386,7 @@ def start_process(args: list[str], *, env: dict[str, str] | None = None) -> Serv
     """Start `python ARGS` from the repo root and wait for the line announcing its URL."""
     child_env = {**os.environ, **(env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
-    proc = zygote.Popen(
+    proc = subprocess.Popen(
         [sys.executable, *args], cwd=REPO_ROOT, env=child_env, stdout=subprocess.PIPE, text=True, bufsize=1
     )
     assert proc.stdout is not None

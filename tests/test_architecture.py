@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("environments and inference", {"envs", "inference", "models"}),
     (
         "foundation",
-        {"store", "config", "types", "errors", "events", "workspace", "startup", "fork_launch", "__init__"},
+        {"store", "config", "types", "errors", "events", "workspace", "startup", "__init__"},
     ),
 ]
 SERVICES = {"train", "gepa", "evaluate", "bootstrap"}

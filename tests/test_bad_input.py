@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from tests.test_train_config import one_line_error
 
@@ -21,7 +21,7 @@ KEY = "sk-live-0123456789abcdefghijklmnopqrstuv"
 
 def workbench(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "WANDB_API_KEY")}
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

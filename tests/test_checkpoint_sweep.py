@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from workbench.store.sweeps import BASE, read_sweep
 
 CONFIG = """
@@ -47,7 +47,7 @@ def trained(tiny_workspace: Path) -> Path:
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "WORKBENCH_WORKSPACE": str(cwd)}
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 
 
 def workbench(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -17,7 +17,7 @@ def workbench(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) ->
 
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     env.update(env_extra or {})
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

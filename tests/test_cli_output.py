@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.conftest import FIXTURES
 
 SEEDS = FIXTURES / "seed-configs"
@@ -42,7 +42,7 @@ def run_python(
     command = (
         [sys.executable, "-c", textwrap.dedent(code)] if code else [sys.executable, "-m", "workbench", *args]
     )
-    result = zygote.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = cli.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr + result.stdout
     return result
 

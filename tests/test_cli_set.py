@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests import zygote
+from tests import cli
 
 
 def workbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(cwd)}
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.test_cli_errors import assert_one_line_error
 
 pytest.importorskip("verifiers", reason="the verifiers extra is not installed")
@@ -32,7 +32,7 @@ def workbench(
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     env.update(extra_env or {})
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import workbench.envs as vf
-from tests import zygote
+from tests import cli
 from tests.marks import by_default
 from tests.ported_envs import blocked_verifiers, calls, port_fixture, say
 from workbench.envs.messages import as_message, plain_messages
@@ -442,7 +442,7 @@ def test_ported_env_through_the_cli(name: str, tmp_path: Path, tiny_model: Path)
                     }
                 ),
             ]
-        result = zygote.run(
+        result = cli.run(
             [sys.executable, "-m", "workbench", *args],
             cwd=workspace,
             capture_output=True,

@@ -12,20 +12,34 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests import zygote
+from tests import cli
 from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread, wait_until
 
 
-def run_cli(*args: str, cwd: Path, **kw) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-    return zygote.Popen(
+def cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
-        env=env,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def start_cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """A real process, for a test that signals it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        **kw,
     )
 
 
@@ -35,7 +49,7 @@ def results_lines(run_dir: Path) -> list[dict]:
 
 def test_eval_saves_layout_and_show_exports(tmp_path: Path):
     with serve_in_thread(make_app(EchoBackend())) as url:
-        proc = run_cli(
+        done = run_cli(
             "eval",
             "run",
             "reverse-text",
@@ -53,8 +67,8 @@ def test_eval_saves_layout_and_show_exports(tmp_path: Path):
             "-v",
             cwd=tmp_path,
         )
-        out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, err
     runs = list(
         (tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo").iterdir()
     )
@@ -77,15 +91,12 @@ def test_eval_saves_layout_and_show_exports(tmp_path: Path):
     ):
         assert label in out, label
     assert "#0.0" in err  # -v prints rollouts
-    show = run_cli("eval", "show", str(run_dir), "--format", "csv", cwd=tmp_path)
-    csv, _ = show.communicate(timeout=300)
+    csv = run_cli("eval", "show", str(run_dir), "--format", "csv", cwd=tmp_path).stdout
     assert csv.splitlines()[0].startswith("example_id,rollout_index") and len(csv.splitlines()) == 13
-    show = run_cli("eval", "show", "--format", "parquet", cwd=tmp_path)
-    show.communicate(timeout=300)
+    run_cli("eval", "show", "--format", "parquet", cwd=tmp_path)
     frame = pd.read_parquet(run_dir / "results.parquet")
     assert len(frame) == 12 and "reward.lcs_reward" in frame.columns
-    show = run_cli("eval", "show", cwd=tmp_path)
-    table, _ = show.communicate(timeout=300)
+    table = run_cli("eval", "show", cwd=tmp_path).stdout
     assert "finished" in table and "reward" in table
 
 
@@ -109,7 +120,7 @@ def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
             "-c",
             "2",
         ]
-        proc = run_cli(*args, cwd=tmp_path)
+        proc = start_cli(*args, cwd=tmp_path)
         evals = tmp_path / "environments" / "reverse_text" / "outputs" / "evals" / "reverse-text--echo"
         gate.wait_held(proc=proc)  # the run is stuck at the 4th group: it cannot finish before the signal
         wait_until(
@@ -131,8 +142,7 @@ def test_ctrl_c_keeps_finished_groups_and_resume_finishes(tmp_path: Path):
 
         gate.open(drop_held=True)  # the stopped run's waiting requests are dropped; the resume runs freely
         resume = run_cli(*args, "-R", "latest", cwd=tmp_path)
-        _, err = resume.communicate(timeout=300)
-        assert resume.returncode == 0, err
+        assert resume.returncode == 0, resume.stderr
     lines = results_lines(run_dir)
     assert len(lines) == 40  # every group exactly once
     assert sorted({(r["example_id"], r["rollout_index"]) for r in lines}) == [

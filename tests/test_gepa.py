@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.conftest import FIXTURES
 from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
@@ -76,21 +76,38 @@ class Reflection:
         return [Completion(message={"role": "assistant", "content": reply}, finish_reason="stop")]
 
 
-def workbench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    env = {**{k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}, **(env or {})}
-    return zygote.Popen(
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}, **(env or {})}
+
+
+def workbench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
-        env=env,
+        env=cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """A real process, for a test that signals it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "workbench", *args],
+        cwd=cwd,
+        env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[str, str]:
-    out, err = proc.communicate(timeout=timeout)
-    return out, err
+def finish(proc: subprocess.Popen[str] | subprocess.CompletedProcess[str]) -> tuple[str, str]:
+    """A command's (stdout, stderr), once it has finished."""
+    if isinstance(proc, subprocess.Popen):
+        return proc.communicate(timeout=300)
+    return proc.stdout, proc.stderr
 
 
 def gepa_args(policy_url: str, reflection_url: str, *extra: str) -> list[str]:
@@ -364,7 +381,7 @@ def test_interrupted_run_resumes_without_redoing_work(tmp_path: Path):
         serve_in_thread(make_app(ScriptedBackend(reflection, model="reflect"))) as r_url,
         gate,
     ):
-        proc = workbench(*gepa_args(p_url, r_url, "-B", "300", "-c", "2"), cwd=tmp_path)
+        proc = start(*gepa_args(p_url, r_url, "-B", "300", "-c", "2"), cwd=tmp_path)
         gate.wait_held(proc=proc)
         runs = list(tmp_path.glob("environments/reverse_text/outputs/gepa/*/*/metadata.json"))
         assert len(runs) == 1 and proc.poll() is None, "the run should still be going"
@@ -381,9 +398,8 @@ def test_interrupted_run_resumes_without_redoing_work(tmp_path: Path):
 
         gate.open(drop_held=True)  # the stopped run's held requests are dropped: the policy never counts them
         before = policy.requests
-        proc = workbench("gepa", "run", "--resume", str(run_dir), cwd=tmp_path)
-        _, err = finish(proc)
-    assert proc.returncode == 0, err
+        resumed = workbench("gepa", "run", "--resume", str(run_dir), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
     meta = metadata(run_dir)
     assert meta["status"] == "finished" and meta["created_at"] == stopped["created_at"]
     assert meta["metric_calls_used"] <= 300 and meta["best_score"] == pytest.approx(1.0)

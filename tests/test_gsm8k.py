@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from workbench.envs import load_environment
 from workbench.envs.environment import RolloutOutput
@@ -169,7 +169,7 @@ async def test_reference_completions_score_one():
 def test_eval_run_end_to_end(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     with serve_in_thread(make_app(EchoBackend())) as url:
-        proc = zygote.run(
+        proc = cli.run(
             [
                 sys.executable,
                 "-m",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.test_cli_errors import assert_one_line_error
 
 REPO_ID = "wb-test/tiny-chat"
@@ -76,7 +76,7 @@ def closed_port_url() -> str:
 def workbench(*args: str, cwd: Path, hub: str, hf_home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub, HF_HOME=str(hf_home), WORKBENCH_WORKSPACE=str(cwd))
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from tests.test_envs import ScriptedClient, tool_call
 from workbench.envs import load_environment
@@ -272,7 +272,7 @@ def test_eval_run_end_to_end(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
     with serve_in_thread(make_app(EchoBackend())) as url:
         # The echo model calls `python` with the question as code (a SyntaxError): a tool error per rollout.
-        proc = zygote.run(
+        proc = cli.run(
             [
                 sys.executable,
                 "-m",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from workbench.bootstrap import BUNDLED_ENVS
 from workbench.envs import load_environment
 from workbench.evaluate import EvalConfig
@@ -40,7 +40,7 @@ ONE_STEP = [
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("WORKBENCH_WORKSPACE", "OPENAI_API_KEY")}
     env |= {"COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

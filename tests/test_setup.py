@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests import zygote
+from tests import cli
 
 
 def setup(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", "setup", *args, "--skip-model"],
         cwd=cwd,
         capture_output=True,
@@ -42,7 +42,7 @@ def test_setup_scaffolds_then_is_idempotent_and_keeps_edits(tmp_path: Path):
     assert "kept your edited" in second.stdout and "# my edit" in config.read_text()
     forced = setup("ws", "--force", cwd=tmp_path)
     assert forced.returncode == 0 and "overwrote" in forced.stdout and "# my edit" not in config.read_text()
-    listed = zygote.run(
+    listed = cli.run(
         [sys.executable, "-m", "workbench", "env", "list"], cwd=ws, capture_output=True, text=True
     )
     assert "reverse-text" in listed.stdout or "reverse_text" in listed.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from workbench.evaluate import EvalConfig, run_eval
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,7 @@ def test_alphabet_sort_multi_turn_runs(tiny_workspace: Path):
 
 def test_eval_over_http_against_workbench_serve(tiny_workspace: Path):
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = zygote.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "workbench", "serve", "tiny", "--port", "0"],
         cwd=tiny_workspace,
         env=env,
@@ -85,7 +85,7 @@ def test_eval_over_http_against_workbench_serve(tiny_workspace: Path):
                 url = match.group(1)
                 break
         assert url, "server did not announce its URL"
-        result = zygote.run(
+        result = cli.run(
             [
                 sys.executable,
                 "-m",

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.marks import by_default
 from tests.servers import start_process
 from workbench.engine.rollouts import run_rollouts
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(cwd)}
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.held_env import Drain, held_env_toml
 from tests.servers import wait_until
 from workbench.errors import UserError
@@ -282,7 +282,7 @@ def test_ctrl_c_finishes_step_writes_checkpoint_and_exits(tiny_workspace: Path):
     config.write_text(config.read_text().replace('[[env]]\nid = "reverse-text"\n', table))
     assert table in config.read_text()
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    proc = zygote.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -326,7 +326,7 @@ def test_checkpoint_is_a_model_for_eval_and_export_merges(tiny_workspace: Path):
     result = train(write_config(tiny_workspace, "ck", 1), "output_dir='runs/ck'")
     checkpoint = result.run_dir / "checkpoints" / "step_000001"
     env = {**os.environ, "WORKBENCH_WORKSPACE": str(tiny_workspace)}
-    run = zygote.run(
+    run = cli.run(
         [
             sys.executable,
             "-m",
@@ -349,7 +349,7 @@ def test_checkpoint_is_a_model_for_eval_and_export_merges(tiny_workspace: Path):
         text=True,
     )
     assert run.returncode == 0, run.stderr
-    export = zygote.run(
+    export = cli.run(
         [sys.executable, "-m", "workbench", "train", "export", str(result.run_dir), "--step", "1", "--merge"],
         cwd=tiny_workspace,
         env=env,

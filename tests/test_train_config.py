@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.conftest import FIXTURES
 from workbench.errors import UserError
 from workbench.train.config import (
@@ -53,7 +53,7 @@ def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env["HF_HUB_OFFLINE"] = (
         "1"  # the same answers with or without a network: hub ids unchecked, gsm8k not cached
     )
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from tests.held_env import held_env_toml
 from tests.servers import wait_until
 from tests.test_train import adapter_tensors, train
@@ -74,8 +74,10 @@ def child_env(folder: Path, **extra: str) -> dict[str, str]:
 
 
 def workbench(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`workbench ARGS` as a real process: with --nproc its ranks are its children, and rank 0
+    prints to the launcher's own stdout (a file descriptor, which no in-process capture sees)."""
     env = child_env(folder)
-    return zygote.run(
+    return subprocess.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=folder,
         env=env,
@@ -189,7 +191,7 @@ def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspac
     config.write_text(RL.format(steps=50).replace('[[env]]\nid = "reverse-text"\n', table))
     assert table in config.read_text()
     env = child_env(tiny_workspace)
-    parent = zygote.Popen(
+    parent = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -243,7 +245,7 @@ def test_nproc_under_torchrun_is_one_line(tiny_workspace: Path):
     config = tiny_workspace / "rl.toml"
     config.write_text(RL.format(steps=1))
     env = child_env(tiny_workspace, WORLD_SIZE="2", RANK="0")
-    done = zygote.run(
+    done = cli.run(
         [sys.executable, "-m", "workbench", "train", str(config), "--nproc", "2"],
         cwd=tiny_workspace,
         env=env,

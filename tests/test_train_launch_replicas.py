@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import zygote
+from tests import cli
 from workbench.train.placement import launch_blockers, replica_count
 from workbench.train.schema import InferenceConfig, TrainConfig
 
@@ -115,7 +115,7 @@ def test_a_model_split_across_gpus_needs_vllm_the_rest_runs_as_processes() -> No
 
 
 def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
-    result = zygote.run(
+    result = cli.run(
         [
             sys.executable,
             "-m",
@@ -142,7 +142,7 @@ def test_dry_run_prints_which_process_runs_where(workspace: Path) -> None:
 
 
 def test_fsdp_ranks_in_server_mode_are_refused_before_any_replica_starts(tiny_workspace: Path) -> None:
-    result = zygote.run(
+    result = subprocess.run(  # trainer ranks: real processes
         [
             *train_command(
                 "--set", "max_steps=1", "--set", "output_dir='runs/ranks'", "--set", "data_parallel='fsdp'"
@@ -278,7 +278,7 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspace: Path) -> None:
-    result = zygote.run(
+    result = cli.run(
         train_command("--set", "max_steps=2", "--set", "output_dir='runs/launched'"),
         cwd=tiny_workspace,
         env=workbench_env(),
@@ -297,7 +297,6 @@ def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspa
         log = (run_dir / "inference" / f"replica_{index}.log").read_text()
         assert f"Serving model 'tiny' at {replica['base_url']}" in log
         assert replica["command"][-2:] == ["--parent-pid", str(record["trainer_pid"])]
-        assert replica["forked"]  # from the trainer, which has computed nothing yet (workbench.fork_launch)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in steps if "time/step" in m]
     assert len(steps) == 2 and all(
@@ -316,7 +315,7 @@ def start_and_wait_for_first_step(
     written (so its replicas are up and serving), with the replicas' pids."""
     run_dir = workspace / "runs" / name
     output = (workspace / f"{name}.out").open("wb")  # a file, not a pipe: a full pipe would stall the trainer
-    trainer = zygote.Popen(
+    trainer = subprocess.Popen(
         train_command("--set", "max_steps=1000", "--set", f"output_dir='runs/{name}'"),
         cwd=workspace,
         env=workbench_env(),

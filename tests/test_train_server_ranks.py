@@ -5,11 +5,11 @@ processes (two gloo ranks, a `workbench serve` replica), real HTTP on 127.0.0.1,
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests import zygote
 from tests.test_train_launch_replicas import alive, replica_record, train_command, workbench_env
 from workbench.train.batches import StepBatch
 from workbench.train.distributed import DistInfo
@@ -37,7 +37,7 @@ def test_each_rank_keeps_its_slice_and_rank_0_keeps_the_counts() -> None:
 
 @pytest.mark.slow
 def test_two_trainer_ranks_train_on_launched_replicas_and_leave_nothing_behind(tiny_workspace: Path) -> None:
-    result = zygote.run(
+    result = subprocess.run(  # trainer ranks: real processes
         [
             *train_command(
                 "--set",

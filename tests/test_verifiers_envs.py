@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("verifiers", reason="the verifiers extra is not installed")
 
-from tests import zygote
+from tests import cli
 from tests.marks import by_default
 from tests.servers import EchoBackend, make_app, serve_in_thread  # noqa: E402
 
@@ -45,7 +45,7 @@ def workspace_with(tmp_path: Path, tiny_model: Path, name: str) -> Path:
 
 def workbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_WORKSPACE"}
-    return zygote.run(
+    return cli.run(
         [sys.executable, "-m", "workbench", *args],
         cwd=cwd,
         env=env,

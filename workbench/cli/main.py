@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
 import typer
 
@@ -44,10 +46,18 @@ app.add_typer(lab, name="lab")
 
 
 def main() -> None:
+    """The `workbench` command (the console script and `python -m workbench`)."""
     hold_collector()  # until the command's start-up (its imports, its model) is done: startup.py
+    run(sys.argv[1:])
+
+
+def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
+    """Run the command line `args` in this process and exit (SystemExit) with its code: a user
+    error is one line and 1, Ctrl-C 130, a bug one line naming its traceback's file. The tests
+    call it in-process (tests/cli.py), without `main`'s start-up collector hold."""
     quiet_libraries()
     try:
-        app()
+        app(args=list(args), prog_name=prog_name)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -59,6 +69,7 @@ def main() -> None:
     except Exception as exc:
         if os.environ.get("WORKBENCH_TRACEBACK"):
             raise
-        report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(sys.argv[1:])}")
+        report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
         print(f"error: unexpected {summary(exc)} (a Workbench bug; traceback in {report})", file=sys.stderr)
         sys.exit(1)
+    sys.exit(0)  # not reached: the app exits with the command's code

@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from workbench.errors import UserError
-from workbench.fork_launch import WorkbenchPopen
 from workbench.inference.adapters import VLLM_LORA_RANKS
 from workbench.inference.parent_watch import watched_command
 
@@ -250,9 +249,7 @@ class ManagedServer:
         self._log.flush()
         command = watched_command(self.command, os.getpid()) if self.die_with_parent else list(self.command)
         try:
-            # A `workbench serve` replica is forked from this process when it safely can
-            # (workbench.fork_launch: no second import of torch); anything else starts fresh.
-            self.process = WorkbenchPopen(
+            self.process = subprocess.Popen(
                 command,
                 env={**os.environ, **self.env},
                 stdout=self._log,

@@ -15,6 +15,11 @@ sets them, plus the run folder chosen here, so the parent can name it if a rank 
   (a rank that lost its peer exits quietly with PEER_LOST_EXIT), then are terminated; the
   command then fails with one line naming the rank, its exit code and how to resume.
 
+Each rank is a plain `subprocess.Popen` child (a fresh interpreter), as torchrun starts its
+workers. Not torchrun itself on one node: its agent stops every rank at the first failure
+without telling the culprit from a peer that lost it, and turns a Ctrl-C into a kill after a
+timeout; the rules above need the ranks as this process's own children.
+
 Simplifications: one machine; a free port is picked by binding port 0 and releasing it (a
 tiny race with other programs); children die with this process (Linux PR_SET_PDEATHSIG).
 
@@ -27,7 +32,6 @@ torch, hence torchrun, is installed wherever Workbench trains.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -39,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from workbench.fork_launch import WorkbenchPopen, fork_unavailable, note_idle_threads
 from workbench.train.distributed import PEER_LOST_EXIT, RUN_DIR_ENV
 
 GRACE_S = 5.0  # after one rank fails, how long the others may take to exit by themselves
@@ -99,10 +102,8 @@ def launch(
         for rank in range(nproc):
             log = None if rank == 0 else tempfile.TemporaryFile()  # noqa: SIM115 (read after the rank ends)
             logs.append(log)
-            # Forked from this process when safe (workbench.fork_launch): the ranks start with
-            # the imports `preload` made; otherwise each starts a fresh interpreter.
             procs.append(
-                WorkbenchPopen(
+                subprocess.Popen(
                     [sys.executable, "-m", "workbench", "train", *train_args],
                     env=child_env(rank, nproc, port, run_dir, visible_devices),
                     stdout=log,
@@ -125,29 +126,6 @@ def launch(
     if failure is not None:
         return 1, failure
     return (130 if procs[0].returncode == 130 else 0), None
-
-
-def preload(model: str) -> None:
-    """Import what every rank or replica imports first (torch, transformers, the trainer, the
-    model's architecture) once, here, so the children forked from this process start with it:
-    about 7 CPU-seconds each on 2 cores. Call it before this process computes anything (it notes
-    the library threads that exist as idle ones). Nothing where children are never forked."""
-    if fork_unavailable() is not None:
-        return
-    import workbench.train.loop  # noqa: F401 - torch, transformers, peft, the trainer
-    from workbench.inference.resolve import resolve_model_path
-
-    with contextlib.suppress(Exception):  # a model or architecture the ranks will report on themselves
-        path = Path(resolve_model_path(model))
-        if (
-            path / "config.json"
-        ).is_file():  # a local folder (a hub id is left to the ranks: no download here)
-            from transformers import AutoConfig, AutoModelForCausalLM
-
-            AutoModelForCausalLM._model_mapping[
-                type(AutoConfig.from_pretrained(path))
-            ]  # imports modeling_<type>
-    note_idle_threads()  # the BLAS pools these imports started (numpy's, scipy's); no tensor operation ran here
 
 
 def _clean(code: int) -> bool:

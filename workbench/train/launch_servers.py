@@ -172,8 +172,6 @@ def _write_record(run_dir: Path, backend: str, servers: list[ManagedServer]) -> 
                 "base_url": server.base_url,
                 "log": str(server.log_path),
                 "command": server.command,
-                # started as a fork of the trainer (workbench.fork_launch) or as a fresh interpreter
-                "forked": bool(getattr(server.process, "forked", False)),
             }
             for index, server in enumerate(servers)
         ],

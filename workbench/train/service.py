@@ -79,10 +79,6 @@ def run_train(
         return _launch_ranks(config, reporter, resume, nproc, rank_args)
     load_env_files(config, config_path)
     _place_single_trainer(config)
-    if config.inference.mode == "server" and config.inference.launch and launched_world_size() <= 1:
-        from workbench.train.launch import preload
-
-        preload(config.inference.model or config.model)  # before any computation: the replicas fork from here
     from workbench.train.loop import run_rank
 
     try:
@@ -107,7 +103,7 @@ def _place_single_trainer(config: TrainConfig) -> None:
 def _launch_ranks(
     config: TrainConfig, reporter: Reporter, resume: Path | None, nproc: int, rank_args: Sequence[str]
 ) -> TrainResult:
-    from workbench.train.launch import launch, preload
+    from workbench.train.launch import launch
     from workbench.train.placement import trainer_visible_devices
     from workbench.train.plan import cuda_gpu_count
     from workbench.train.setup import new_run_dir
@@ -120,7 +116,6 @@ def _launch_ranks(
             f"--nproc {nproc}: trainer_gpu_ids lists {len(config.trainer_gpu_ids)} GPU(s) and each process needs its own"
         )
     run_dir = resume or new_run_dir(config)
-    preload(config.model)
     code, failure = launch(list(rank_args), nproc, run_dir, trainer_visible_devices(config) if gpus else None)
     if failure is not None:
         if failure.rank == 0 and failure.code == 1:
