@@ -8,7 +8,6 @@ same names and signature as verifiers' classic `StatefulToolEnv`.
 
 from __future__ import annotations
 
-import copy
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,8 +27,7 @@ class StatefulToolEnv(ToolEnv):
 
     def add_tool(self, tool: Callable[..., Any], args_to_skip: Sequence[str] = ()) -> None:
         """Register `tool`; `args_to_skip` are left out of its schema (update_tool_args fills them)."""
-        schema = hidden_args_schema(tool_schema(tool), args_to_skip)
-        self._register(tool, schema)
+        self._register(tool, tool_schema(tool, hidden=args_to_skip))
         self.skipped_args[tool.__name__] = list(args_to_skip)
 
     def remove_tool(self, tool: Callable[..., Any]) -> None:
@@ -50,21 +48,3 @@ class StatefulToolEnv(ToolEnv):
         if not isinstance(updated, dict):
             raise TypeError(f"update_tool_args must return a dict of arguments, got {type(updated).__name__}")
         return updated
-
-
-def hidden_args_schema(schema: dict[str, Any], args_to_skip: Sequence[str]) -> dict[str, Any]:
-    """A copy of a tool schema without the parameters `args_to_skip` (and their `$defs` entries)."""
-    if not args_to_skip:
-        return schema
-    schema = copy.deepcopy(schema)
-    params = schema["function"]["parameters"]
-    for arg in args_to_skip:  # a name the schema lacks (the tool takes **kwargs) has nothing to hide
-        prop = params.get("properties", {}).pop(arg, {})
-        ref = prop.get("$ref", "")
-        if ref and "$defs" in params:
-            params["$defs"].pop(ref.split("/")[-1], None)
-        if arg in params.get("required", []):
-            params["required"].remove(arg)
-    if "$defs" in params and not params["$defs"]:
-        del params["$defs"]
-    return schema

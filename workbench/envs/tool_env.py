@@ -1,7 +1,8 @@
 """`ToolEnv`: the model calls plain Python functions as tools until it answers without a call.
 
-A tool's OpenAI schema comes from its type hints and docstring (first paragraph = description,
-`name: text` lines under `Args:` = parameter descriptions). A tool that raises returns the error
+A tool's OpenAI schema comes from its type hints and Google-style docstring (the text before
+`Args:` = description, `name: text` lines under `Args:` = parameter descriptions), by transformers'
+`get_json_schema`, the converter chat templates are written for. A tool that raises returns the error
 to the model as the tool message and is counted in `state["tool_errors"]`; the run goes on.
 
 As verifiers' ToolEnv (its `ToolMonitorRubric`), every rollout is scored with the metrics
@@ -14,84 +15,76 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import re
-import types
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from transformers.utils import get_json_schema
+from transformers.utils.chat_template_utils import (
+    DocstringParsingException,
+    TypeHintParsingException,
+    parse_google_format_docstring,
+)
 
 from workbench.envs.messages import ToolMessage
 from workbench.envs.multiturn import MultiTurnEnv
 from workbench.envs.rubric import Rubric
 from workbench.envs.rubric_group import RubricGroup
+from workbench.errors import UserError
 from workbench.types import Messages, State
 
-_JSON_TYPES: dict[Any, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    list: "array",
-    dict: "object",
-}
+_UNDOCUMENTED = "(undocumented)"  # stands in for a missing description, removed afterwards
 
 
-def _json_type(annotation: Any) -> dict[str, Any]:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return _json_type(options[0]) if len(options) == 1 else {}
-    if origin is typing.Literal:
-        return {"enum": list(typing.get_args(annotation))}
-    if origin in (list, Sequence):
-        args = typing.get_args(annotation)
-        return {"type": "array", "items": _json_type(args[0]) if args else {}}
-    if origin is dict:
-        return {"type": "object"}
-    return {"type": _JSON_TYPES[annotation]} if annotation in _JSON_TYPES else {}
+def tool_schema(func: Callable[..., Any], hidden: Sequence[str] = ()) -> dict[str, Any]:
+    """The OpenAI function-tool schema of a plain Python function: transformers' `get_json_schema`.
+
+    As in verifiers, a tool needs neither a docstring nor a description of every argument, and an
+    argument without a type hint is a string; `*args`/`**kwargs` and the `hidden` arguments (filled
+    in by the environment) are not offered to the model. A type hint with no JSON form (a custom
+    class) is a `UserError` naming the tool.
+    """
+    name = getattr(func, "__name__", "tool")
+    try:
+        schema = get_json_schema(_documented_stand_in(func, hidden))
+    except (TypeHintParsingException, DocstringParsingException) as exc:
+        raise UserError(f"tool '{name}': {str(exc).splitlines()[0]}") from exc
+    function = schema["function"]
+    function.pop("return", None)  # the model never writes it; kept out of the prompt, as before
+    if function["description"] == _UNDOCUMENTED:
+        function["description"] = ""
+    parameters = function["parameters"]
+    parameters.setdefault("required", [])
+    for prop in parameters["properties"].values():
+        if prop.get("description") == _UNDOCUMENTED:
+            del prop["description"]
+    return schema
 
 
-def _docstring_parts(func: Callable[..., Any]) -> tuple[str, dict[str, str]]:
-    doc = inspect.getdoc(func) or ""
-    description = doc.split("\n\n")[0].replace("\n", " ").strip()
-    arg_docs: dict[str, str] = {}
-    in_args = False
-    for line in doc.splitlines():
-        if re.match(r"^\s*(Args|Arguments|Parameters):\s*$", line):
-            in_args = True
-            continue
-        if in_args:
-            match = re.match(r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", line)
-            if match:
-                arg_docs[match.group(1)] = match.group(2).strip()
-            elif line.strip() and not line.startswith((" ", "\t")):
-                in_args = False
-    return description, arg_docs
-
-
-def tool_schema(func: Callable[..., Any]) -> dict[str, Any]:
-    """The OpenAI function-tool schema of a plain Python function."""
+def _documented_stand_in(func: Callable[..., Any], hidden: Sequence[str]) -> Callable[..., Any]:
+    """A function with `func`'s name, description and offered parameters, every one typed and
+    documented (placeholders where `func` is not), which is what `get_json_schema` insists on."""
+    summary, arg_docs, _ = parse_google_format_docstring(inspect.getdoc(func) or "")
     hints = typing.get_type_hints(func)
-    description, arg_docs = _docstring_parts(func)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for name, param in inspect.signature(func).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        prop = _json_type(hints.get(name, str))
-        if name in arg_docs:
-            prop["description"] = arg_docs[name]
-        properties[name] = prop
-        if param.default is inspect.Parameter.empty:
-            required.append(name)
-    return {
-        "type": "function",
-        "function": {
-            "name": func.__name__,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
-        },
-    }
+    params = [
+        param.replace(annotation=hints.get(param.name, str))
+        for param in inspect.signature(func).parameters.values()
+        if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD) and param.name not in hidden
+    ]
+    doc = summary or _UNDOCUMENTED
+    if params:
+        doc += "\n\nArgs:\n" + "".join(
+            f"    {param.name}: {(arg_docs or {}).get(param.name) or _UNDOCUMENTED}\n" for param in params
+        )
+
+    def stand_in() -> None:
+        """Never called: get_json_schema reads only its signature and docstring."""
+
+    stand_in.__name__ = getattr(func, "__name__", "tool")
+    stand_in.__doc__ = doc
+    stand_in.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    stand_in.__annotations__ = {param.name: param.annotation for param in params}
+    return stand_in
 
 
 class ToolEnv(MultiTurnEnv):
