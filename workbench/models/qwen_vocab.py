@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
-from workbench.models.tokenizer import _bytes_to_unicode
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -163,7 +162,9 @@ def bpe_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
 
     Running BPE on a token's bytes with only lower-ranked merges ends in the two parts its own
     merge joined. Most tokens have a single split into two known tokens; only the others need
-    the simulation, which keeps the conversion to a second or two.
+    the simulation, which keeps the conversion to a second or two. (transformers' TikTokenConverter
+    lists every split of every token instead: 294,166 merges that give the same ids, but a
+    tokenizer.json that is not Qwen's.)
     """
     merges = []
     for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
@@ -196,9 +197,10 @@ def _last_merge(token: bytes, rank: int, ranks: dict[bytes, int]) -> tuple[bytes
 def build_tokenizer() -> Any:
     """A `tokenizers.Tokenizer` equal to Qwen2/Qwen3's tokenizer.json pipeline."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     ranks = load_ranks()
-    symbol = _bytes_to_unicode()
+    symbol = bytes_to_unicode()
 
     def text(token: bytes) -> str:  # bytes as ByteLevel's printable stand-ins
         return "".join(symbol[b] for b in token)

@@ -84,9 +84,10 @@ def build_byte_tokenizer() -> Any:
     """A `tokenizers.Tokenizer`: one token per byte, no merges, ChatML special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.pre_tokenizers import ByteLevel
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     alphabet = ByteLevel.alphabet()  # the 256 printable stand-ins GPT-2 uses for raw bytes
-    byte_to_symbol = _bytes_to_unicode()
+    byte_to_symbol = bytes_to_unicode()  # GPT-2's byte -> stand-in map (what ByteLevel emits)
     vocab = {byte_to_symbol[b]: b for b in range(NUM_BYTE_TOKENS)}
     assert set(vocab) == set(alphabet)
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
@@ -133,17 +134,3 @@ def save_tokenizer(out_dir: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     # transformers may also write chat_template.jinja; keep one source of truth in the config.
     (out_dir / "chat_template.jinja").unlink(missing_ok=True)
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character map (what ByteLevel emits)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, (chr(c) for c in chars)))
