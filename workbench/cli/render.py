@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from datetime import timedelta
@@ -72,7 +73,7 @@ class CliConsole(Console):
 
     def _fill_width(self) -> int:
         """How wide what fills the line (a panel) is in a file or pipe: COLUMNS, else 80."""
-        columns = self._environ.get("COLUMNS", "")
+        columns = os.environ.get("COLUMNS", "")
         return int(columns) if columns.isdigit() and int(columns) > 0 else 80
 
 

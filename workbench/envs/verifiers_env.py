@@ -33,7 +33,7 @@ from typing import Any
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.multiturn import assemble_tokens
 from workbench.envs.rubric import RolloutScore
-from workbench.envs.verifiers_rewards import collecting, record_reward_errors
+from workbench.envs.verifiers_rewards import collecting, record_reward_errors, reward_weights
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.types import Completion, Example, Messages, RolloutError, SamplingParams, TokenData, is_number
@@ -216,7 +216,7 @@ class VerifiersEnv(Environment):
                 )
                 for state in states:
                     await rubric.cleanup(state)
-        weights = _weights(rubric)
+        weights = reward_weights(rubric)
         scores = []
         for output in outputs:
             values = {k: float(v) for k, v in (output.state.get("metrics") or {}).items() if is_number(v)}
@@ -332,13 +332,6 @@ def _error(error: BaseException | None) -> RolloutError | None:
         where="inference" if model else "env",
         infrastructure=model and infra,
     )
-
-
-def _weights(rubric: Any) -> dict[str, float]:
-    try:
-        return dict(zip(rubric._get_reward_func_names(), rubric._get_reward_weights(), strict=False))
-    except Exception:  # a rubric without the usual bookkeeping: every score counts as a reward
-        return {}
 
 
 class _Loopback:

@@ -6,6 +6,11 @@ call points (`_call_individual_reward_func`, `_call_group_reward_func`, on every
 RubricGroup or EnvGroup) so that, while `collecting()` is open, each exception is kept by the state
 it was scored for. verifiers' own code still runs, logs and scores the 0; Workbench then marks the
 rollout with a `where="reward"` error and reward 0, as `envs/rubric.py` does for native envs.
+
+This module is the one place Workbench uses verifiers' private rubric API, for want of a public
+one: the two call points above, and `_get_reward_func_names`/`_get_reward_weights` (the weights
+of a rubric, RubricGroup or EnvGroup by function name: `reward_weights`).
+tests/test_verifiers_internals.py fails loudly when a verifiers release renames or reshapes them.
 """
 
 from __future__ import annotations
@@ -60,6 +65,14 @@ def record_reward_errors(rubric: Any) -> None:
         record_reward_errors(member)
     for env in (getattr(rubric, "env_map", None) or {}).values():  # EnvGroup's rubric routes to its members'
         record_reward_errors(getattr(env, "rubric", None))
+
+
+def reward_weights(rubric: Any) -> dict[str, float]:
+    """Each reward function's weight by name (0: a logged metric), however the rubric is composed."""
+    try:
+        return dict(zip(rubric._get_reward_func_names(), rubric._get_reward_weights(), strict=False))
+    except Exception:  # a rubric without the usual bookkeeping: every score counts as a reward
+        return {}
 
 
 def _recording(func: Callable[..., Any], states: Sequence[dict[str, Any]]) -> Callable[..., Any]:
