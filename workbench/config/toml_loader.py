@@ -32,12 +32,15 @@ def read_toml(path: Path) -> tuple[dict[str, Any], str]:
         raise UserError(f"{path}{line}: invalid TOML: {str(exc).split(' (at')[0]}") from exc
 
 
-def key_line(text: str, key: str, after_line: int = 0) -> int | None:
-    """1-based line where `key` is assigned (or its [table] opens), at or after `after_line`."""
-    pattern = re.compile(rf"^\s*(?:\[+\s*)?(?:[\w.-]+\.)?{re.escape(key)}\s*(?:=|\]|\.)")
-    inline = re.compile(rf"[{{,]\s*{re.escape(key)}\s*=")
+def key_line(text: str, key: str, after_line: int = 0, before_line: int | None = None) -> int | None:
+    """1-based line where `key` is assigned (bare or quoted, dotted, or in an inline table) or its
+    [table] opens, among the lines `after_line` to `before_line` (0-based, end excluded).
+    tomllib reports no positions, so every file:line message of the TOML configs comes from here."""
+    name = rf"""(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')"""
+    pattern = re.compile(rf"^\s*(?:\[+\s*)?(?:[\w.-]+\.)?{name}\s*(?:=|\]|\.)")
+    inline = re.compile(rf"[{{,]\s*{name}\s*=")
     lines = text.splitlines()
-    for i in range(after_line, len(lines)):
+    for i in range(after_line, min(len(lines), len(lines) if before_line is None else before_line)):
         if pattern.search(lines[i]) or inline.search(lines[i]):
             return i + 1
     return None

@@ -20,12 +20,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from workbench.config.toml_loader import key_line, read_toml
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES, OpenAIClient, RoundRobinClient
@@ -33,7 +33,6 @@ from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES, 
 DEFAULT_PATH = Path("configs/endpoints.toml")
 _TABLE = "endpoint"
 _ENV_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
 _TABLE_HEADER = re.compile(r"^\s*\[")
 _ENDPOINT_HEADER = re.compile(r"^\s*\[\[\s*endpoint\s*\]\]")
 
@@ -85,15 +84,6 @@ class Endpoint(BaseModel):
 _FIELDS = tuple(Endpoint.model_fields)
 
 
-def _key_line(lines: list[str], start: int, end: int, key: str) -> int | None:
-    """1-based line of `key = ...` within lines[start:end] (tomllib reports no positions)."""
-    pattern = re.compile(rf"""^\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
-    for index in range(start, min(end, len(lines))):
-        if pattern.match(lines[index]):
-            return index + 1
-    return None
-
-
 def _entry_spans(lines: list[str]) -> list[tuple[int, int]]:
     """(start, end) line indexes of each `[[endpoint]]` block, header included."""
     spans: list[tuple[int, int]] = []
@@ -116,21 +106,11 @@ def load_endpoints(path: str | Path = DEFAULT_PATH) -> dict[str, list[Endpoint]]
     path = Path(path)
     if not path.exists():
         return {}
-    text = path.read_text(encoding="utf-8")
+    data, text = read_toml(path)
     lines = text.splitlines()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        match = _TOML_LINE.search(str(exc))
-        where = f"{path}:{match.group(1)}" if match else str(path)
-        raise UserError(f"{where}: invalid TOML: {_TOML_LINE.sub('', str(exc)).strip()}") from None
-
     for name in data:
         if name != _TABLE:
-            header = re.compile(rf"^\s*\[+\s*{re.escape(name)}\s*\]")
-            line = _key_line(lines, 0, len(lines), name) or next(
-                (i + 1 for i, text_line in enumerate(lines) if header.match(text_line)), 1
-            )
+            line = key_line(text, name) or 1
             hint = (
                 "did you mean 'endpoint'?"
                 if difflib.get_close_matches(name, [_TABLE], cutoff=0.5)
@@ -153,25 +133,25 @@ def load_endpoints(path: str | Path = DEFAULT_PATH) -> dict[str, list[Endpoint]]
             raise UserError(f"{path}:{header_line}: each endpoint must be a table")
         for key in entry:
             if key not in _FIELDS:
-                line = _key_line(lines, start, end, key) or header_line
+                line = key_line(text, key, start, end) or header_line
                 raise UserError(
                     f"{path}:{line}: unknown key '{key}' in [[endpoint]] ({_suggestion(key, _FIELDS)})"
                 )
         try:
             endpoint = Endpoint.model_validate(entry)
         except ValidationError as exc:
-            raise UserError(_validation_message(exc, path, lines, start, end)) from None
+            raise UserError(_validation_message(exc, path, text, start, end)) from None
         endpoint._source = str(path)
         registry.setdefault(endpoint.endpoint_id, []).append(endpoint)
     return registry
 
 
-def _validation_message(exc: ValidationError, path: Path, lines: list[str], start: int, end: int) -> str:
+def _validation_message(exc: ValidationError, path: Path, text: str, start: int, end: int) -> str:
     error = exc.errors()[0]
     key = str(error["loc"][0]) if error["loc"] else "?"
     if error["type"] == "missing":
         return f"{path}:{start + 1}: missing required key '{key}' in [[endpoint]]"
-    line = _key_line(lines, start, end, key) or start + 1
+    line = key_line(text, key, start, end) or start + 1
     message = error["msg"].removeprefix("Value error, ")
     return f"{path}:{line}: bad value for '{key}' in [[endpoint]]: {message}"
 
