@@ -51,14 +51,15 @@ def table_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
     if focused is None:
         return []
     found: dict[str, tuple[str, ActiveBinding]] = {}  # by action: its shortest key (g, not home)
-    for key, bindings in focused._bindings.key_to_bindings.items():
-        for binding in bindings:
-            if (
-                binding.description
-                and binding.action in TABLE_ACTIONS
-                and (binding.action not in found or len(key) < len(found[binding.action][0]))
-            ):
-                found[binding.action] = (key, ActiveBinding(focused, binding, True, binding.tooltip))
+    for key, active in screen.active_bindings.items():
+        binding = active.binding
+        if (
+            active.node is focused
+            and binding.description
+            and binding.action in TABLE_ACTIONS
+            and (binding.action not in found or len(key) < len(found[binding.action][0]))
+        ):
+            found[binding.action] = (key, active)
     return list(found.values())
 
 

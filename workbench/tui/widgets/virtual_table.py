@@ -18,7 +18,6 @@ position), so a screen maps an event straight back to its own list.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -30,6 +29,8 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+from workbench.tui.textual_private import relabel_binding
 
 Cell = str | Text
 Column = tuple[str, int]  # (label, width in cells)
@@ -116,8 +117,7 @@ class VirtualTable(ScrollView, can_focus=True):
     ) -> None:
         super().__init__(id=id, classes=classes)
         # What Enter does here, as the footer and `?` say it ("Open group", "Open rollout").
-        keys = self._bindings.key_to_bindings
-        keys["enter"] = [replace(binding, description=open_label) for binding in keys.get("enter", [])]
+        relabel_binding(self, "enter", open_label)
         self.columns = list(columns)
         self.sortable = sortable
         self.sort_column: int | None = None
