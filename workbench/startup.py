@@ -65,4 +65,7 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' weight-loading/saving bars
     os.environ.setdefault("WANDB_SILENT", "true")
-    warnings.filterwarnings("ignore", category=FutureWarning)
+    # Libraries' deprecation notices about their own internals, not ours to act on (a FutureWarning
+    # that points at workbench code, or at any other module, still shows).
+    libraries = r"(transformers|torch|peft|accelerate|datasets|huggingface_hub|trl|dspy|litellm|verifiers)"
+    warnings.filterwarnings("ignore", category=FutureWarning, module=libraries + r"(\.|$)")

@@ -68,7 +68,7 @@ def make_optimizer(policy: Policy, config: TrainConfig) -> tuple[Any, Any]:
         policy.trainable_parameters(),
         lr=config.learning_rate,
         weight_decay=config.weight_decay,
-        betas=tuple(config.betas),
+        betas=config.betas,
     )
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, config))
 
@@ -77,7 +77,13 @@ def lr_factor(step: int, config: TrainConfig) -> float:
     """The learning rate of optimizer step `step` (0-based) as a fraction of learning_rate:
     linear warmup over warmup_steps, then constant, or a linear / cosine decay towards min_lr
     over the last lr_decay_steps steps (default: every step after warmup). As in transformers'
-    schedules, the last step still learns (its rate is one decay step above min_lr)."""
+    schedules, the last step still learns (its rate is one decay step above min_lr).
+
+    Not transformers' `get_wsd_schedule` (the same decay): its warmup starts at 0 (step 0 would
+    learn nothing) and from min_lr when one is set. torch's SequentialLR of LinearLR/ConstantLR/
+    CosineAnnealingLR phases draws this curve to 3e-16, but its state_dict carries the phase
+    lengths, so a run resumed with a larger max_steps would keep the old schedule; a LambdaLR
+    saves only the step, and the curve comes from the resumed run's config."""
     warmup = config.warmup_steps
     if step < warmup:
         return (step + 1) / warmup
