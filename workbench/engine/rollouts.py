@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from workbench import startup
@@ -48,11 +48,7 @@ def with_seed(sampling: SamplingParams, seed: int | None) -> SamplingParams:
     `seed`, made without `merged`'s generic handling of keys, since it runs once per rollout."""
     if isinstance(sampling.stop, str) or type(sampling) is not SamplingParams:  # merged's own normalising
         return sampling.merged({"seed": seed})
-    params = object.__new__(SamplingParams)
-    params.__dict__.update(sampling.__dict__)
-    params.seed = seed
-    params.extra = dict(sampling.extra)
-    return params
+    return replace(sampling, seed=seed, extra=dict(sampling.extra))
 
 
 def json_safe(value: Any) -> Any:

@@ -22,12 +22,13 @@ budget error half-way through a search.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from workbench.errors import UserError
+from workbench.gepa.dspy_support import swapped_global
 
 OPTIMIZERS = ("gepa", "miprov2", "bootstrap")
 DEFAULT_BOOTSTRAP_PROGRAMS = 6  # shuffled bootstrap candidates at most; a bigger budget is left unspent
@@ -129,7 +130,7 @@ def compile_program(
         # seed -2 would be "labeled demos only": none here, so it would re-score the seed prompt
         restrict = [-3, -1, *range(plan.candidates)]
         return optimizer.compile(student, trainset=trainset, valset=valset, restrict=restrict)
-    optimizer = _safe_mipro(dspy, on_proposal)(
+    optimizer = dspy.MIPROv2(
         metric=metric,
         prompt_model=prompt_lm,
         task_model=prompt_lm,
@@ -141,20 +142,22 @@ def compile_program(
         metric_threshold=demo_threshold,
         seed=seed,
     )
-    return optimizer.compile(
-        student,
-        trainset=trainset,
-        valset=valset,
-        num_trials=plan.trials,
-        minibatch=False,
-        program_aware_proposer=False,
-    )  # our program's source says nothing about the task
+    with safe_proposals(on_proposal):
+        return optimizer.compile(
+            student,
+            trainset=trainset,
+            valset=valset,
+            num_trials=plan.trials,
+            minibatch=False,
+            program_aware_proposer=False,
+        )  # our program's source says nothing about the task
 
 
-def _safe_mipro(dspy: ModuleType, on_proposal: ProposalEvent | None) -> type:
-    """MIPROv2 whose instruction proposals cannot crash the run: DSPy's proposer has no error
+def safe_proposals(on_proposal: ProposalEvent | None) -> contextlib.AbstractContextManager[None]:
+    """Inside, MIPROv2's instruction proposals cannot crash the run: DSPy's proposer has no error
     handling, and a prompt model that misses DSPy's reply format (any small local model) raises
-    a parse error that would end the whole compile."""
+    a parse error that would end the whole compile. MIPROv2 takes no proposer argument; it builds
+    the `GroundedProposer` its module imported, so that name is a safe subclass for the call."""
     from dspy.propose.grounded_proposer import GroundedProposer
     from dspy.teleprompt import mipro_optimizer_v2
     from dspy.teleprompt.utils import get_signature
@@ -163,7 +166,7 @@ def _safe_mipro(dspy: ModuleType, on_proposal: ProposalEvent | None) -> type:
         if on_proposal is not None:
             on_proposal(status, detail, reply)
 
-    class SafeProposer(GroundedProposer):  # type: ignore[misc]
+    class SafeProposer(GroundedProposer):
         def propose_instruction_for_predictor(
             self, program: Any, predictor: Any, *args: Any, **kwargs: Any
         ) -> str:
@@ -181,18 +184,4 @@ def _safe_mipro(dspy: ModuleType, on_proposal: ProposalEvent | None) -> type:
             record("proposed", "new instruction", text)
             return text
 
-    @contextlib.contextmanager
-    def proposer_swapped() -> Iterator[None]:
-        saved = mipro_optimizer_v2.GroundedProposer
-        mipro_optimizer_v2.GroundedProposer = SafeProposer
-        try:
-            yield
-        finally:
-            mipro_optimizer_v2.GroundedProposer = saved
-
-    class SafeMIPROv2(dspy.MIPROv2):  # type: ignore[name-defined,misc]
-        def _propose_instructions(self, *args: Any, **kwargs: Any) -> dict[int, list[str]]:
-            with proposer_swapped():  # only for the proposal step of this optimizer
-                return super()._propose_instructions(*args, **kwargs)
-
-    return SafeMIPROv2
+    return swapped_global(mipro_optimizer_v2, "GroundedProposer", SafeProposer)

@@ -16,7 +16,7 @@ import io
 import logging
 import os
 from collections.abc import Callable, Iterator
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from workbench.errors import UserError
@@ -66,27 +66,54 @@ class _EmitHandler(logging.Handler):
         self.emit_line(f"{record.levelname.lower()}: {record.getMessage()}")
 
 
+# DSPy's modules that draw tqdm bars on our path (evaluation, bootstrapping demos); each holds the
+# tqdm module as its global `tqdm`. tests/test_gepa_dspy.py fails loudly if one stops doing so.
+TQDM_MODULES = ("dspy.utils.parallelizer", "dspy.evaluate.evaluate", "dspy.teleprompt.bootstrap")
+
+
 @contextlib.contextmanager
 def quiet_dspy(emit: Callable[[str], None]) -> Iterator[None]:
-    """Inside: DSPy's prints and log records go to `emit` (one line each); tqdm draws nothing.
-    stderr itself is left alone: the CLI's progress bar writes there."""
-    import tqdm
+    """Inside: DSPy's prints and log records go to `emit` (one line each); DSPy's tqdm bars draw
+    nothing. stderr itself is left alone: the CLI's progress bar writes there. DSPy's optimizers
+    ask for bars (display_progress=True) with no switch to turn them off, so the `tqdm` name in
+    DSPy's own modules is pointed at a silent tqdm for the call: other libraries' bars, tqdm
+    itself and other threads are untouched."""
+    import importlib
 
     logger = logging.getLogger("dspy")
     handler = _EmitHandler(emit)
     saved_handlers, saved_propagate = logger.handlers[:], logger.propagate
     logger.handlers, logger.propagate = [handler], False
-    original_init = tqdm.tqdm.__init__
-
-    def silent_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **{**kwargs, "disable": True})  # DSPy passes disable=False itself
-
-    tqdm.tqdm.__init__ = silent_init  # type: ignore[method-assign]
     writer = _LineWriter(emit)
     try:
-        with contextlib.redirect_stdout(writer):
+        with contextlib.ExitStack() as stack:
+            silent = _silent_tqdm_module()
+            for name in TQDM_MODULES:
+                stack.enter_context(swapped_global(importlib.import_module(name), "tqdm", silent))
+            stack.enter_context(contextlib.redirect_stdout(writer))
             yield
     finally:
         writer.flush()
-        tqdm.tqdm.__init__ = original_init  # type: ignore[method-assign]
         logger.handlers, logger.propagate = saved_handlers, saved_propagate
+
+
+def _silent_tqdm_module() -> SimpleNamespace:
+    """Stands in for the tqdm module where DSPy uses `tqdm.tqdm`: a tqdm that never draws."""
+    import tqdm
+
+    class SilentTqdm(tqdm.tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "disable": True})  # DSPy passes disable=False itself
+
+    return SimpleNamespace(tqdm=SilentTqdm)
+
+
+@contextlib.contextmanager
+def swapped_global(module: ModuleType, name: str, value: object) -> Iterator[None]:
+    """`module.<name>` is `value` inside; a module without that global is a loud AttributeError."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
