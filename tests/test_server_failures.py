@@ -45,7 +45,8 @@ def test_server_failures_are_not_results_and_resume_redoes_them(tmp_path: Path):
         errors = [line for line in err.splitlines() if line.startswith("error: ")]
         assert (
             len(errors) == 1
-            and "4 rollout(s) failed on the model server" in errors[0]
+            and "4 of 12 rollouts failed on the model call" in errors[0]
+            and "injected outage" in errors[0]
             and " -R " in errors[0]
         ), err
         assert "Traceback" not in err and outage.failed >= 4 * 5  # every attempt of every retry failed
