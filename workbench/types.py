@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from workbench.errors import redact_credentials
+
 SCHEMA_VERSION = 1
 
 Message = dict[str, Any]
@@ -97,6 +99,9 @@ class RolloutError:
     # `failed`, and `--resume` redoes its group. (A conversation that outgrew the context window is
     # a truncated rollout, not an error.)
     infrastructure: bool = False
+
+    def __post_init__(self) -> None:
+        self.message = redact_credentials(self.message)  # a server URL's key stays out of results
 
     @classmethod
     def from_exception(cls, exc: BaseException, where: str) -> RolloutError:

@@ -16,7 +16,7 @@ import typer
 
 from workbench.cli import env_cmd, eval_cmd, gepa_cmd, serve_cmd, setup_cmd, train_cmd, tui_cmd
 from workbench.cli.crash import crash_report, summary
-from workbench.errors import QuietExit, UserError
+from workbench.errors import QuietExit, UserError, redact_credentials
 from workbench.startup import hold as hold_collector
 from workbench.startup import quiet_libraries
 
@@ -59,7 +59,7 @@ def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
     try:
         app(args=list(args), prog_name=prog_name)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_credentials(str(exc))}", file=sys.stderr)
         sys.exit(1)
     except QuietExit as exc:
         sys.exit(exc.code)
@@ -70,6 +70,9 @@ def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
         if os.environ.get("WORKBENCH_TRACEBACK"):
             raise
         report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
-        print(f"error: unexpected {summary(exc)} (a Workbench bug; traceback in {report})", file=sys.stderr)
+        print(
+            f"error: unexpected {redact_credentials(summary(exc))} (a Workbench bug; traceback in {report})",
+            file=sys.stderr,
+        )
         sys.exit(1)
     sys.exit(0)  # not reached: the app exits with the command's code

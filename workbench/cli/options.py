@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from workbench.errors import UserError
+from workbench.errors import REDACTED, UserError, redact_credentials
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -197,7 +197,14 @@ def build_config(
             saved = read_run_metadata(Path(resume)).config
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot read the run's metadata.json in {resume}: {exc}") from exc
-        return _validated(model_cls, {**_overridden(saved, sets), **flags})
+        merged = {**_overridden(saved, sets), **flags}
+        for key, value in merged.items():
+            if isinstance(value, str) and redact_credentials(value) == value and f"{REDACTED}@" in value:
+                flag = "-b/--api-base-url" if key == "api_base_url" else f"--set {key}=..."
+                raise UserError(
+                    f"this run's {key} held a password, which is never saved: resume with {flag} again"
+                )
+        return _validated(model_cls, merged)
     if target.endswith(".toml"):
         data, text = read_toml(Path(target))
         validate(model_cls, data, Path(target), text)  # file errors name the file and line

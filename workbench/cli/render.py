@@ -22,6 +22,7 @@ from rich.progress import (
 from rich.segment import Segment
 from rich.table import Table
 
+from workbench.errors import redact_credentials
 from workbench.types import Group, Rollout
 
 UNFOLDED_WIDTH = 100_000
@@ -221,7 +222,7 @@ class RichReporter:
     def message(self, text: str) -> None:
         from rich.markup import escape
 
-        err_console.print(f"[yellow]{escape(text)}[/]")
+        err_console.print(f"[yellow]{escape(redact_credentials(text))}[/]")
 
     def finish(self) -> None:
         if self._lines is not None:
