@@ -89,27 +89,13 @@ def test_every_call_failing_is_a_failed_run_with_the_servers_message(
 
 
 def test_a_partial_failure_names_its_count_and_resume_redoes_it(tmp_path: Path):
+    (tmp_path / "probe").mkdir()
     unlucky: set[str] = set()
     with serve_in_thread(make_app(EchoBackend())) as url:
-        # Which prompts fail is decided by text: the first eval's prompts, read back from its results.
-        probe = run_cli(
-            "eval",
-            "run",
-            "reverse-text",
-            "-m",
-            "echo",
-            "-b",
-            f"{url}/v1",
-            "-n",
-            "4",
-            "-r",
-            "1",
-            "-o",
-            str(tmp_path / "probe"),
-            cwd=tmp_path,
-        )
-        assert probe.wait(timeout=300) == 0
-        first = results_lines(tmp_path / "probe")[0]
+        # Which prompts fail is decided by text: one prompt of a first eval, read back from its results.
+        probe = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "1"]
+        assert run_cli(*probe, cwd=tmp_path / "probe").wait(timeout=300) == 0
+        first = results_lines(_run_dir(tmp_path / "probe"))[0]
         unlucky.add(next(m["content"] for m in reversed(first["prompt"]) if m["role"] == "user"))
     rejecting = _rejecting(_bad_key, only=unlucky)
     with serve_in_thread(make_app(EchoBackend(), middlewares=(rejecting,))) as url:

@@ -29,6 +29,7 @@ from workbench.errors import ServerGone, UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
+from workbench.store.lock import claim_run
 from workbench.store.results import RESULTS, ResultsWriter, compact_results, iter_groups, read_groups
 from workbench.store.runs import (
     RUN_LOG,
@@ -172,6 +173,22 @@ def eval_examples(env: Environment, n: int, offset: int) -> Sequence[Example]:
 
 
 async def _run(
+    config: EvalConfig,
+    env: Environment,
+    client: Client,
+    examples: Sequence[Example],
+    sampling: SamplingParams,
+    run_dir: Path,
+    reporter: Reporter,
+) -> EvalResult:
+    lock = claim_run(run_dir)  # one process writes a run: a second -R of it stops here
+    try:
+        return await _run_owned(config, env, client, examples, sampling, run_dir, reporter)
+    finally:
+        lock.release()
+
+
+async def _run_owned(
     config: EvalConfig,
     env: Environment,
     client: Client,
