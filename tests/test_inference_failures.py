@@ -64,9 +64,9 @@ def _run_dir(tmp_path: Path) -> Path:
     [
         (_bad_key, "HTTP 401"),
         (_bad_request, "unsupported parameter"),
-        (_html, "text/html"),
-        (_bad_json, "JSON"),
-        (_no_choices, "choices"),
+        (_html, "is not JSON (HTTP 200): '<html>"),
+        (_bad_json, "is not JSON"),
+        (_no_choices, "no choices"),
     ],
     ids=["401", "400", "html", "bad-json", "empty-choices"],
 )
