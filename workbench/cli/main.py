@@ -9,7 +9,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+        _bug(exc, args)
+    sys.exit(0)  # not reached: the app exits with the command's code
+
+
+def _bug(exc: Exception, args: Sequence[str]) -> NoReturn:
+    """An exception nobody expected: its traceback to a file, one line naming it, exit 1."""
+    if os.environ.get("WORKBENCH_TRACEBACK"):
+        raise exc
+    report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
+    print(
+        f"error: unexpected {redact_credentials(summary(exc))} (a Workbench bug; traceback in {report})",
+        file=sys.stderr,
+    )
+    sys.exit(1)
 from typing import NoReturn
 
 import typer
@@ -19,6 +32,7 @@ from workbench.cli.crash import crash_report, summary
 from workbench.errors import QuietExit, UserError, redact_credentials
 from workbench.startup import hold as hold_collector
 from workbench.startup import quiet_libraries
+from workbench.store.files import is_storage_error
 
 app = typer.Typer(
     name="workbench",
@@ -61,12 +75,19 @@ def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
     except UserError as exc:
         print(f"error: {redact_credentials(str(exc))}", file=sys.stderr)
         sys.exit(1)
+    except OSError as exc:
+        if not is_storage_error(exc):  # the machine's doing (a full disk), not a bug: one plain line
+            _bug(exc, args)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        sys.exit(1)
     except QuietExit as exc:
         sys.exit(exc.code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:
+<<<<<<< HEAD
         if os.environ.get("WORKBENCH_TRACEBACK"):
             raise
         report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
@@ -76,3 +97,18 @@ def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
         )
         sys.exit(1)
     sys.exit(0)  # not reached: the app exits with the command's code
+=======
+        _bug(exc)
+
+
+def _bug(exc: Exception) -> NoReturn:
+    """An exception nobody expected: its traceback to a file, one line naming it, exit 1."""
+    if os.environ.get("WORKBENCH_TRACEBACK"):
+        raise exc
+    report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(sys.argv[1:])}")
+    print(
+        f"error: unexpected {redact_credentials(summary(exc))} (a Workbench bug; traceback in {report})",
+        file=sys.stderr,
+    )
+    sys.exit(1)
+>>>>>>> a1d2c3c (Machine-caused failures get their own line (issue 33.4): a full disk mid-eval says so with the saved count and the -R line (no traceback, no stray .tmp: atomic writes remove their temporary file); storage errors (ENOSPC, EROFS, EACCES, ...) are never 'a Workbench bug'; non-UTF-8 or binary TOML names file and line; nesting deeper than 64 levels in TOML, -a, -S or --set is refused; a folder given as a config file says so)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from workbench.config.bounds import MAX_NESTING, too_deep
 from workbench.errors import REDACTED, UserError, redact_credentials
 
 if TYPE_CHECKING:
@@ -156,7 +157,11 @@ def parse_json_object(value: str | None, flag: str) -> dict[str, Any] | None:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno}): {value}") from exc
+        raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno}): {value[:200]}") from exc
+    except RecursionError:
+        parsed = None
+    if parsed is None or too_deep(parsed):
+        raise UserError(f"{flag}: lists or objects nest too deeply (at most {MAX_NESTING} levels)")
     if not isinstance(parsed, dict):
         raise UserError(f"{flag} must be a JSON object like '{{\"key\": 1}}', got: {value}")
     return parsed

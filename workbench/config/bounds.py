@@ -22,3 +22,25 @@ class Bounded(BaseModel):
         if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT <= value <= MAX_INT:
             raise ValueError(f"{value:.3g} is out of range (at most {MAX_INT:,})")
         return value
+
+
+MAX_NESTING = 64  # lists/tables inside each other: far beyond any real config, far below Python's stack
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and dicts nest in `value` (iteratively: no recursion to run out of)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
+
+
+def too_deep(value: Any) -> bool:
+    return nesting_depth(value) > MAX_NESTING

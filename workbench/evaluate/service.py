@@ -29,6 +29,7 @@ from workbench.errors import ServerGone, UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
+from workbench.store.files import is_storage_error
 from workbench.store.lock import claim_run
 from workbench.store.results import RESULTS, ResultsWriter, compact_results, iter_groups, read_groups
 from workbench.store.runs import (
@@ -294,6 +295,15 @@ async def _run_owned(
             f"gave up: {exc}; {kept} of {len(examples) * r} rollouts are saved; "
             f"once the server answers again: workbench eval run -R {run_dir}"
         ) from exc
+    except OSError as exc:
+        if not is_storage_error(exc):
+            metadata.error = f"{type(exc).__name__}: {exc}"
+            raise
+        metadata.error = f"{exc.strerror or exc} while saving results"
+        raise UserError(
+            f"{exc.strerror or exc} while writing {run_dir}: {summary_stats.rollouts} of "
+            f"{len(examples) * r} rollouts are saved; once that is fixed: workbench eval run -R {run_dir}"
+        ) from exc
     except Exception as exc:
         metadata.error = f"{type(exc).__name__}: {exc}"
         raise
@@ -304,14 +314,18 @@ async def _run_owned(
         summary = summary_stats.summary(elapsed)
         if status == "finished" and summary.get("infrastructure_failures"):
             status = "failed"  # a server failure is never a finished result
+            first = summary["server_errors"][0]["message"] if summary.get("server_errors") else ""
             metadata.error = (
                 f"{summary['infrastructure_failures']} rollout(s) in {summary['incomplete_groups']} group(s) "
-                f"failed on the model server (connection, timeout, 5xx after retries)"
+                f"failed on the model call: {first[:300]}"
             )
         metadata.status, metadata.updated_at, metadata.summary = status, now_iso(), summary
         metadata.elapsed_s, metadata.reward_mean = elapsed, summary.get("reward_mean")
-        write_run_metadata(run_dir, metadata)
-        log.write(
-            f"{status}: {finished}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}"
-        )
+        try:
+            write_run_metadata(run_dir, metadata)
+            log.write(
+                f"{status}: {finished}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}"
+            )
+        except OSError:  # no room even for that: readers see the process gone and call the run died
+            pass
     return EvalResult(run_dir, status, summary, r)
