@@ -175,9 +175,17 @@ def show(
     metadata, groups = load_run(path)
     if fmt == "table":
         from workbench.engine.summary import summarize
+        from workbench.store.runs import effective_status
 
-        summary = metadata.summary or summarize(groups)
-        console.print(summary_table(summary, f"{metadata.env_id} · {metadata.model} · {metadata.status}"))
+        status = effective_status(metadata)  # a "running" run whose process is gone has died
+        saved = sum(len(g.rollouts) for g in groups)
+        expected = metadata.progress()[0] or 0
+        if saved < expected:  # results.jsonl lost lines after the run wrote its summary
+            status = f"damaged: results.jsonl holds {saved} of {expected} rollouts"
+            summary = summarize(groups)
+        else:
+            summary = metadata.summary or summarize(groups)
+        console.print(summary_table(summary, f"{metadata.env_id} · {metadata.model} · {status}"))
         console.print(f"[dim]{path}[/]")
         return
     if fmt not in ("csv", "json", "parquet"):
