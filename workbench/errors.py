@@ -50,10 +50,14 @@ class QuietExit(Exception):
 class InferenceError(Exception):
     """A model call failed. `transient` ones (connection, timeout, 429, 5xx) are retried."""
 
-    def __init__(self, message: str, *, transient: bool, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, transient: bool, status: int | None = None, refused: bool = False
+    ) -> None:
         super().__init__(message)
         self.transient = transient
         self.status = status
+        # Nothing listens at the address (connection refused): a dead server, not a busy one.
+        self.refused = refused
 
 
 class ServerGone(InferenceError):

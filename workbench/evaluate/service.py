@@ -252,14 +252,15 @@ async def _run_owned(
         finished += 1
         if not group.infrastructure_failures:  # a server failure is no reward: left out of the mean
             reward_sum, counted = reward_sum + sum(group.rewards), counted + r
-        metadata.completed_rollouts = finished * r
+        metadata.completed_rollouts = counted  # results only: a group the server failed is redone
         for rollout in group.rollouts:
             if rollout.error is not None:
                 log.write(
                     f"example {group.example_id} rollout {rollout.rollout_index}: "
                     f"{rollout.error.where} error {rollout.error.type}: {rollout.error.message[:300]}"
                 )
-        reporter.group_done(group, {"reward_mean": reward_sum / counted if counted else 0.0})
+        if not group.infrastructure_failures:  # the progress line counts saved results, nothing else
+            reporter.group_done(group, {"reward_mean": reward_sum / counted if counted else 0.0})
         if time.monotonic() - last_meta > METADATA_INTERVAL_S:
             last_meta = time.monotonic()
             metadata.updated_at = now_iso()

@@ -67,7 +67,10 @@ def error_for_exception(exc: BaseException, url: str) -> InferenceError:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return InferenceError(f"no response from {url} (timed out)", transient=True)
     if isinstance(exc, aiohttp.ClientConnectorError):  # says why in words, not aiohttp's repr
-        return InferenceError(f"cannot connect to {url}: {_connect_failure(exc.os_error)}", transient=True)
+        refused = isinstance(exc.os_error, ConnectionRefusedError)
+        return InferenceError(
+            f"cannot connect to {url}: {_connect_failure(exc.os_error)}", transient=True, refused=refused
+        )
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return InferenceError(f"{url} closed the connection before answering", transient=True)
     if isinstance(exc, aiohttp.ClientPayloadError):  # cut short, or a broken chunked/gzip body
