@@ -283,7 +283,7 @@ def test_a_gepa_evaluation_that_lost_rollouts_to_the_server_is_not_scored():
             )
         )
         batch = [DataItem("train", i) for i in range(3)]
-        with pytest.raises(ServerFailures, match="1 of 3 rollouts failed on the model server"):
+        with pytest.raises(ServerFailures, match="1 of 3 rollouts failed on the model call \\(HTTP 503"):
             adapter.evaluate(batch, {SYSTEM_PROMPT_COMPONENT: envs.seed_prompt})
         assert budget.used == 0 and adapter.server_gone is None  # not spent; the server still answers others
         calls.clear()

@@ -273,8 +273,11 @@ class RunningSummary:
             {
                 "infrastructure_failures": self.infrastructure_failures,
                 "incomplete_groups": self.failed_groups,
-                "server_errors": [
-                    {"message": message, "count": count} for message, count in self.server_errors.items()
+                "server_errors": [  # the most frequent first
+                    {"message": message, "count": count}
+                    for message, count in sorted(
+                        self.server_errors.items(), key=lambda item: (-item[1], item[0])
+                    )
                 ],
             }
             if self.failed_groups
