@@ -9,20 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-        _bug(exc, args)
-    sys.exit(0)  # not reached: the app exits with the command's code
-
-
-def _bug(exc: Exception, args: Sequence[str]) -> NoReturn:
-    """An exception nobody expected: its traceback to a file, one line naming it, exit 1."""
-    if os.environ.get("WORKBENCH_TRACEBACK"):
-        raise exc
-    report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
-    print(
-        f"error: unexpected {redact_credentials(summary(exc))} (a Workbench bug; traceback in {report})",
-        file=sys.stderr,
-    )
-    sys.exit(1)
+from collections.abc import Sequence
 from typing import NoReturn
 
 import typer
@@ -87,28 +74,17 @@ def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:
-<<<<<<< HEAD
-        if os.environ.get("WORKBENCH_TRACEBACK"):
-            raise
-        report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
-        print(
-            f"error: unexpected {redact_credentials(summary(exc))} (a Workbench bug; traceback in {report})",
-            file=sys.stderr,
-        )
-        sys.exit(1)
+        _bug(exc, args)
     sys.exit(0)  # not reached: the app exits with the command's code
-=======
-        _bug(exc)
 
 
-def _bug(exc: Exception) -> NoReturn:
+def _bug(exc: Exception, args: Sequence[str]) -> NoReturn:
     """An exception nobody expected: its traceback to a file, one line naming it, exit 1."""
     if os.environ.get("WORKBENCH_TRACEBACK"):
         raise exc
-    report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(sys.argv[1:])}")
+    report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
     print(
         f"error: unexpected {redact_credentials(summary(exc))} (a Workbench bug; traceback in {report})",
         file=sys.stderr,
     )
     sys.exit(1)
->>>>>>> a1d2c3c (Machine-caused failures get their own line (issue 33.4): a full disk mid-eval says so with the saved count and the -R line (no traceback, no stray .tmp: atomic writes remove their temporary file); storage errors (ENOSPC, EROFS, EACCES, ...) are never 'a Workbench bug'; non-UTF-8 or binary TOML names file and line; nesting deeper than 64 levels in TOML, -a, -S or --set is refused; a folder given as a config file says so)
