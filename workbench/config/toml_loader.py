@@ -32,9 +32,9 @@ def read_toml(path: Path) -> tuple[dict[str, Any], str]:
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
+        bad_line = raw[: exc.start].count(b"\n") + 1
         raise UserError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); TOML files are UTF-8"
+            f"{path}:{bad_line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); TOML files are UTF-8"
         ) from None
     try:
         data = tomllib.loads(text)
