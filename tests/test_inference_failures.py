@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from tests.servers import EchoBackend, last_user_text, make_app, serve_in_thread
-from tests.test_eval_run import results_lines, run_cli
+from tests.test_eval_run import results_lines, start_cli
 from workbench.inference.server import error_response
 
 Handler = Callable[[web.Request], Any]
@@ -75,7 +75,7 @@ def test_every_call_failing_is_a_failed_run_with_the_servers_message(
 ):
     with serve_in_thread(make_app(EchoBackend(), middlewares=(_rejecting(answer),))) as url:
         args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "2"]
-        proc = run_cli(*args, cwd=tmp_path)
+        proc = start_cli(*args, cwd=tmp_path)
         out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, out + err
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
@@ -94,19 +94,19 @@ def test_a_partial_failure_names_its_count_and_resume_redoes_it(tmp_path: Path):
     with serve_in_thread(make_app(EchoBackend())) as url:
         # Which prompts fail is decided by text: one prompt of a first eval, read back from its results.
         probe = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "1"]
-        assert run_cli(*probe, cwd=tmp_path / "probe").wait(timeout=300) == 0
+        assert start_cli(*probe, cwd=tmp_path / "probe").wait(timeout=300) == 0
         first = results_lines(_run_dir(tmp_path / "probe"))[0]
         unlucky.add(next(m["content"] for m in reversed(first["prompt"]) if m["role"] == "user"))
     rejecting = _rejecting(_bad_key, only=unlucky)
     with serve_in_thread(make_app(EchoBackend(), middlewares=(rejecting,))) as url:
         args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "4", "-r", "2"]
-        proc = run_cli(*args, cwd=tmp_path)
+        proc = start_cli(*args, cwd=tmp_path)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 1, out + err
         assert "2 of 8 rollouts failed on the model call" in err and "HTTP 401" in err, err
         run_dir = _run_dir(tmp_path)
         unlucky.clear()  # the key is fixed: every call answers
-        resume = run_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
+        resume = start_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
         _, err = resume.communicate(timeout=300)
     assert resume.returncode == 0, err
     lines = results_lines(run_dir)

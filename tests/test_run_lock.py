@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread
-from tests.test_eval_run import results_lines, run_cli
+from tests.test_eval_run import results_lines, start_cli
 from workbench.errors import UserError
 from workbench.store.lock import LOCK_FILE, claim_run, lock_owner, releasing_claims
 
@@ -37,9 +37,9 @@ def test_a_second_eval_of_a_running_run_is_refused_and_the_first_finishes(tmp_pa
             "-c",
             "2",
         ]
-        first = run_cli(*args, cwd=tmp_path)
+        first = start_cli(*args, cwd=tmp_path)
         gate.wait_held(proc=first)  # the first run is provably mid-flight
-        second = run_cli(*args, "-R", "latest", cwd=tmp_path)
+        second = start_cli(*args, "-R", "latest", cwd=tmp_path)
         _, err = second.communicate(timeout=300)
         assert second.returncode == 1, err
         assert f"is in use by pid {first.pid}" in err and "Traceback" not in err, err

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 from tests.servers import EchoBackend, make_app, serve_in_thread
-from tests.test_eval_run import run_cli
+from tests.test_eval_run import start_cli
 from workbench.errors import redact_credentials
 
 SECRET = "sk-do-not-leak-4242"
@@ -28,14 +28,14 @@ def test_a_key_in_the_url_never_reaches_the_terminal_or_the_run_folder(tmp_path:
     with serve_in_thread(make_app(EchoBackend())) as url:
         host = url.removeprefix("http://")
         args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"http://me:{SECRET}@{host}/v1", "-n", "2"]
-        proc = run_cli(*args, cwd=tmp_path)
+        proc = start_cli(*args, cwd=tmp_path)
         out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, out + err
     assert SECRET not in out + err
     written = _everything_written(tmp_path / "environments")
     assert "me:***@" in written and SECRET not in written
     run_dir = next((tmp_path / "environments").rglob("metadata.json")).parent
-    resume = run_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
+    resume = start_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
     _, err = resume.communicate(timeout=300)
     assert resume.returncode == 1 and "never saved" in err and "-b" in err, err
 
@@ -55,7 +55,7 @@ def test_a_failing_server_url_is_shown_without_its_key(tmp_path: Path):
         "-n",
         "1",
     ]
-    proc = run_cli(*args, cwd=tmp_path)
+    proc = start_cli(*args, cwd=tmp_path)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1 and "error: " in err, out + err
     assert SECRET not in out + err and SECRET not in _everything_written(tmp_path)
