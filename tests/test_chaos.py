@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.held_env import ENV_ID, write_held_env
 from tests.servers import start_process, wait_until
-from tests.test_eval_run import results_lines, run_cli
+from tests.test_eval_run import results_lines, start_cli
 from tests.weights import workbench_servers
 
 EXAMPLES, ROLLOUTS = 16, 2
@@ -32,7 +32,7 @@ def test_an_eval_survives_a_replica_killed_and_restarted_mid_run(tmp_path: Path,
                 for s in (doomed, steady)
             )
         )
-        proc = run_cli(
+        proc = start_cli(
             "eval",
             "run",
             ENV_ID,

@@ -33,6 +33,17 @@ from workbench.store.results import read_groups
 from workbench.types import Completion, Group, Rollout, RolloutError, SamplingParams
 
 
+def _server_errors(failed: Sequence[Group]) -> list[dict[str, Any]]:
+    """The first 3 distinct failed-call messages met, with their counts, the most frequent first."""
+    counts: dict[str, int] = {}
+    for r in (r for g in failed for r in g.rollouts if r.error is not None and r.error.infrastructure):
+        if r.error.message in counts or len(counts) < 3:
+            counts[r.error.message] = counts.get(r.error.message, 0) + 1
+    return [
+        {"message": m, "count": c} for m, c in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
 def reference_summarize(groups: Sequence[Group], elapsed_s: float | None = None) -> dict[str, Any]:
     """`summarize` as it was before issue 19: every rollout in memory at once."""
     failed = [g for g in groups if g.infrastructure_failures]
@@ -42,6 +53,7 @@ def reference_summarize(groups: Sequence[Group], elapsed_s: float | None = None)
         {
             "infrastructure_failures": sum(g.infrastructure_failures for g in failed),
             "incomplete_groups": len(failed),
+            "server_errors": _server_errors(failed),
         }
         if failed
         else {}

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.servers import EchoBackend, last_user_text, make_app, serve_in_thread
-from tests.test_eval_run import results_lines, run_cli
+from tests.test_eval_run import results_lines, start_cli
 from workbench.engine.summary import summarize
 from workbench.inference.server import error_response
 from workbench.types import Group, Rollout, RolloutError
@@ -39,13 +39,14 @@ def test_server_failures_are_not_results_and_resume_redoes_them(tmp_path: Path):
     outage = Outage(2)
     with serve_in_thread(make_app(EchoBackend(), middlewares=(outage.middleware,))) as url:
         args = ["eval", "run", "reverse-text", "-m", "echo", "-b", f"{url}/v1", "-n", "6", "-r", "2"]
-        proc = run_cli(*args, cwd=tmp_path)
+        proc = start_cli(*args, cwd=tmp_path)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 1, out + err
         errors = [line for line in err.splitlines() if line.startswith("error: ")]
         assert (
             len(errors) == 1
-            and "4 rollout(s) failed on the model server" in errors[0]
+            and "4 of 12 rollouts failed on the model call" in errors[0]
+            and "injected outage" in errors[0]
             and " -R " in errors[0]
         ), err
         assert "Traceback" not in err and outage.failed >= 4 * 5  # every attempt of every retry failed
@@ -66,7 +67,7 @@ def test_server_failures_are_not_results_and_resume_redoes_them(tmp_path: Path):
         }
 
         outage.down = False  # the server is back
-        resume = run_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
+        resume = start_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
         _, err = resume.communicate(timeout=300)
         assert resume.returncode == 0, err
     lines = results_lines(run_dir)

@@ -18,7 +18,7 @@ import pytest
 
 from tests.servers import EchoBackend, Gate, last_user_text, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
-from tests.test_eval_run import results_lines, run_cli
+from tests.test_eval_run import results_lines, start_cli
 from workbench.errors import InferenceError, UserError
 from workbench.inference.endpoints import load_endpoints
 from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES, OpenAIClient, RoundRobinClient
@@ -51,7 +51,7 @@ def test_a_stalled_server_is_reported_then_the_eval_gives_up_and_resumes(tmp_pat
             "--tries",
             "2",
         ]
-        proc = run_cli(*args, cwd=tmp_path)
+        proc = start_cli(*args, cwd=tmp_path)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 1, out + err
         assert f"no response from {url}/v1/chat/completions for 1 s, retrying 2/2" in err, err
@@ -66,7 +66,7 @@ def test_a_stalled_server_is_reported_then_the_eval_gives_up_and_resumes(tmp_pat
         assert results_lines(run_dir) == []  # nothing the server never answered is saved as a result
 
         gate.open()  # the server answers again
-        resume = run_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
+        resume = start_cli("eval", "run", "-R", str(run_dir), cwd=tmp_path)
         _, err = resume.communicate(timeout=300)
         assert resume.returncode == 0, err
     lines = results_lines(run_dir)
@@ -166,7 +166,7 @@ def test_timeout_and_tries_come_from_flags_then_the_registry_then_defaults(tmp_p
 
 
 def test_eval_flags_are_checked_and_saved_with_the_run(tmp_path: Path):
-    result = run_cli(
+    result = start_cli(
         "eval",
         "run",
         "reverse-text",
@@ -181,7 +181,7 @@ def test_eval_flags_are_checked_and_saved_with_the_run(tmp_path: Path):
     _, err = result.communicate(timeout=120)
     assert_one_line_error(proc_result(result, err), "request_tries", "greater than or equal to 1")
     with serve_in_thread(make_app(EchoBackend())) as url:
-        proc = run_cli(
+        proc = start_cli(
             "eval",
             "run",
             "reverse-text",
@@ -283,7 +283,7 @@ def test_a_gepa_evaluation_that_lost_rollouts_to_the_server_is_not_scored():
             )
         )
         batch = [DataItem("train", i) for i in range(3)]
-        with pytest.raises(ServerFailures, match="1 of 3 rollouts failed on the model server"):
+        with pytest.raises(ServerFailures, match="1 of 3 rollouts failed on the model call \\(HTTP 503"):
             adapter.evaluate(batch, {SYSTEM_PROMPT_COMPONENT: envs.seed_prompt})
         assert budget.used == 0 and adapter.server_gone is None  # not spent; the server still answers others
         calls.clear()

@@ -185,6 +185,7 @@ def test_index_variance_report_when_every_group_failed(tmp_path: Path):
     index = RolloutIndex(path)
     index.refresh()
     old, new = variance_report(index.load_groups()), index_variance_report(index)
+    assert old.summary.pop("server_errors") == [{"message": "503 after retries", "count": 3}]  # not indexed
     assert (
         new.summary
         == old.summary

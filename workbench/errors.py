@@ -3,6 +3,36 @@ one line and exits with code 1, never a traceback."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+# `scheme://user:password@host` or `scheme://token@host`: the secret part of a URL's userinfo.
+_URL_SECRET = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/@:]*)(?::[^\s/@]*)?@")
+REDACTED = "***"
+
+
+def redact_credentials(text: str) -> str:
+    """`text` with every URL's password (or lone token) replaced by ***: a key pasted into
+    `-b http://user:sk-...@host/v1` is never printed or saved. The user name stays (it says which
+    account); a token given as the user name alone is a secret too."""
+
+    def hide(match: re.Match[str]) -> str:
+        scheme, user = match["scheme"], match["user"]
+        return f"{scheme}{user}:{REDACTED}@" if ":" in match[0][len(scheme) :] else f"{scheme}{REDACTED}@"
+
+    return _URL_SECRET.sub(hide, text)
+
+
+def redact_values(data: Any) -> Any:
+    """`data` (JSON-like) with `redact_credentials` applied to every string in it."""
+    if isinstance(data, str):
+        return redact_credentials(data)
+    if isinstance(data, dict):
+        return {key: redact_values(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [redact_values(value) for value in data]
+    return data
+
 
 class UserError(Exception):
     """Bad input from the user (flags, configs, names). Shown as one line, exit code 1."""
@@ -20,10 +50,14 @@ class QuietExit(Exception):
 class InferenceError(Exception):
     """A model call failed. `transient` ones (connection, timeout, 429, 5xx) are retried."""
 
-    def __init__(self, message: str, *, transient: bool, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, transient: bool, status: int | None = None, refused: bool = False
+    ) -> None:
         super().__init__(message)
         self.transient = transient
         self.status = status
+        # Nothing listens at the address (connection refused): a dead server, not a busy one.
+        self.refused = refused
 
 
 class ServerGone(InferenceError):

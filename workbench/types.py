@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from workbench.errors import redact_credentials
+
 SCHEMA_VERSION = 1
 
 Message = dict[str, Any]
@@ -92,13 +94,18 @@ class RolloutError:
     type: str
     message: str
     where: str = "rollout"  # "inference" | "env" | "reward" | "rollout"
-    # The serving side failed (connection, timeout, 5xx after the retries), not the rollout: it is
-    # no result at all. Reward statistics leave it out and `--resume` redoes its group.
+    # The model call failed (no answer after the retries, 4xx such as a bad key, 5xx, a malformed
+    # reply), not the rollout: it is no result at all. Reward statistics leave it out, the run is
+    # `failed`, and `--resume` redoes its group. (A conversation that outgrew the context window is
+    # a truncated rollout, not an error.)
     infrastructure: bool = False
+
+    def __post_init__(self) -> None:
+        self.message = redact_credentials(self.message)  # a server URL's key stays out of results
 
     @classmethod
     def from_exception(cls, exc: BaseException, where: str) -> RolloutError:
-        infrastructure = where == "inference" and bool(getattr(exc, "transient", False))
+        infrastructure = where == "inference"
         return cls(
             type=type(exc).__name__, message=str(exc)[:2000], where=where, infrastructure=infrastructure
         )

@@ -11,13 +11,16 @@ import tempfile
 import traceback
 from types import TracebackType
 
+from workbench.errors import redact_credentials
+
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
 
 
 def crash_report(exc_info: ExcInfo, headline: str) -> str:
     """Write `headline` and the exception's traceback to a new file in the temp folder; its path."""
     with tempfile.NamedTemporaryFile("w", prefix="workbench-crash-", suffix=".log", delete=False) as report:
-        report.write(f"{headline}\n\n{''.join(traceback.format_exception(*exc_info))}")
+        text = f"{headline}\n\n{''.join(traceback.format_exception(*exc_info))}"
+        report.write(redact_credentials(text))
     return report.name
 
 
@@ -36,6 +39,7 @@ class OneLineHandler(logging.Handler):
             if record.exc_info and record.exc_info[1] is not None:
                 report = crash_report(record.exc_info, f"workbench {' '.join(sys.argv[1:])}: {line}")
                 line = f"{line}: {summary(record.exc_info[1])} (traceback in {report})"
+            line = redact_credentials(line)
             print(f"error: {line}" if record.levelno >= logging.ERROR else line, file=sys.stderr, flush=True)
         except Exception:
             self.handleError(record)

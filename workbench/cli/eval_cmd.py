@@ -77,7 +77,7 @@ def run(
       workbench eval run reverse-text -m outputs/runs/latest --checkpoints all -n 64 -r 2
     """
     from workbench.cli.embedded import ensure_embedded_model
-    from workbench.cli.render import RichReporter, console, err_console, summary_table
+    from workbench.cli.render import RichReporter, console, err_console, server_failures, summary_table
     from workbench.evaluate import EvalConfig, run_eval
 
     flags = o.given(
@@ -113,10 +113,10 @@ def run(
         raise typer.Exit(130) from None
     console.print(summary_table(result.summary, f"{config.env_id} · {config.model}"))
     console.print(f"[dim]saved to {result.run_dir}[/]")
-    if lost := result.summary.get("infrastructure_failures"):
+    if result.summary.get("infrastructure_failures"):
         raise UserError(
-            f"{lost} rollout(s) failed on the model server (connection, timeout, 5xx after retries), so this "
-            f"is not a finished result; once the server is back: workbench eval run -R {result.run_dir}"
+            f"{server_failures(result.summary)}; not a finished result. "
+            f"Once the server answers: workbench eval run -R {result.run_dir}"
         )
 
 
@@ -175,9 +175,17 @@ def show(
     metadata, groups = load_run(path)
     if fmt == "table":
         from workbench.engine.summary import summarize
+        from workbench.store.runs import effective_status
 
-        summary = metadata.summary or summarize(groups)
-        console.print(summary_table(summary, f"{metadata.env_id} · {metadata.model} · {metadata.status}"))
+        status = effective_status(metadata)  # a "running" run whose process is gone has died
+        saved = sum(len(g.rollouts) for g in groups)
+        expected = metadata.progress()[0] or 0
+        if saved < expected:  # results.jsonl lost lines after the run wrote its summary
+            status = f"damaged: results.jsonl holds {saved} of {expected} rollouts"
+            summary = summarize(groups)
+        else:
+            summary = metadata.summary or summarize(groups)
+        console.print(summary_table(summary, f"{metadata.env_id} · {metadata.model} · {status}"))
         console.print(f"[dim]{path}[/]")
         return
     if fmt not in ("csv", "json", "parquet"):

@@ -16,9 +16,10 @@ import typer
 
 from workbench.cli import env_cmd, eval_cmd, gepa_cmd, serve_cmd, setup_cmd, train_cmd, tui_cmd
 from workbench.cli.crash import crash_report, summary
-from workbench.errors import QuietExit, UserError
+from workbench.errors import QuietExit, UserError, redact_credentials
 from workbench.startup import hold as hold_collector
 from workbench.startup import quiet_libraries
+from workbench.store.files import is_storage_error
 
 app = typer.Typer(
     name="workbench",
@@ -59,7 +60,13 @@ def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
     try:
         app(args=list(args), prog_name=prog_name)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_credentials(str(exc))}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as exc:
+        if not is_storage_error(exc):  # the machine's doing (a full disk), not a bug: one plain line
+            _bug(exc, args)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         sys.exit(1)
     except QuietExit as exc:
         sys.exit(exc.code)
@@ -67,9 +74,17 @@ def run(args: Sequence[str], prog_name: str | None = None) -> NoReturn:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:
-        if os.environ.get("WORKBENCH_TRACEBACK"):
-            raise
-        report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
-        print(f"error: unexpected {summary(exc)} (a Workbench bug; traceback in {report})", file=sys.stderr)
-        sys.exit(1)
+        _bug(exc, args)
     sys.exit(0)  # not reached: the app exits with the command's code
+
+
+def _bug(exc: Exception, args: Sequence[str]) -> NoReturn:
+    """An exception nobody expected: its traceback to a file, one line naming it, exit 1."""
+    if os.environ.get("WORKBENCH_TRACEBACK"):
+        raise exc
+    report = crash_report((type(exc), exc, exc.__traceback__), f"workbench {' '.join(args)}")
+    print(
+        f"error: unexpected {redact_credentials(summary(exc))} (a Workbench bug; traceback in {report})",
+        file=sys.stderr,
+    )
+    sys.exit(1)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from workbench.errors import UserError
+from workbench.config.bounds import MAX_NESTING, too_deep
+from workbench.errors import REDACTED, UserError, redact_credentials
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -156,7 +157,11 @@ def parse_json_object(value: str | None, flag: str) -> dict[str, Any] | None:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno}): {value}") from exc
+        raise UserError(f"{flag} is not valid JSON ({exc.msg} at column {exc.colno}): {value[:200]}") from exc
+    except RecursionError:
+        parsed = None
+    if parsed is None or too_deep(parsed):
+        raise UserError(f"{flag}: lists or objects nest too deeply (at most {MAX_NESTING} levels)")
     if not isinstance(parsed, dict):
         raise UserError(f"{flag} must be a JSON object like '{{\"key\": 1}}', got: {value}")
     return parsed
@@ -197,7 +202,14 @@ def build_config(
             saved = read_run_metadata(Path(resume)).config
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot read the run's metadata.json in {resume}: {exc}") from exc
-        return _validated(model_cls, {**_overridden(saved, sets), **flags})
+        merged = {**_overridden(saved, sets), **flags}
+        for key, value in merged.items():
+            if isinstance(value, str) and redact_credentials(value) == value and f"{REDACTED}@" in value:
+                flag = "-b/--api-base-url" if key == "api_base_url" else f"--set {key}=..."
+                raise UserError(
+                    f"this run's {key} held a password, which is never saved: resume with {flag} again"
+                )
+        return _validated(model_cls, merged)
     if target.endswith(".toml"):
         data, text = read_toml(Path(target))
         validate(model_cls, data, Path(target), text)  # file errors name the file and line

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderableType
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
@@ -21,6 +22,7 @@ from rich.progress import (
 from rich.segment import Segment
 from rich.table import Table
 
+from workbench.errors import redact_credentials
 from workbench.types import Group, Rollout
 
 UNFOLDED_WIDTH = 100_000
@@ -220,7 +222,7 @@ class RichReporter:
     def message(self, text: str) -> None:
         from rich.markup import escape
 
-        err_console.print(f"[yellow]{escape(text)}[/]")
+        err_console.print(f"[yellow]{escape(redact_credentials(text))}[/]")
 
     def finish(self) -> None:
         if self._lines is not None:
@@ -248,14 +250,28 @@ def format_rollout(rollout: Rollout) -> str:
     )
 
 
+def server_failures(summary: dict[str, Any]) -> str:
+    """One line for the rollouts whose model call failed, with the server's own first messages:
+    '16 of 16 rollouts failed on the model call: HTTP 401 from URL: invalid key (16)'."""
+    lost = summary.get("infrastructure_failures", 0)
+    total = lost + summary.get("num_rollouts", 0)
+    messages = "; ".join(
+        f"{error['message'][:300]} ({error['count']})" for error in summary.get("server_errors", [])
+    )
+    return f"{lost} of {total} rollouts failed on the model call" + (f": {messages}" if messages else "")
+
+
 def summary_table(summary: dict[str, Any], title: str) -> Table:
     table = Table(title=title, show_header=False, title_justify="left", box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     lost = summary.get("infrastructure_failures", 0)
     lost_row = (
-        f"[red]{lost} rollout(s) in {summary.get('incomplete_groups', 0)} group(s)[/] "
-        "(connection, timeout, 5xx): not results, left out of every number here"
+        f"[red]{lost} rollout(s) in {summary.get('incomplete_groups', 0)} group(s)[/]: not results, "
+        "left out of every number here; first messages:\n"
+        + "\n".join(
+            f"  {escape(e['message'][:300])} ({e['count']})" for e in summary.get("server_errors", [])
+        )
     )
     if not summary.get("num_rollouts"):
         table.add_row("rollouts", "0")

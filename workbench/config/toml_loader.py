@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from workbench.config.bounds import MAX_NESTING, too_deep
 from workbench.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
@@ -21,15 +22,31 @@ M = TypeVar("M", bound=BaseModel)
 
 def read_toml(path: Path) -> tuple[dict[str, Any], str]:
     """The parsed table and the raw text (for line lookups). Syntax errors name file and line."""
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a config file (give the .toml inside it)")
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
     try:
-        return tomllib.loads(text), text
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        bad_line = raw[: exc.start].count(b"\n") + 1
+        raise UserError(
+            f"{path}:{bad_line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); TOML files are UTF-8"
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise UserError(f"{path}: lists or tables nest too deeply (at most {MAX_NESTING} levels)") from None
     except tomllib.TOMLDecodeError as exc:
         match = re.search(r"line (\d+)", str(exc))
         line = f":{match.group(1)}" if match else ""
         raise UserError(f"{path}{line}: invalid TOML: {str(exc).split(' (at')[0]}") from exc
+    if too_deep(data):
+        raise UserError(f"{path}: lists or tables nest too deeply (at most {MAX_NESTING} levels)")
+    return data, text
 
 
 def key_line(text: str, key: str, after_line: int = 0, before_line: int | None = None) -> int | None:

@@ -7,7 +7,8 @@ permanent one, or the last failed attempt, is raised for the rollout to record.
 Each retry can be told to the user (`notify`, at most one line per problem every
 `NOTICE_INTERVAL_S`, however many requests hit it). A request that fails every try when no
 request through the client has been answered during its tries, nor for the client's timeout
-(the silence that defines a stall; 60 s by default), is `ServerGone`: from then on every
+(the silence that defines a stall; 60 s by default) — or whose last try was refused outright (no
+server listens any more) — is `ServerGone`: from then on every
 request fails at once with it, and the engine stops the run instead of failing all that is
 left. A blip (a prompt the server keeps failing, a restart) only fails the rollouts it hits.
 """
@@ -112,7 +113,11 @@ class RetryingClient:
                     raise
                 if attempt >= self.policy.max_attempts:
                     now = time.monotonic()
-                    if self._last_answer < min(first_try, now - self.policy.gone_after_s):
+                    # Gone: nothing answered during this request's tries and, unless every try was
+                    # refused (no process listens: a dead server gives up within the backoff, ~8 s),
+                    # for the whole stall timeout either.
+                    silent_since = first_try if exc.refused else now - self.policy.gone_after_s
+                    if self._last_answer < min(first_try, silent_since):
                         self.gone = ServerGone(
                             f"{exc} ({attempt} tries over {now - first_try:.0f} s, and nothing "
                             "answered meanwhile)"

@@ -13,6 +13,7 @@ that is gone (`ServerGone`, see retry.py) ends the run the same way, raising it.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from workbench import startup
 from workbench.engine.retry import Notify, RetryingClient, RetryPolicy
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.rubric import RolloutScore, maybe_await
+from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.types import Example, Group, Rollout, RolloutError, SamplingParams
 
@@ -104,6 +106,9 @@ async def run_rollouts(
     async def one_group(example: Example) -> None:
         results = await asyncio.gather(*(one_rollout(example, i) for i in range(rollouts_per_example)))
         outputs = [o for o, _ in results]
+        for output in outputs:  # -C names a key the env's state does not have: say so once, not N times
+            if output.error is None and (missing := [c for c in state_columns if c not in output.state]):
+                raise UserError(unknown_state_columns(missing, output.state))
         started = time.perf_counter()
         try:
             scores = await env.score_group(example, outputs)
@@ -144,6 +149,18 @@ async def run_rollouts(
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
     return stats
+
+
+def unknown_state_columns(missing: Sequence[str], state: dict[str, Any]) -> str:
+    """One line for -C/--state-columns keys that a rollout's state lacks, with the closest key."""
+    keys = sorted(str(k) for k in state)
+    name = missing[0]
+    close = difflib.get_close_matches(name, keys, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return (
+        f"-C/--state-columns: the environment's rollout state has no '{name}'{hint}; "
+        f"its keys: {', '.join(keys) or 'none'}"
+    )
 
 
 def _make_rollout(

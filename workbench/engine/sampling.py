@@ -8,6 +8,9 @@ environment's preference.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -53,13 +56,44 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 # Server knobs (SamplingParams.extra) that the in-process model honours too, so they are checked alike.
 EXTRA_RANGES: dict[str, tuple[float, float]] = {"min_p": (0, 1), "repetition_penalty": (1e-6, float("inf"))}
+# Settings OpenAI-compatible servers (OpenAI, vLLM) know. Others still reach the server (a server
+# may have its own), but one within a typo of these ('top_pp') is refused, naming the right one.
+SERVER_KEYS = frozenset(
+    {
+        *EXTRA_RANGES,
+        "presence_penalty",
+        "frequency_penalty",
+        "logprobs",
+        "top_logprobs",
+        "logit_bias",
+        "max_completion_tokens",
+        "min_tokens",
+        "stop_token_ids",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+        "response_format",
+        "reasoning_effort",
+        "chat_template_kwargs",
+        "best_of",
+        "length_penalty",
+        "truncate_prompt_tokens",
+        "structured_outputs",
+        "bad_words",
+        "allowed_token_ids",
+        "prompt_logprobs",
+        "return_tokens_as_token_ids",
+        "parallel_tool_calls",
+        "tool_choice",
+        "extra_body",
+    }
+)
 
 
 def validated(params: SamplingParams) -> SamplingParams:
     """`params` with each known setting of the right type (a number given as a string is read as
     one) and range; UserError naming the setting otherwise."""
-    import dataclasses
-
     from pydantic import TypeAdapter, ValidationError
 
     try:
@@ -73,6 +107,13 @@ def validated(params: SamplingParams) -> SamplingParams:
         value = getattr(checked, name)
         if not low <= value <= high:
             raise UserError(f"bad sampling argument '{name}': {value} is out of range ({low:g} to {high:g})")
+    known = {f for f in SamplingParams.__dataclass_fields__ if f != "extra"} | SERVER_KEYS
+    for name in checked.extra:
+        if name not in known and (close := difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)):
+            raise UserError(f"unknown sampling argument '{name}' (did you mean '{close[0]}'?)")
+    for name, value in dataclasses.asdict(checked).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"bad sampling argument '{name}': {value} is not a finite number")
     for name, (low, high) in EXTRA_RANGES.items():
         value = checked.extra.get(name)
         if value is None:

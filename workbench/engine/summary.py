@@ -21,6 +21,7 @@ from workbench.types import Group
 
 # Within-group std bucket edges for the distribution line; a std of 0 teaches RL nothing.
 STD_EDGES = (SIGNAL_STD, 0.1, 0.2, 0.3)
+MAX_SERVER_ERRORS = 3  # distinct failed-call messages kept for the summary (a bad key repeats one)
 
 
 def std_bucket(std: float) -> str:
@@ -42,8 +43,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def summarize(groups: Sequence[Group], elapsed_s: float | None = None) -> dict[str, Any]:
-    """Statistics of the groups that are results. A group with a rollout the serving side failed
-    (connection, timeout, 5xx after retries) is none: it is counted apart, never as a 0 reward.
+    """Statistics of the groups that are results. A group with a rollout whose model call failed
+    (no answer after retries, a 4xx such as a bad key, a 5xx, a malformed reply) is none: it is
+    counted apart with the server's first distinct messages, never as a 0 reward.
     (The same numbers as adding each group to a `RunningSummary`, in this order.)"""
     running = RunningSummary()
     for group in groups:
@@ -179,6 +181,7 @@ class RunningSummary:
         self.rollouts = 0
         self.failed_groups = 0
         self.infrastructure_failures = 0
+        self.server_errors: Counter[str] = Counter()  # the first distinct failed-call messages
         self.rewards = _ExactSum(squares=True)
         self.funcs: dict[str, _ExactSum] = {}
         self._func_order = _FirstSeen()
@@ -204,6 +207,11 @@ class RunningSummary:
         if failures := group.infrastructure_failures:
             self.failed_groups += 1
             self.infrastructure_failures += failures
+            for r in rollouts:
+                if r.error is not None and r.error.infrastructure:
+                    message = r.error.message
+                    if message in self.server_errors or len(self.server_errors) < MAX_SERVER_ERRORS:
+                        self.server_errors[message] += 1
             return
         key: tuple[Any, ...] = (self._seq if order is None else order, self._seq)
         self.groups += 1
@@ -262,7 +270,16 @@ class RunningSummary:
 
     def summary(self, elapsed_s: float | None = None) -> dict[str, Any]:
         lost = (
-            {"infrastructure_failures": self.infrastructure_failures, "incomplete_groups": self.failed_groups}
+            {
+                "infrastructure_failures": self.infrastructure_failures,
+                "incomplete_groups": self.failed_groups,
+                "server_errors": [  # the most frequent first
+                    {"message": message, "count": count}
+                    for message, count in sorted(
+                        self.server_errors.items(), key=lambda item: (-item[1], item[0])
+                    )
+                ],
+            }
             if self.failed_groups
             else {}
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import typing
 from collections.abc import Callable
@@ -26,6 +27,25 @@ from typing import Any
 from workbench.envs.environment import Environment
 from workbench.errors import UserError
 from workbench.workspace import environments_dir
+
+# What an environment id looks like: `name` or `owner/name` (letters, digits, '-', '_', '.').
+ENV_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]*/)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def not_an_env_id(env_id: str) -> str | None:
+    """Why `env_id` cannot be an environment id (a path, a folder), or None when it can be."""
+    text = env_id.strip()
+    try:
+        is_folder = Path(text).is_dir()
+    except (OSError, ValueError):  # a name too long for the filesystem, a NUL byte: not a folder
+        is_folder = False
+    if ENV_ID.match(text) and ".." not in text and (not is_folder or "/" not in text):
+        return None
+    what = "a folder" if is_folder else "a path"
+    return (
+        f"'{shorten(text)}' is {what}, not an environment id (ids look like 'reverse-text' or "
+        "'owner/name'); to use an environment from a folder: workbench env install FOLDER"
+    )
 
 
 def module_name(env_id: str) -> str:
@@ -144,6 +164,8 @@ def shorten(text: str, limit: int = 80) -> str:
 
 def unknown_environment(env_id: str) -> str | None:
     """Why `env_id` is not found here, naming those that are; None when it is found."""
+    if (problem := not_an_env_id(env_id)) is not None:
+        return problem
     if find_environment(env_id) is not None:
         return None
     names = ", ".join(s.name.replace("_", "-") for s in available_environments()) or "none"
@@ -155,7 +177,7 @@ def unknown_environment(env_id: str) -> str | None:
 
 def load_environment(env_id: str, **env_args: Any) -> Environment:
     """Load an environment by id, passing `env_args` to its `load_environment`. UserError on failure."""
-    source = find_environment(env_id)
+    source = None if not_an_env_id(env_id) else find_environment(env_id)
     if source is None:
         raise UserError(unknown_environment(env_id) or f"unknown environment '{shorten(env_id)}'")
     try:

@@ -43,7 +43,6 @@ SUPPORTED = "0.1.11 to 0.3.x"  # the classic rollout API (run_group, vf.Client);
 BRIDGE_MODEL = (
     "workbench"  # the model name verifiers sends; the loopback server answers it with the engine's client
 )
-INFRA_TYPES = {"APIConnectionError", "APITimeoutError", "InternalServerError", "RateLimitError"}
 
 
 def is_verifiers_object(obj: object) -> bool:
@@ -314,8 +313,8 @@ def _step_tokens(step: Any) -> TokenData | None:
 
 
 def _error(error: BaseException | None) -> RolloutError | None:
-    """verifiers' recorded error as ours: a model call is an inference error, infrastructure when
-    the server failed it (no answer, 429, 5xx); the rest (tools, prompts too long) the env's."""
+    """verifiers' recorded error as ours: a failed model call is an inference error and no result
+    (infrastructure: no answer, a bad key, 4xx, 5xx); the rest (tools, prompts too long) the env's."""
     if error is None:
         return None
     from verifiers import ModelError
@@ -324,13 +323,12 @@ def _error(error: BaseException | None) -> RolloutError | None:
     while chain[-1].__cause__ is not None and len(chain) < 10:
         chain.append(chain[-1].__cause__)
     model = any(isinstance(e, ModelError) for e in chain)
-    infra = any(type(e).__name__ in INFRA_TYPES or (getattr(e, "status_code", 0) or 0) >= 500 for e in chain)
     message = " <- ".join(f"{type(e).__name__}: {e}" for e in chain)[:2000]
     return RolloutError(
         type=type(error).__name__,
         message=message,
         where="inference" if model else "env",
-        infrastructure=model and infra,
+        infrastructure=model,
     )
 
 

@@ -321,12 +321,12 @@ def _completion(trace: Any) -> Messages:
 
 
 def _error(error: Any) -> RolloutError | None:
-    """verifiers' recorded error (type name, message, status) as ours: a model call is an
-    inference error, infrastructure when the server failed it (429, 5xx); a failing reward or
+    """verifiers' recorded error (type name, message, status) as ours: a failed model call is an
+    inference error and no result (infrastructure); a prompt too long for the model is the env's
+    truncation, not a server failure; a failing reward or
     metric a reward error; the rest (harness, tools, task hooks) the env's."""
     if error is None:
         return None
-    status = error.status_code or 0
     if error.type in {"ProviderError", "OverlongPromptError"}:
         where = "inference"
     elif error.type == "TaskError" and " scoring: " in error.message:
@@ -338,7 +338,7 @@ def _error(error: Any) -> RolloutError | None:
         type=error.type,
         message=message,
         where=where,
-        infrastructure=where == "inference" and (status == 429 or status >= 500),
+        infrastructure=error.type == "ProviderError",
     )
 
 

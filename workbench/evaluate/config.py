@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from workbench.config.bounds import Bounded
 from workbench.config.secrets import key_variable_name
 
 
-class EvalConfig(BaseModel):
+class EvalConfig(Bounded):
     model_config = ConfigDict(extra="forbid")
 
     env_id: str = Field(description="Environment id: 'reverse-text', 'owner/name', or a module name.")
@@ -36,7 +37,7 @@ class EvalConfig(BaseModel):
         description="Skip this many examples at the start of the eval split (held-out checks: `gepa verify` starts past the examples GEPA validated on).",
     )
     rollouts_per_example: int = Field(
-        3, ge=1, description="Rollouts per example; groups give reward variance (-r)."
+        3, ge=1, le=65536, description="Rollouts per example; groups give reward variance (-r)."
     )
     max_concurrent: int = Field(32, ge=1, description="Rollouts in flight at once (-c).")
     max_tokens: int | None = Field(None, ge=1, description="Max tokens per model turn (-t).")

@@ -29,6 +29,8 @@ from workbench.errors import ServerGone, UserError
 from workbench.evaluate.config import EvalConfig
 from workbench.events import NullReporter, Reporter
 from workbench.inference.client import Client
+from workbench.store.files import is_storage_error
+from workbench.store.lock import claim_run
 from workbench.store.results import RESULTS, ResultsWriter, compact_results, iter_groups, read_groups
 from workbench.store.runs import (
     RUN_LOG,
@@ -180,6 +182,22 @@ async def _run(
     run_dir: Path,
     reporter: Reporter,
 ) -> EvalResult:
+    lock = claim_run(run_dir)  # one process writes a run: a second -R of it stops here
+    try:
+        return await _run_owned(config, env, client, examples, sampling, run_dir, reporter)
+    finally:
+        lock.release()
+
+
+async def _run_owned(
+    config: EvalConfig,
+    env: Environment,
+    client: Client,
+    examples: Sequence[Example],
+    sampling: SamplingParams,
+    run_dir: Path,
+    reporter: Reporter,
+) -> EvalResult:
     r = config.rollouts_per_example
     # A resume streams what is saved: complete groups are kept (and counted), a partial group
     # (interrupted) or one the server failed is no result and is redone.
@@ -234,14 +252,15 @@ async def _run(
         finished += 1
         if not group.infrastructure_failures:  # a server failure is no reward: left out of the mean
             reward_sum, counted = reward_sum + sum(group.rewards), counted + r
-        metadata.completed_rollouts = finished * r
+        metadata.completed_rollouts = counted  # results only: a group the server failed is redone
         for rollout in group.rollouts:
             if rollout.error is not None:
                 log.write(
                     f"example {group.example_id} rollout {rollout.rollout_index}: "
                     f"{rollout.error.where} error {rollout.error.type}: {rollout.error.message[:300]}"
                 )
-        reporter.group_done(group, {"reward_mean": reward_sum / counted if counted else 0.0})
+        if not group.infrastructure_failures:  # the progress line counts saved results, nothing else
+            reporter.group_done(group, {"reward_mean": reward_sum / counted if counted else 0.0})
         if time.monotonic() - last_meta > METADATA_INTERVAL_S:
             last_meta = time.monotonic()
             metadata.updated_at = now_iso()
@@ -277,6 +296,15 @@ async def _run(
             f"gave up: {exc}; {kept} of {len(examples) * r} rollouts are saved; "
             f"once the server answers again: workbench eval run -R {run_dir}"
         ) from exc
+    except OSError as exc:
+        if not is_storage_error(exc):
+            metadata.error = f"{type(exc).__name__}: {exc}"
+            raise
+        metadata.error = f"{exc.strerror or exc} while saving results"
+        raise UserError(
+            f"{exc.strerror or exc} while writing {run_dir}: {summary_stats.rollouts} of "
+            f"{len(examples) * r} rollouts are saved; once that is fixed: workbench eval run -R {run_dir}"
+        ) from exc
     except Exception as exc:
         metadata.error = f"{type(exc).__name__}: {exc}"
         raise
@@ -287,14 +315,18 @@ async def _run(
         summary = summary_stats.summary(elapsed)
         if status == "finished" and summary.get("infrastructure_failures"):
             status = "failed"  # a server failure is never a finished result
+            first = summary["server_errors"][0]["message"] if summary.get("server_errors") else ""
             metadata.error = (
                 f"{summary['infrastructure_failures']} rollout(s) in {summary['incomplete_groups']} group(s) "
-                f"failed on the model server (connection, timeout, 5xx after retries)"
+                f"failed on the model call: {first[:300]}"
             )
         metadata.status, metadata.updated_at, metadata.summary = status, now_iso(), summary
         metadata.elapsed_s, metadata.reward_mean = elapsed, summary.get("reward_mean")
-        write_run_metadata(run_dir, metadata)
-        log.write(
-            f"{status}: {finished}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}"
-        )
+        try:
+            write_run_metadata(run_dir, metadata)
+            log.write(
+                f"{status}: {finished}/{len(examples)} groups, reward mean {summary.get('reward_mean', 0):.4f}"
+            )
+        except OSError:  # no room even for that: readers see the process gone and call the run died
+            pass
     return EvalResult(run_dir, status, summary, r)

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from workbench.config.bounds import Bounded
 from workbench.config.secrets import key_variable_name
 
 # How much a reflection may write: a whole new system prompt, not one answer line.
 DEFAULT_REFLECTION_MAX_TOKENS = 2048
 
 
-class GepaConfig(BaseModel):
+class GepaConfig(Bounded):
     """One GEPA prompt-optimization run: the env whose system prompt is optimized, the policy model
     that is scored with each candidate prompt, and the reflection model that proposes new ones."""
 

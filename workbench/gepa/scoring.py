@@ -148,12 +148,12 @@ class CandidateScorer:
         except BaseException:  # interrupted (Ctrl-C, the loop shutting down): nothing was scored
             self.budget.refund(len(batch))
             raise
-        if lost := sum(r.error is not None and r.error.infrastructure for r in rollouts):
+        if failed := [r.error for r in rollouts if r.error is not None and r.error.infrastructure]:
             self.budget.refund(len(batch))
             self.server_failures += 1
             raise ServerFailures(
-                f"{lost} of {len(rollouts)} rollouts failed on the model server (connection, "
-                "timeout, 5xx after retries): this evaluation is not scored"
+                f"{len(failed)} of {len(rollouts)} rollouts failed on the model call "
+                f"({failed[0].message[:300]}): this evaluation is not scored"
             )
         with self._lock:
             self.scored_calls += len(batch)

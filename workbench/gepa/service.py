@@ -24,6 +24,7 @@ from workbench.events import NullReporter, Reporter
 from workbench.gepa.config import DEFAULT_REFLECTION_MAX_TOKENS, GepaConfig
 from workbench.gepa.prompted_env import SYSTEM_PROMPT_COMPONENT, PromptedEnvs
 from workbench.inference.client import Client
+from workbench.store.lock import claim_run, releasing_claims
 from workbench.store.runs import (
     METADATA,
     GepaRun,
@@ -124,6 +125,7 @@ def run_gepa(
                     pass
 
 
+@releasing_claims()  # the run folder claimed below is freed when the optimization ends
 def _optimize(
     config: GepaConfig,
     envs: PromptedEnvs,
@@ -145,6 +147,7 @@ def _optimize(
     from workbench.gepa.reflection import ReflectionModel, Reflector
     from workbench.gepa.scoring import Budget, CandidateScorer, ServerFailures
 
+    claim_run(run_dir)  # one process writes a run: a second -R of it stops here
     state_dir = create_run_dir(run_dir / STATE_DIR)
     (state_dir / STOP_FILE).unlink(missing_ok=True)  # a stop request that ended the previous session
     state = load_gepa_state(state_dir)

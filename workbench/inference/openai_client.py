@@ -67,7 +67,10 @@ def error_for_exception(exc: BaseException, url: str) -> InferenceError:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return InferenceError(f"no response from {url} (timed out)", transient=True)
     if isinstance(exc, aiohttp.ClientConnectorError):  # says why in words, not aiohttp's repr
-        return InferenceError(f"cannot connect to {url}: {_connect_failure(exc.os_error)}", transient=True)
+        refused = isinstance(exc.os_error, ConnectionRefusedError)
+        return InferenceError(
+            f"cannot connect to {url}: {_connect_failure(exc.os_error)}", transient=True, refused=refused
+        )
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return InferenceError(f"{url} closed the connection before answering", transient=True)
     if isinstance(exc, aiohttp.ClientPayloadError):  # cut short, or a broken chunked/gzip body
@@ -219,8 +222,17 @@ class OpenAIClient:
         if status >= 400:
             raise error_for_status(status, payload, self._url)
         try:
-            return parse_chat_response(orjson.loads(payload), reasoning_parser=self.reasoning_parser)
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # incl. JSONDecodeError
+            answer = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:  # a login page, a proxy's error page, a cut-off body
+            start = bytes(payload[:120]).decode("utf-8", "replace")
+            raise InferenceError(
+                f"the answer from {self._url} is not JSON (HTTP {status}): {start!r}",
+                transient=False,
+                status=status,
+            ) from exc
+        try:
+            return parse_chat_response(answer, reasoning_parser=self.reasoning_parser)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             raise InferenceError(
                 f"malformed response from {self._url}: {type(exc).__name__}: {exc}",
                 transient=False,
@@ -361,6 +373,8 @@ def parse_chat_response(data: dict[str, Any], *, reasoning_parser: str | None = 
     the whole prompt) and its own completion count: exact from token ids when present,
     otherwise the total split evenly.
     """
+    if not data.get("choices"):
+        raise ValueError("the answer has no choices")
     raw_choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
     usage = data.get("usage") or {}
     prompt_tokens = int(usage.get("prompt_tokens") or 0)

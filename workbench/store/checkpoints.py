@@ -1,13 +1,18 @@
 """Checkpoint folders of a training run, read without torch: `checkpoints/step_000050/`.
 
-A checkpoint is complete once `trainer_state.json` is in it (it is written last, and the
-folder is renamed into place), so a half-written one is never listed. Writing checkpoints
+A checkpoint is complete when its `manifest.json` (written last, then the folder is renamed into
+place) lists every file with its size and sha256, and the files are there at those sizes: a
+half-written one is never listed, and neither is one damaged later (a deleted or truncated
+adapter). `verify_checkpoint(..., hashes=True)` also checks the contents, before a checkpoint is
+resumed or loaded. Checkpoints written before manifests count as complete with
+`trainer_state.json` (and, checked before loading, their weights' config). Writing checkpoints
 (torch, optimizer state) belongs to `workbench.train.checkpoint`; finding and describing
 them belongs here, so the CLI, the TUI and model resolution share one reader.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +26,50 @@ CHECKPOINTS = "checkpoints"
 STEP_PREFIX = "step_"
 STATE_PT = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
+MANIFEST = "manifest.json"
+WEIGHTS_CONFIGS = ("adapter_config.json", "config.json")  # a LoRA adapter, or full weights
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """List every file of `folder` (sizes, sha256) in its manifest.json: call it last."""
+    files = {
+        str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
+
+
+def checkpoint_problem(checkpoint: Path, *, hashes: bool = False) -> str | None:
+    """What is wrong with a checkpoint folder (one phrase), or None when it is complete. Sizes
+    are checked always, contents (sha256) with `hashes`."""
+    manifest_path = checkpoint / MANIFEST
+    if not manifest_path.is_file():  # written before manifests: the old completeness rule
+        if not (checkpoint / STATE_JSON).is_file():
+            return f"no {STATE_JSON} (not completely written)"
+        if hashes and not any((checkpoint / name).is_file() for name in WEIGHTS_CONFIGS):
+            return "its weights are missing (no adapter_config.json or config.json)"
+        return None
+    try:
+        files = json.loads(manifest_path.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its {MANIFEST} is unreadable"
+    for name, expected in files.items():
+        path = checkpoint / name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != expected["size"]:
+            return f"{name} has {size:,} bytes, {expected['size']:,} were written"
+        if hashes and file_sha256(path) != expected["sha256"]:
+            return f"{name} has changed since it was written (sha256 differs)"
+    return None
 
 
 def step_dir_name(step: int) -> str:
@@ -32,17 +81,31 @@ def checkpoint_step(checkpoint: Path) -> int:
     return int(checkpoint.name[len(STEP_PREFIX) :])
 
 
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first (a complete one has trainer_state.json, written last)."""
+def checkpoint_folders(run_dir: Path) -> list[Path]:
+    """Every `step_N` folder of the run, complete or not, oldest first."""
     root = run_dir / CHECKPOINTS
     if not root.is_dir():
         return []
-    found = [
-        p
-        for p in root.iterdir()
-        if p.is_dir() and p.name.startswith(STEP_PREFIX) and (p / STATE_JSON).is_file()
-    ]
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX)]
     return sorted(found, key=checkpoint_step)
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints (`checkpoint_problem` finds nothing wrong), oldest first."""
+    return [p for p in checkpoint_folders(run_dir) if checkpoint_problem(p) is None]
+
+
+def damaged_checkpoints(run_dir: Path) -> list[tuple[Path, str]]:
+    """(folder, what is wrong) for each step folder that is not a complete checkpoint."""
+    return [(p, why) for p in checkpoint_folders(run_dir) if (why := checkpoint_problem(p)) is not None]
+
+
+def require_intact(checkpoint: Path) -> Path:
+    """`checkpoint` when its files are all there as written (contents checked); UserError saying
+    what is damaged otherwise."""
+    if (problem := checkpoint_problem(checkpoint, hashes=True)) is not None:
+        raise UserError(f"checkpoint {checkpoint} is damaged: {problem}")
+    return checkpoint
 
 
 def read_step_info(checkpoint: Path) -> dict[str, Any]:
@@ -68,9 +131,19 @@ def training_run_checkpoint(path: Path) -> Path:
     path = resolve_latest_run(path)
     if (path / CHECKPOINTS).is_dir() and not (path / "config.json").is_file():
         checkpoints = list_checkpoints(path)
-        if not checkpoints:
+        newest = checkpoints[-1] if checkpoints else None
+        # A newer folder that was written whole (it has a manifest or trainer state) but is damaged
+        # now: loading an older one instead would mislead, so say which one and what is wrong.
+        for folder, why in reversed(damaged_checkpoints(path)):
+            written = (folder / MANIFEST).is_file() or (folder / STATE_JSON).is_file()
+            if written and (newest is None or checkpoint_step(folder) > checkpoint_step(newest)):
+                older = f"; name an older one: -m {newest}" if newest else ""
+                raise UserError(f"checkpoint {folder} is damaged: {why}{older}")
+        if newest is None:
             raise UserError(f"training run {path} has no complete checkpoint yet")
-        return checkpoints[-1]
+        return require_intact(newest)
+    if (path / STATE_JSON).is_file() or (path / MANIFEST).is_file():  # one checkpoint folder
+        return require_intact(path)
     return path
 
 
@@ -86,7 +159,7 @@ def checkpoint_at(run_dir: Path, step: int) -> Path:
 def set_aside_after(run_dir: Path, step: int, stamp: str) -> Path | None:
     """Move the checkpoints after `step` into `checkpoints/set-aside-<stamp>/` (a run resumed from
     an earlier step writes those steps again); None when there were none. Nothing is deleted."""
-    later = [c for c in list_checkpoints(run_dir) if checkpoint_step(c) > step]
+    later = [c for c in checkpoint_folders(run_dir) if checkpoint_step(c) > step]
     if not later:
         return None
     target = run_dir / CHECKPOINTS / f"set-aside-{stamp}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,19 +10,36 @@ from typing import Any
 
 import orjson
 
+# What the machine, not the program, gets wrong while writing a run: a full disk or quota, a
+# read-only or vanished folder, a file too big, an I/O error. One line for the user, never "a bug".
+STORAGE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG, errno.ENOENT}
+)
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
+
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write to a temporary file and rename: readers never see a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    os.replace(tmp, path)
+    """Write to a temporary file and rename: readers never see a half-written file, and a failed
+    write (a full disk) leaves no temporary file behind."""
+    write_bytes_atomic(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """The same for text (a prompt, an environment's source)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path) -> Any:

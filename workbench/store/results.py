@@ -36,7 +36,10 @@ class ResultsWriter:
         self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:  # a full disk: what did not fit is no result (resume redoes its group)
+            pass
 
 
 def read_groups(run_dir: Path, rollouts_per_example: int | None = None) -> list[Group]:

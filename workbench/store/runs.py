@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workbench.errors import UserError
+from workbench.errors import UserError, redact_credentials, redact_values
 from workbench.store.files import iter_jsonl, read_json, write_json_atomic
 from workbench.workspace import RUN_FOLDERS, workspace_root
 
@@ -168,7 +168,8 @@ def create_run_dir(run_dir: Path) -> Path:
 def write_run_metadata(run_dir: Path, metadata: RunMetadata) -> None:
     """Atomically replace `<run_dir>/metadata.json` (readers never see half a file)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / METADATA, metadata.model_dump(mode="json", exclude_none=True))
+    data = metadata.model_dump(mode="json", exclude_none=True)
+    write_json_atomic(run_dir / METADATA, redact_values(data))  # a URL's key is never saved
 
 
 def parse_run_metadata(data: Any, kind: str | None = None) -> RunMetadata:
@@ -247,7 +248,7 @@ class RunLog:
 
     def write(self, line: str) -> None:
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(f"{now_iso()} {line}\n")
+            f.write(f"{now_iso()} {redact_credentials(line)}\n")
 
 
 class QuietLog(RunLog):

@@ -22,6 +22,7 @@ from workbench.store.checkpoints import (
     checkpoint_step,
     list_checkpoints,
     step_dir_name,
+    write_manifest,
 )
 
 
@@ -74,6 +75,7 @@ def save_checkpoint(
         (tmp / STATE_JSON).write_text(
             json.dumps({"step": step, "base_model": policy.base_path, "lora": policy.lora, **info}, indent=2)
         )
+        write_manifest(tmp)  # last: what a complete checkpoint holds (store.checkpoints)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -23,6 +23,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from workbench.config.bounds import MAX_NESTING, too_deep
 from workbench.config.toml_loader import closest, key_line, read_toml
 from workbench.errors import UserError
 from workbench.train.schema import (
@@ -186,6 +187,10 @@ def parse_override_value(text: str) -> Any:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:
+        raise UserError(f"--set value nests too deeply (at most {MAX_NESTING} levels)") from None
+    if too_deep(value):
+        raise UserError(f"--set value nests too deeply (at most {MAX_NESTING} levels)")
     return text if isinstance(value, (datetime.date, datetime.time)) else value
 
 

@@ -35,7 +35,16 @@ from workbench import startup
 from workbench.errors import ServerGone, UserError
 from workbench.events import NullReporter, Reporter
 from workbench.inference.weight_sync import WeightSyncError
-from workbench.store.checkpoints import checkpoint_at, list_checkpoints, read_step_info, set_aside_after
+from workbench.store.checkpoints import (
+    checkpoint_at,
+    checkpoint_problem,
+    checkpoint_step,
+    damaged_checkpoints,
+    list_checkpoints,
+    read_step_info,
+    require_intact,
+    set_aside_after,
+)
 from workbench.store.runs import RunStatus, now_iso
 from workbench.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
 from workbench.train.context import Learner, TrainContext
@@ -89,7 +98,7 @@ async def _train(
             "or choose another run_name/output_dir"
         )
     refuse_server_mode_ranks(config, dist)  # before any server is launched for nothing
-    checkpoint = _resume_point(run_dir, config, dist) if resume else None
+    checkpoint = _resume_point(run_dir, config, dist, reporter) if resume else None
     async with contextlib.AsyncExitStack() as servers:  # launched inference servers stop when it closes
         launched: list[str] = []
         if config.inference.mode == "server" and config.inference.launch:
@@ -101,14 +110,30 @@ async def _train(
         return await _train_in(config, reporter, run_dir, checkpoint, launched, dist)
 
 
-def _resume_point(run_dir: Path, config: TrainConfig, dist: DistInfo) -> Path | None:
-    """The checkpoint a resumed run continues from: checkpointing.resume_step's, else the newest.
-    Resuming from an earlier step sets the later checkpoints aside (they would be written again)."""
+def _resume_point(run_dir: Path, config: TrainConfig, dist: DistInfo, reporter: Reporter) -> Path | None:
+    """The checkpoint a resumed run continues from: checkpointing.resume_step's, else the newest
+    intact one (a damaged newer one is skipped, saying why). Resuming from an earlier step sets
+    the later checkpoints aside (they would be written again)."""
     step = config.checkpointing.resume_step
     if step is None:
-        found = list_checkpoints(run_dir)
-        return found[-1] if found else None
-    checkpoint = checkpoint_at(run_dir, step)
+        skipped = [(c, why) for c, why in damaged_checkpoints(run_dir)]
+        found = None
+        for candidate in reversed(list_checkpoints(run_dir)):
+            if (why := checkpoint_problem(candidate, hashes=True)) is None:
+                found = candidate
+                break
+            skipped.append((candidate, why))
+        newer = [
+            (c, why) for c, why in skipped if found is None or checkpoint_step(c) > checkpoint_step(found)
+        ]
+        if dist.is_main:
+            for damaged, why in sorted(newer, key=lambda item: checkpoint_step(item[0])):
+                reporter.message(f"skipping checkpoint {damaged.name}: {why}")
+        if found is not None and newer:
+            step = checkpoint_step(found)
+        else:
+            return found
+    checkpoint = require_intact(checkpoint_at(run_dir, step))
     dist.barrier()  # every rank has found it before rank 0 moves the later ones
     if dist.is_main:
         set_aside_after(run_dir, step, time.strftime("%Y%m%d-%H%M%S"))

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from workbench.errors import redact_values
 from workbench.store.runs import METRICS
 from workbench.train.schema import WandbConfig
 
@@ -43,7 +44,7 @@ class MetricsLogger:
                 entity=wandb_config.entity,
                 mode=mode,
                 dir=str(run_dir),
-                config=config_dict,
+                config=redact_values(config_dict),
                 id=_wandb_id(run_dir),
                 resume="allow" if resume else None,
                 reinit="finish_previous",

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from workbench.config.bounds import Bounded
 from workbench.config.secrets import key_variable_name
 
 DEFAULT_MICRO_BATCH_SIZE = 16
@@ -35,7 +36,7 @@ class ConfigProblem(ValueError):
         self.key = key
 
 
-class Section(BaseModel):
+class Section(Bounded):
     # coerce_numbers_to_str: `--set run_name=123` and `name = 2024` mean the string
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 

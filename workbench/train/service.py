@@ -21,6 +21,7 @@ from typing import Any
 from workbench.errors import QuietExit, UserError
 from workbench.events import NullReporter, Reporter
 from workbench.store.checkpoints import list_checkpoints
+from workbench.store.lock import releasing_claims
 from workbench.store.runs import RUN_LOG, RunLog, TrainRun, read_metrics, read_saved
 from workbench.train.config import load_env_files
 from workbench.train.distributed import PEER_LOST_EXIT, is_peer_failure, launched_rank, launched_world_size
@@ -82,7 +83,8 @@ def run_train(
     from workbench.train.loop import run_rank
 
     try:
-        return run_rank(config, reporter, resume=resume)
+        with releasing_claims():  # rank 0 claims the run folder (train.setup); freed when it ends
+            return run_rank(config, reporter, resume=resume)
     except Exception as exc:
         if launched_world_size() > 1 and is_peer_failure(exc):
             raise QuietExit(PEER_LOST_EXIT) from exc  # the launcher names the rank that died

@@ -17,6 +17,7 @@ from workbench.envs.environment import Environment
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.store.checkpoints import CHECKPOINTS
+from workbench.store.lock import claim_run
 from workbench.store.runs import RUN_LOG, QuietLog, RunLog, TrainRun, create_run_dir, read_saved
 from workbench.train.context import EvalEnv, Inference, Learner, RunFiles, TrainContext
 from workbench.train.distributed import SINGLE, DistInfo, wrap_model
@@ -97,7 +98,8 @@ def build_context(
     source = resolve_model_path(config.model)
     if isinstance(source, str):  # a hub id: cached, or the hub answers; one line otherwise
         require_hub_model(source)
-    if dist.is_main:  # rank 0 alone writes the run folder
+    if dist.is_main:  # rank 0 alone writes the run folder, and owns it while it runs
+        claim_run(run_dir)
         create_run_dir(run_dir / CHECKPOINTS)
         if checkpoint is None:
             save_resolved_config(config, run_dir)

@@ -148,6 +148,11 @@ def run_from_metadata(path: Path, meta: dict[str, Any], kind: str) -> RunInfo:
     )
 
 
+def unreadable_run(path: Path, kind: str) -> RunInfo:
+    """A run folder whose metadata.json cannot be read: still listed, so it does not vanish."""
+    return RunInfo(kind=kind, path=path, run_id=path.name, env="-", model="-", status="unreadable")
+
+
 class RunCatalog:
     """Scans a workspace for runs; re-reads a metadata.json only when it changed."""
 
@@ -183,12 +188,9 @@ class RunCatalog:
             return cached[1]
         try:
             meta = read_json(meta_path)
-        except (OSError, ValueError):
-            return cached[1] if cached else None
-        try:
             info = run_from_metadata(meta_path.parent, meta, kind)
-        except ValueError:  # not run metadata (another tool's file): not a run
-            return None
+        except (OSError, ValueError):  # garbage, a hand edit gone wrong, no permission: listed as such
+            info = unreadable_run(meta_path.parent, kind)
         self._cache[meta_path] = (stamp, info)
         return info
 

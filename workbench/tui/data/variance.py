@@ -102,7 +102,8 @@ def index_summary(rows: Sequence[GroupRow], rewards: Sequence[float]) -> dict[st
     """The part of `engine.summary.summarize` that an index's numbers determine, with the same
     values for the same groups: group and rollout counts, mean reward (over the groups that are
     results: a group with a rollout the serving side failed is counted apart), the share of
-    zero-variance groups, the run verdict, and the infrastructure-failure counts when any.
+    zero-variance groups, the run verdict, and the infrastructure-failure counts when any (not the
+    server's messages, which only the records hold).
     `rewards` are the index's per-line rewards (`RolloutIndex.rewards`)."""
     kept = [row for row in rows if not row.infrastructure_failures]
     failed = len(rows) - len(kept)
