@@ -25,7 +25,7 @@ import pytest
 
 from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
-from tests.test_gepa import finish, metadata, only_run, workbench
+from tests.test_gepa import finish, metadata, only_run, start, workbench
 from workbench.errors import UserError
 from workbench.gepa.dspy_optimizers import plan_calls
 from workbench.types import Completion
@@ -205,7 +205,9 @@ def test_ctrl_c_stops_a_dspy_run_and_keeps_what_was_scored(tmp_path: Path):
         ) as url,
         gate,
     ):
-        proc = workbench(*dspy_args(url, "bootstrap", "-B", "80"), cwd=tmp_path)
+        proc = start(
+            *dspy_args(url, "bootstrap", "-B", "80"), cwd=tmp_path
+        )  # a real process: it is signalled
         gate.wait_held(proc=proc)  # the seed is scored, a bootstrapped candidate is being scored
         proc.send_signal(signal.SIGINT)
         out, err = finish(proc)
@@ -382,7 +384,7 @@ def test_demonstrations_lift_the_tiny_models_held_out_reward(tiny_workspace: Pat
         "demo_threshold=0.3",
         cwd=tiny_workspace,
     )
-    out, err = finish(proc, timeout=900)
+    out, err = finish(proc)
     assert proc.returncode == 0, err
     (folder,) = (tiny_workspace / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
     for row in json.loads((folder / "comparison.json").read_text())["rows"]:

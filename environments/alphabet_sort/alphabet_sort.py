@@ -32,9 +32,14 @@ def make_rows(n: int, seed: int, min_turns: int, max_turns: int, names_per_turn:
     for _ in range(n):
         turns = rng.randint(min_turns, max_turns)
         pool = rng.sample(NAMES, turns * names_per_turn)
-        batches = [pool[i * names_per_turn:(i + 1) * names_per_turn] for i in range(turns)]
-        rows.append({"question": _user_message(batches[0], first=True), "answer": "\n".join(sorted(pool)),
-                     "info": {"batches": batches}})
+        batches = [pool[i * names_per_turn : (i + 1) * names_per_turn] for i in range(turns)]
+        rows.append(
+            {
+                "question": _user_message(batches[0], first=True),
+                "answer": "\n".join(sorted(pool)),
+                "info": {"batches": batches},
+            }
+        )
     return rows
 
 
@@ -84,8 +89,12 @@ class AlphabetSortEnv(MultiTurnEnv):
         messages: Messages = []
         for turn, target in enumerate(expected_lists(example.info)):
             if turn:
-                messages.append({"role": "user", "content": _user_message(example.info["batches"][turn], first=False)})
-            messages.append({"role": "assistant", "content": self.parser.format(alphabetical_sorted="\n".join(target))})
+                messages.append(
+                    {"role": "user", "content": _user_message(example.info["batches"][turn], first=False)}
+                )
+            messages.append(
+                {"role": "assistant", "content": self.parser.format(alphabetical_sorted="\n".join(target))}
+            )
         return messages
 
 
@@ -103,12 +112,17 @@ def load_environment(
     system_prompt: the instruction (GEPA optimizes it); few_shot: few-shot turns shown before each
     question, as verifiers' few_shot; seed: data seed (eval uses seed+1)."""
     if not 1 <= min_turns <= max_turns:
-        raise ValueError(f"need 1 <= min_turns <= max_turns, got min_turns={min_turns}, max_turns={max_turns}")
+        raise ValueError(
+            f"need 1 <= min_turns <= max_turns, got min_turns={min_turns}, max_turns={max_turns}"
+        )
     if max_turns * names_per_turn > len(NAMES):
         raise ValueError(f"max_turns * names_per_turn must be at most {len(NAMES)}")
     parser = XMLParser(["alphabetical_sorted"], answer_field="alphabetical_sorted")
-    rubric = Rubric([sorted_similarity, turns_completed, parser.get_format_reward_func()],
-                    weights=[1.0, 0.0, 0.0], parser=parser)
+    rubric = Rubric(
+        [sorted_similarity, turns_completed, parser.get_format_reward_func()],
+        weights=[1.0, 0.0, 0.0],
+        parser=parser,
+    )
     return AlphabetSortEnv(
         dataset=lambda: make_rows(num_train_examples, seed, min_turns, max_turns, names_per_turn),
         eval_dataset=lambda: make_rows(num_eval_examples, seed + 1, min_turns, max_turns, names_per_turn),

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from wiki_search_corpus import Page, generate_encyclopedia, make_page, slugify  # beside this file
+
 from workbench.envs import Parser, Rubric, ToolEnv, XMLParser
 from workbench.types import Example, Messages, State
 
@@ -47,7 +48,13 @@ def markdown_sections(text: str, title: str | None) -> tuple[str | None, list[tu
         if line.lstrip().startswith(("```", "~~~")):
             in_code = not in_code
         match = None if in_code else _HEADING.match(line)
-        if match and match.group(1) == "#" and title is None and len(sections) == 1 and not "".join(sections[0][1]).strip():
+        if (
+            match
+            and match.group(1) == "#"
+            and title is None
+            and len(sections) == 1
+            and not "".join(sections[0][1]).strip()
+        ):
             title = match.group(2)
         elif match:
             sections.append((match.group(2), []))
@@ -68,17 +75,33 @@ def read_corpus(path: Path) -> list[Page]:
             if "title" not in record or ("text" not in record and "sections" not in record):
                 raise ValueError(f"{path}:{number}: a corpus line needs 'title' and 'text' (or 'sections')")
             if "sections" in record:
-                sections = [(s.get("heading") or s.get("title") or "Section", s.get("text") or s.get("content") or "")
-                            for s in record["sections"]]
+                sections = [
+                    (s.get("heading") or s.get("title") or "Section", s.get("text") or s.get("content") or "")
+                    for s in record["sections"]
+                ]
             else:
                 sections = markdown_sections(record["text"], record["title"])[1]
-            pages.append(make_page(record["title"], sections, _unique_id(record.get("id") or slugify(record["title"]), used)))
+            pages.append(
+                make_page(
+                    record["title"], sections, _unique_id(record.get("id") or slugify(record["title"]), used)
+                )
+            )
     else:
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in (".md", ".txt") and p.is_file())
+        files = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob("*") if p.suffix in (".md", ".txt") and p.is_file())
+        )
         for file in files:
             title, sections = markdown_sections(file.read_text(encoding="utf-8", errors="replace"), None)
             page_id = slugify(str(file.relative_to(path).with_suffix("")) if path.is_dir() else file.stem)
-            pages.append(make_page(title or file.stem.replace("_", " ").replace("-", " "), sections, _unique_id(page_id, used)))
+            pages.append(
+                make_page(
+                    title or file.stem.replace("_", " ").replace("-", " "),
+                    sections,
+                    _unique_id(page_id, used),
+                )
+            )
     pages = [p for p in pages if p.sections]
     if not pages:
         raise ValueError(f"no documents with text in {path} (expected .md/.txt files or a .jsonl corpus)")
@@ -100,7 +123,9 @@ def read_questions(path: Path) -> list[dict[str, Any]]:
     for number, record in _jsonl(path):
         if "question" not in record or "answer" not in record:
             raise ValueError(f"{path}:{number}: a question line needs 'question' and 'answer'")
-        rows.append({"question": record["question"], "answer": str(record["answer"]), "info": record.get("info", {})})
+        rows.append(
+            {"question": record["question"], "answer": str(record["answer"]), "info": record.get("info", {})}
+        )
     if not rows:
         raise ValueError(f"no questions in {path}")
     return rows
@@ -121,8 +146,10 @@ def _jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 # ----- search index ------------------------------------------------------------------------
-_STOPWORDS = frozenset("a an and are at by did does for from how in is it of on or the to was were what when "
-                       "where which who whom whose why with".split())
+_STOPWORDS = frozenset(
+    "a an and are at by did does for from how in is it of on or the to was were what when "
+    "where which who whom whose why with".split()
+)
 
 
 class WikiIndex:
@@ -135,9 +162,13 @@ class WikiIndex:
         # Tools run in worker threads (ToolEnv); one connection shared under a lock.
         self._lock = threading.Lock()
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
-        self._db.execute("CREATE VIRTUAL TABLE pages USING fts5(page_id UNINDEXED, title, body, tokenize='porter unicode61')")
-        self._db.executemany("INSERT INTO pages VALUES (?, ?, ?)", [
-            (p.page_id, p.title, "\n".join(f"{s.heading}. {s.text}" for s in p.sections)) for p in pages])
+        self._db.execute(
+            "CREATE VIRTUAL TABLE pages USING fts5(page_id UNINDEXED, title, body, tokenize='porter unicode61')"
+        )
+        self._db.executemany(
+            "INSERT INTO pages VALUES (?, ?, ?)",
+            [(p.page_id, p.title, "\n".join(f"{s.heading}. {s.text}" for s in p.sections)) for p in pages],
+        )
 
     def search(self, query: str, limit: int | None = None) -> list[tuple[str, str, str]]:
         """(page_id, title, snippet) of the best pages, best first."""
@@ -149,7 +180,9 @@ class WikiIndex:
         with self._lock:
             return self._db.execute(
                 "SELECT page_id, title, snippet(pages, 2, '', '', ' … ', 20) FROM pages WHERE pages MATCH ? "
-                "ORDER BY bm25(pages, 0.0, 5.0, 1.0) LIMIT ?", (match, limit or self.results)).fetchall()
+                "ORDER BY bm25(pages, 0.0, 5.0, 1.0) LIMIT ?",
+                (match, limit or self.results),
+            ).fetchall()
 
     def page(self, page_id: str) -> Page:
         page = self.pages.get(page_id.strip()) or self.pages.get(slugify(page_id))
@@ -167,7 +200,9 @@ class WikiIndex:
         hits = self.search(query)
         if not hits:
             return "No pages found. Try other words."
-        return "\n".join(f"{page_id} | {title} | {snippet.replace(chr(10), ' ')}" for page_id, title, snippet in hits)
+        return "\n".join(
+            f"{page_id} | {title} | {snippet.replace(chr(10), ' ')}" for page_id, title, snippet in hits
+        )
 
     def view_sections(self, page_id: str) -> str:
         """List the sections of a page (their ids and headings).
@@ -232,11 +267,27 @@ class WikiSearchEnv(ToolEnv):
         messages: Messages = []
         for n, section_id in enumerate(hops):
             page = self.index.pages[section_id.split(":")[0]]
-            for name, args in (("search_pages", {"query": page.title}), ("read_section", {"section_id": section_id})):
+            for name, args in (
+                ("search_pages", {"query": page.title}),
+                ("read_section", {"section_id": section_id}),
+            ):
                 call_id = f"call_{n}_{name}"
-                messages.append({"role": "assistant", "content": "", "tool_calls": [
-                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
-                messages.append({"role": "tool", "tool_call_id": call_id, "content": getattr(self.index, name)(**args)})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": json.dumps(args)},
+                            }
+                        ],
+                    }
+                )
+                messages.append(
+                    {"role": "tool", "tool_call_id": call_id, "content": getattr(self.index, name)(**args)}
+                )
         messages.append({"role": "assistant", "content": f"<answer>{example.answer}</answer>"})
         return messages
 
@@ -263,8 +314,10 @@ def load_environment(
     OPENAI_API_KEY); system_prompt: the instruction (GEPA optimizes it); seed: corpus and split seed."""
     if corpus_path is not None:
         if questions_path is None:
-            raise ValueError("corpus_path needs questions_path: a JSONL file with one "
-                             '{"question": ..., "answer": ...} per line')
+            raise ValueError(
+                "corpus_path needs questions_path: a JSONL file with one "
+                '{"question": ..., "answer": ...} per line'
+            )
         pages, questions = read_corpus(Path(corpus_path)), read_questions(Path(questions_path))
     else:
         pages, questions = generate_encyclopedia(num_inventions, seed)
@@ -275,17 +328,24 @@ def load_environment(
     rng.shuffle(questions)
     # Few questions (a small hand-written file): evaluate on all of them and train on all of them.
     eval_rows = questions[:num_eval_examples]
-    train_rows = questions[num_eval_examples:num_eval_examples + num_train_examples] or list(eval_rows)
+    train_rows = questions[num_eval_examples : num_eval_examples + num_train_examples] or list(eval_rows)
 
     parser = XMLParser(["answer"], answer_field="answer")
     if judge_model is None:
-        rubric = Rubric([exact_match_reward, format_reward, num_tool_calls], weights=[1.0, 0.0, 0.0], parser=parser)
+        rubric = Rubric(
+            [exact_match_reward, format_reward, num_tool_calls], weights=[1.0, 0.0, 0.0], parser=parser
+        )
     else:
         from workbench.envs.judge import JudgeRubric
 
-        rubric = JudgeRubric([exact_match_reward, format_reward, num_tool_calls], weights=[0.0, 0.0, 0.0],
-                             parser=parser, judge_model=judge_model, judge_base_url=judge_base_url,
-                             judge_api_key_var=judge_api_key_var)
+        rubric = JudgeRubric(
+            [exact_match_reward, format_reward, num_tool_calls],
+            weights=[0.0, 0.0, 0.0],
+            parser=parser,
+            judge_model=judge_model,
+            judge_base_url=judge_base_url,
+            judge_api_key_var=judge_api_key_var,
+        )
         rubric.add_reward_func(rubric.judge_reward, weight=1.0)
     return WikiSearchEnv(
         WikiIndex(pages),

@@ -373,7 +373,7 @@ class _Loopback:
 
         from workbench.inference.loopback import serve_loopback
 
-        loopback = await serve_loopback(self, BRIDGE_MODEL)  # type: ignore[arg-type]  # a Client in all but name
+        loopback = await serve_loopback(self, BRIDGE_MODEL)
         # Retries and timeouts are the engine client's (behind the server): none on this side.
         native = AsyncOpenAI(
             base_url=loopback.base_url, api_key="workbench", max_retries=0, timeout=24 * 3600.0

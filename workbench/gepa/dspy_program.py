@@ -61,7 +61,7 @@ def candidate_from(instructions: str, demos: Sequence[Any], demos_as: str) -> Ca
 def make_program_class(dspy: ModuleType) -> type:
     """EnvProgram, defined once DSPy is imported (it subclasses dspy.Module)."""
 
-    class EnvProgram(dspy.Module):  # type: ignore[name-defined,misc]
+    class EnvProgram(dspy.Module):  # type: ignore[name-defined]
         def __init__(self, scorer: CandidateScorer, seed_prompt: str, demos_as: str) -> None:
             super().__init__()
             self.scorer = _Shared(scorer)

@@ -22,7 +22,7 @@ from workbench.gepa.recorder import RunRecorder, Snapshot
 from workbench.gepa.reflection import ReflectionEvent
 from workbench.gepa.scoring import Budget, Candidate, DataItem
 from workbench.store.files import write_text_atomic
-from workbench.store.runs import GepaRun
+from workbench.store.runs import GepaRun, RunStatus
 from workbench.types import Rollout
 
 BEST_FEW_SHOT = "best_few_shot.json"
@@ -111,7 +111,7 @@ class DspyRecorder(RunRecorder):
             best = self._candidates[self.snapshot.best_index]
             self.metadata.best_few_shot = [dict(m) for m in best.few_shot]
 
-    def write(self, status: str | None = None) -> None:
+    def write(self, status: RunStatus | None = None) -> None:
         with self._lock:
             super().write(status)
             if self.metadata.demos_as == "turns" and self.snapshot is not None:

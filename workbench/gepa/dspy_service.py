@@ -40,6 +40,7 @@ from workbench.gepa.service import (
     resolve_run_folder,
     run_metadata,
 )
+from workbench.store.runs import RunStatus
 
 PROMPT_MODEL_NAME = "workbench-prompt-model"  # what DSPy's LM asks the loopback server for
 
@@ -139,7 +140,8 @@ def _optimize(
         f"demos as {metadata.demos_as}"
     )
     reporter.start(f"{config.optimizer} {config.env_id} · {config.model}", plan.bound, 0)
-    status, best = "failed", seed
+    status: RunStatus = "failed"
+    best = seed
     try:
         with stop_on_interrupt(scorer), quiet_dspy(recorder.dspy_line), dspy.context(lm=prompt_lm):
             program = compile_program(

@@ -16,7 +16,10 @@ from workbench.types import Completion, Messages, SamplingParams, TokenData
 class Client(Protocol):
     """Anything that can answer a chat request."""
 
-    model: str
+    @property
+    def model(self) -> str:
+        """The model name requests go to (read-only: a loopback derives it from what it wraps)."""
+        ...
 
     async def chat(
         self,

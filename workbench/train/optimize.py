@@ -219,7 +219,8 @@ def _equal_micro_batches(
     elif config.pack_samples:
         width = pack_width(samples, config.micro_batch_size, config.seq_len, masked=masked)
         batches = packed_micro_batches(samples, config.micro_batch_size, width)
-        chunks = [collate_packed(rows, pad_id, with_mask=masked) for rows in batches]
+        # pack_rows of plain samples makes rows of samples only (no Shared prefix items)
+        chunks = [collate_packed(rows, pad_id, with_mask=masked) for rows in batches]  # type: ignore[arg-type]
         tokens = sum(row_length(row) for rows in batches for row in rows)
         filler = collate_packed([[empty]], pad_id, with_mask=masked)
     else:

@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -80,9 +81,9 @@ class RolloutsScreen(WorkbenchScreen):
         Binding("left_square_bracket", "rollout(-1)", "Prev rollout"),
         Binding("n", "example(1)", "Next example", show=False),
         Binding("p", "example(-1)", "Prev example", show=False),
-        Binding("e", "toggle('errors')", "Errors", show=False),
-        Binding("t", "toggle('truncated')", "Truncated", show=False),
-        Binding("z", "toggle('zero_variance')", "Zero variance", show=False),
+        Binding("e", "toggle_filter('errors')", "Errors", show=False),
+        Binding("t", "toggle_filter('truncated')", "Truncated", show=False),
+        Binding("z", "toggle_filter('zero_variance')", "Zero variance", show=False),
         Binding("r", "reward_range", "Reward range", show=False),
         Binding("slash", "search", "Search"),
         Binding("number_sign", "jump", "Jump to example"),
@@ -288,8 +289,9 @@ class RolloutsScreen(WorkbenchScreen):
             self.reload(first=True)
 
     # ----- filters ---------------------------------------------------------------------------
-    def action_toggle(self, name: str) -> None:
-        self.filter = replace(self.filter, **{name: not getattr(self.filter, name)})
+    def action_toggle_filter(self, name: str) -> None:  # not `toggle`: DOMNode has its own action_toggle
+        flipped: dict[str, Any] = {name: not getattr(self.filter, name)}
+        self.filter = replace(self.filter, **flipped)
         self.apply_filter()
 
     def action_clear_filters(self) -> None:
