@@ -273,11 +273,13 @@ def test_failing_reflection_endpoint_is_recorded_not_fatal(tmp_path: Path):
     assert meta["metric_calls_used"] <= 16
 
 
-def test_failing_policy_requests_are_recorded_not_fatal(tmp_path: Path):
+def test_a_policy_server_that_rejects_requests_is_not_scored_and_says_why(tmp_path: Path):
+    """A failed model call is no result (issue 33): the seed's batch with rejected requests is not
+    scored, and the run gives up with the server's own message and the resume line."""
     from tests.servers import FaultInjector
 
     policy, reflection = Policy(), Reflection()
-    faults = FaultInjector(fail_rate=0.25, status=400, seed=1)  # permanent errors: recorded, not retried
+    faults = FaultInjector(fail_rate=0.25, status=400, seed=1)  # permanent errors: not retried
     with (
         serve_in_thread(
             make_app(ScriptedBackend(policy, model="policy"), middlewares=(faults.middleware,))
@@ -286,12 +288,12 @@ def test_failing_policy_requests_are_recorded_not_fatal(tmp_path: Path):
     ):
         proc = workbench(*gepa_args(p_url, r_url, "-B", "60"), cwd=tmp_path)
         _, err = finish(proc)
-    assert proc.returncode == 0, err
-    run_dir = only_run(tmp_path)
-    meta = metadata(run_dir)
-    assert meta["status"] == "finished" and meta["metric_calls_used"] <= 60
-    assert meta["rollout_errors"] == faults.failed > 0
-    assert "inference error" in (run_dir / "run.log").read_text()
+    assert proc.returncode == 1, err
+    [line] = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert "failed on the model call (HTTP 400" in line and "injected fault 400" in line, line
+    assert "this evaluation is not scored" in line and "workbench gepa run -R " in line, line
+    meta = metadata(only_run(tmp_path))
+    assert meta["status"] == "failed" and faults.failed > 0
 
 
 PICKY_ENV = """

@@ -161,6 +161,7 @@ def test_rl_two_processes_global_batch_and_rank0_writes(tiny_workspace: Path, st
         "metadata.json",
         "metrics.jsonl",
         "rollouts",
+        "run.lock",
         "run.log",
         "wandb",
     ]

@@ -274,7 +274,11 @@ def test_broken_checkpoints_are_one_line_errors(sft_run: Path, tmp_path: Path):
 
     # name: (what breaks it, the error, whether the dry run sees it: it reads files, not weights)
     cases = {
-        "no weights": (lambda f: (f / "adapter_model.safetensors").unlink(), "has no adapter weights", True),
+        "no weights": (
+            lambda f: (f / "adapter_model.safetensors").unlink(),
+            "has no adapter weights|damaged: adapter_model.safetensors is missing",  # the manifest says so first
+            True,
+        ),
         "garbage weights": (
             lambda f: (f / "adapter_model.safetensors").write_bytes(b"\0" * 64),
             "could not load the LoRA adapter in .*SafetensorError",

@@ -82,7 +82,7 @@ def find_environment(env_id: str) -> EnvSource | None:
     local = _env_folders(environments_dir())
     if name in local:
         return EnvSource(name, local[name], "workspace")
-    if name.isidentifier() and _installed_spec(name) is not None:
+    if name.isidentifier() and installed_spec(name) is not None:
         return EnvSource(name, None, "installed")
     bundled = _env_folders(bundled_environments_dir())
     if name in bundled:
@@ -90,7 +90,7 @@ def find_environment(env_id: str) -> EnvSource | None:
     return None
 
 
-def _installed_spec(name: str) -> ModuleSpec | None:
+def installed_spec(name: str) -> ModuleSpec | None:
     """The import spec of an installed module `name`, found by the import system's finders (the
     editable-install ones too). Not `importlib.util.find_spec`: that answers from sys.modules
     first, so an environment imported earlier in this process from another workspace's folder
@@ -113,22 +113,35 @@ def available_environments() -> list[EnvSource]:
     return [found[k] for k in sorted(found)]
 
 
+_imported: dict[str, tuple[Path, int, int]] = {}  # module name -> (file, mtime_ns, size) when imported
+
+
+def _stamp(file: Path) -> tuple[Path, int, int]:
+    try:
+        st = file.stat()
+    except OSError:
+        return file, 0, 0
+    return file, st.st_mtime_ns, st.st_size
+
+
 def import_env_module(source: EnvSource) -> Any:
+    """The environment's module, imported from its folder. Imported again when it comes from
+    another folder, or when its file changed since (`gepa apply` rewrites an env's defaults)."""
     if source.path is not None:
         cached = sys.modules.get(source.name)
         file = Path(getattr(cached, "__file__", "") or "").resolve()
-        if cached is not None and source.path.resolve() in (
-            file.parent,
-            file.parent.parent,
-        ):  # module or package
+        same_folder = source.path.resolve() in (file.parent, file.parent.parent)  # module or package
+        if cached is not None and same_folder and _imported.get(source.name) in (None, _stamp(file)):
             return cached
         for stale in [m for m in sys.modules if m == source.name or m.startswith(f"{source.name}.")]:
             sys.modules.pop(stale)  # a package's submodules too: they may come from another folder
         sys.path.insert(0, str(source.path))
         try:
-            return importlib.import_module(source.name)
+            module = importlib.import_module(source.name)
         finally:
             sys.path.remove(str(source.path))
+        _imported[source.name] = _stamp(Path(getattr(module, "__file__", "") or "").resolve())
+        return module
     return importlib.import_module(source.name)
 
 

@@ -7,11 +7,11 @@ Python nor pytest ever imports the template itself.
 
 from __future__ import annotations
 
-import importlib.util
 import keyword
 import re
 from pathlib import Path
 
+from workbench.envs.loader import installed_spec
 from workbench.errors import UserError
 
 TEMPLATES = Path(__file__).resolve().parent
@@ -28,7 +28,9 @@ def module_for(name: str) -> str:
     module = name.replace("-", "_")
     if keyword.iskeyword(module):
         raise UserError(f"'{name}' is a Python keyword; pick another name")
-    if importlib.util.find_spec(module) is not None:  # e.g. 'json', 'workbench': the env would shadow it
+    # e.g. 'json', 'workbench': the env would shadow it. Asked of the import system's finders, not
+    # sys.modules, so an environment this process imported earlier from a workspace is not one.
+    if installed_spec(module) is not None:
         raise UserError(f"'{module}' is already the name of an importable Python module; pick another name")
     return module
 
