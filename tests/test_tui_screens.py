@@ -202,7 +202,7 @@ async def test_rollouts_show_error_and_tool_calls(ws):
         errored = next(r.rollout_index for r in screen.index.load_group(group.example_id).rollouts if r.error)
         for _ in range(errored):
             await pilot.press("right_square_bracket")
-        assert "error (inference) InferenceError" in text_of(screen.query_one("#breakdown"))
+        assert "error (env) RuntimeError" in text_of(screen.query_one("#breakdown"))
         await pilot.press("escape")
         screen = await open_eval(pilot, app, ws["tools"])
         titles = [b.border_title for b in screen.query(MessageBlock)]

@@ -22,7 +22,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from workbench.errors import InferenceError
 from workbench.evaluate import EvalConfig, run_eval
 from workbench.evaluate.service import RunLog
 from workbench.inference.echo import EchoClient
@@ -120,8 +119,8 @@ class VariedClient(EchoClient):
             text, finish = f"<reversed_text>{target}</reversed_text>", "stop"
         elif per_example == 1:  # every rollout untagged: a too-hard group
             text, finish = target, "stop"
-        elif h % 7 == 0:
-            raise InferenceError("upstream rejected the request (400)", transient=False)
+        elif h % 7 == 0:  # a rollout that failed in the env (a failed model call would be no result at all)
+            raise RuntimeError("the env's tool crashed")
         elif h % 7 == 1:
             text, finish = f"<reversed_text>{target[: len(target) // 2]}", "length"
         else:
