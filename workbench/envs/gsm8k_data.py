@@ -85,8 +85,6 @@ def load_gsm8k_hub(split: str) -> Rows:
     reachable = hub_reachable()
     if not reachable:  # the cache alone: no minute of retries printed to the terminal
         go_offline()
-        if hasattr(datasets, "config"):
-            datasets.config.HF_HUB_OFFLINE = True  # read at call time, like huggingface_hub's constant
     try:
         data = datasets.load_dataset("openai/gsm8k", "main", split=split)
     except Exception as exc:  # offline, hub down, auth: all mean "use a local file"

@@ -68,8 +68,11 @@ def require_hub_model(model_id: str) -> None:
 
 
 def go_offline() -> None:
-    """Make huggingface_hub (and transformers through it) use the cache without trying the
-    network: the environment variable for what imports it later, its constant if imported."""
+    """Make huggingface_hub (and transformers and datasets through it) use the cache without
+    trying the network: the environment variable for what imports them later, and their module
+    constants if already imported. Neither library has a public setter once imported (the variable
+    is read at import), so this is the one place that sets their constants;
+    tests/test_hub_offline_internals.py fails loudly if either library renames them."""
     import sys
 
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -77,3 +80,6 @@ def go_offline() -> None:
         from huggingface_hub import constants
 
         constants.HF_HUB_OFFLINE = True  # read at call time by its download functions
+    datasets_config = sys.modules.get("datasets.config")
+    if datasets_config is not None:
+X
