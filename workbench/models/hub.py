@@ -82,4 +82,4 @@ def go_offline() -> None:
         constants.HF_HUB_OFFLINE = True  # read at call time by its download functions
     datasets_config = sys.modules.get("datasets.config")
     if datasets_config is not None:
-X
+        setattr(datasets_config, "HF_HUB_OFFLINE", True)  # noqa: B010  (read at call time, like huggingface_hub's)
