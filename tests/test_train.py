@@ -268,6 +268,10 @@ def test_sigkill_while_writing_checkpoint_resumes_from_previous(tiny_workspace: 
         "step_000002",
         "step_000003",
     ]
+    # bit for bit: the killed-and-resumed run ends with the same adapter as one that never stopped
+    straight = train(config, f"output_dir='{tiny_workspace / 'runs' / 'straight'}'")
+    final = Path("checkpoints") / "step_000003" / "adapter_model.safetensors"
+    assert (run / final).read_bytes() == (straight.run_dir / final).read_bytes()
 
 
 def test_ctrl_c_finishes_step_writes_checkpoint_and_exits(tiny_workspace: Path):
