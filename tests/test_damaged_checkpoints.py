@@ -12,23 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_eval_run import run_cli
 from tests.test_train import train, write_config
-from workbench.events import NullReporter
 from workbench.store.checkpoints import MANIFEST, checkpoint_problem, list_checkpoints
-from workbench.train import run_train
-from workbench.train.config import load_train_config
 
 pytestmark = pytest.mark.slow
 
 ADAPTER = "adapter_model.safetensors"
-
-
-class Messages(NullReporter):
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def message(self, text: str) -> None:
-        self.lines.append(text)
 
 
 def eval_cli(model: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -70,15 +60,16 @@ def test_resume_skips_damaged_checkpoints_saying_why(run: Path, tiny_workspace: 
         checkpoint_problem(step2, hashes=True) or ""
     )
 
-    reporter = Messages()
-    config, _ = load_train_config(write_config(tiny_workspace, "d", 4), ["output_dir='runs/damaged'"])
-    resumed = run_train(config, reporter, resume=run)
-    assert resumed.status == "finished" and [m["step"] for m in resumed.metrics] == [2, 3, 4]
+    resumed = run_cli("train", "--resume", str(run), "--set", "max_steps=4", cwd=tiny_workspace)
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4], steps  # steps 2-3 redone from step 1's checkpoint, written once each
+    said = " ".join(resumed.stderr.split())
     assert (
         f"skipping checkpoint step_000002: {ADAPTER} has changed since it was written (sha256 differs)"
-        in reporter.lines
+        in said
     )
-    assert f"skipping checkpoint step_000003: {ADAPTER} is missing" in reporter.lines
+    assert f"skipping checkpoint step_000003: {ADAPTER} is missing" in said
     assert [c.name for c in list_checkpoints(run)] == [
         "step_000001",
         "step_000002",
