@@ -57,7 +57,7 @@ CASES = {
     ),
     "unknown model path": (
         ["eval", "run", "reverse-text", "-m", "./models/missing"],
-        ["unknown model './models/missing'"],
+        ["no model folder at './models/missing'"],
     ),
     "tiny not built": (["eval", "run", "reverse-text", "-m", "tiny"], ["workbench setup"]),
     "unreachable base url": (

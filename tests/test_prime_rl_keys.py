@@ -275,5 +275,5 @@ def test_distill_mode_keys_and_mistakes(tmp_path: Path):
     one_line_error(
         workbench("train", str(path), "--dry-run", cwd=tmp_path),
         "a real run cannot start",
-        "distill.teacher_model: unknown model './no-such-teacher'",
+        "distill.teacher_model: no model folder at './no-such-teacher'",
     )

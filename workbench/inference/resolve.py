@@ -45,6 +45,8 @@ def resolve_model_path(model: str) -> Path | str:
         return path.resolve()
     if HUB_ID.match(model) and not model.startswith((".", "/")):
         return model
+    if "/" in model or model.startswith((".", "~")):  # a path that is not there (a run not made yet?)
+        raise UserError(f"no model folder at '{model}' (a training run's folder exists once it has run)")
     raise UserError(
         f"unknown model '{model}': not {', '.join(repr(m) for m in NAMED_MODELS)}, a local model folder, an endpoint id "
         f"in {endpoints_path()}, or a Hugging Face id (owner/name)"

@@ -273,8 +273,8 @@ def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
             "continues a run: name it with --resume RUN"
         )
     problems += _env_problems(config.eval.env, "eval.env: ", skip=config.env)
-    if (problem := model_problem(config.model)) is not None:
-        problems.append(problem)
+    if (problem := model_problem(config.model)) is not None and producing_config(config.model) is None:
+        problems.append(problem)  # (a run another config makes first is a note: model_notes)
     if config.mode == "distill" and config.distill.teacher_model and not config.distill.teacher_base_url:
         if (problem := model_problem(config.distill.teacher_model)) is not None:
             problems.append(problem.replace("model: ", "distill.teacher_model: ", 1))
@@ -331,10 +331,37 @@ def model_problem(model: str) -> str | None:
     return None
 
 
+def producing_config(model: str) -> Path | None:
+    """The workspace config whose run makes the model folder `model` (`outputs/runs/NAME` that
+    does not exist yet, and a config under configs/ with `run_name = "NAME"`): a pipeline's next
+    stage, e.g. configs/rl/reverse-text-smollm2.toml starting from its SFT run. None otherwise."""
+    import re
+
+    from workbench.workspace import configs_dir
+
+    path = Path(model).expanduser()
+    if path.exists() or path.parent.name != "runs":
+        return None
+    wanted = re.compile(rf"""^\s*run_name\s*=\s*["']{re.escape(path.name)}["']""", re.MULTILINE)
+    for config in sorted(configs_dir().rglob("*.toml")):
+        try:
+            if wanted.search(config.read_text(encoding="utf-8", errors="replace")):
+                return config
+        except OSError:
+            continue
+    return None
+
+
 def model_notes(model: str) -> list[str]:
     """For a Hugging Face id: whether it is in the local cache or the hub answers; a dry run
-    lists it as unchecked (not failed) when neither can be told."""
+    lists it as unchecked (not failed) when neither can be told. For a run another config makes
+    first: which one to run."""
     from workbench.models.hub import HUB_ID, hub_offline, hub_reachable, is_cached
+
+    if (producer := producing_config(model)) is not None:
+        return [
+            f"model '{model}' is made by `workbench train {producer.relative_to(Path.cwd()) if producer.is_relative_to(Path.cwd()) else producer}`: run that first"
+        ]
 
     if not HUB_ID.match(model) or Path(model).expanduser().exists():
         return []
