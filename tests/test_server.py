@@ -161,10 +161,30 @@ async def test_malformed_body_is_400(url: str, raw: bytes, needle: str) -> None:
     assert needle in body["error"]["message"]
 
 
-async def test_streaming_is_refused_clearly(url: str) -> None:
-    status, body = await post(url, {"messages": HELLO, "stream": True})
-    assert status == 400
-    assert "streaming not supported" in body["error"]["message"]
+def test_streaming_with_the_official_openai_sdk(url: str) -> None:
+    """`stream: true` as the openai SDK (and verifiers 0.4's harnesses, chat UIs) read it: chunks
+    whose deltas join to the whole answer, the finish reason, usage last when asked."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused")
+    stream = client.chat.completions.create(
+        model="echo-model", messages=HELLO, stream=True, stream_options={"include_usage": True}, logprobs=True
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "olleh" and chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    logprobs = [
+        e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content
+    ]
+    assert [e.token for e in logprobs] == list("olleh")  # token text, not ids, unless asked
+    assert (
+        chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
+    )
+    plain = client.chat.completions.create(
+        model="echo-model", messages=HELLO
+    )  # and without stream, the same text
+    assert plain.choices[0].message.content == text
 
 
 @pytest.mark.parametrize(
@@ -276,3 +296,27 @@ def test_a_client_that_leaves_mid_request_is_not_an_error(caplog: pytest.LogCapt
     # the server has shut down (its thread joined) after the handler ended by itself: all it
     # logged about the dropped connection is in caplog
     assert not [r for r in caplog.records if "Error handling request" in r.getMessage()], outcome
+
+
+def test_a_real_models_logprobs_carry_token_text_ids_only_when_asked(tiny_model) -> None:
+    """vLLM's form: `logprobs.content[].token` is the token's text; `token_id:N` only with
+    `return_tokens_as_token_ids` (the tiny model served by LocalClient, read by the openai SDK)."""
+    from openai import OpenAI
+
+    from tests.servers import make_app, serve_in_thread
+    from workbench.inference.local_client import LocalClient
+
+    backend = LocalClient(str(tiny_model), model_name="tiny")
+    with serve_in_thread(make_app(backend)) as base:
+        client = OpenAI(base_url=f"{base}/v1", api_key="unused")
+        answer = client.chat.completions.create(
+            model="tiny", messages=HELLO, logprobs=True, max_tokens=8, temperature=0
+        )
+        ids = client.chat.completions.create(
+            model="tiny", messages=HELLO, logprobs=True, max_tokens=8, temperature=0,
+            extra_body={"return_tokens_as_token_ids": True},
+        )  # fmt: skip
+    tokens = [e.token for e in answer.choices[0].logprobs.content]
+    assert tokens and not any(t.startswith("token_id:") for t in tokens)
+    assert "".join(tokens).startswith((answer.choices[0].message.content or "")[:4])
+    assert all(e.token.startswith("token_id:") for e in ids.choices[0].logprobs.content)

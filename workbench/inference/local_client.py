@@ -155,6 +155,12 @@ class LocalClient:
             _loaded=(model, tokenizer),
         )
 
+    def token_to_str(self, token_id: int) -> str:
+        """One token's text, as vLLM writes it in `logprobs.content[].token` (a byte-level piece
+        that is not whole UTF-8 on its own decodes with replacement characters, as there)."""
+        with self._tokenizer_lock:
+            return str(self._tokenizer.decode([token_id]))
+
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer

@@ -244,7 +244,7 @@ class OpenAIServer:
     async def not_found(self, request: web.Request) -> web.Response:
         return error_response(404, f"no route for {request.method} {request.path}", code="not_found")
 
-    async def chat_completions(self, request: web.Request) -> web.Response:
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
         except ConnectionResetError:  # the client left mid-request (a Ctrl-C'd eval): nobody to answer
@@ -265,8 +265,10 @@ class OpenAIServer:
                 param="model",
                 code="model_not_found",
             )
-        if body.get("stream"):
-            return error_response(400, "streaming not supported: send 'stream': false", param="stream")
+        stream = body.get("stream") is True
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            return error_response(400, "'stream_options' must be an object", param="stream_options")
         try:
             messages = _parse_messages(body)
             tools = _parse_tools(body)
@@ -292,7 +294,10 @@ class OpenAIServer:
             logger.exception("backend failed on /v1/chat/completions")
             return error_response(500, f"{type(exc).__name__}: {exc}", type_="server_error")
 
-        return json_response(self._response(model or self.served_model_name, completions, body))
+        response = self._response(model or self.served_model_name, completions, body)
+        if stream:
+            return await stream_chat(request, response, include_usage=options.get("include_usage") is True)
+        return json_response(response)
 
     async def completions(self, request: web.Request) -> web.Response:
         """`/v1/completions` for scoring only, as a distillation teacher uses vLLM's: a prompt of
@@ -420,6 +425,55 @@ class OpenAIServer:
             }
             for tid, lp in zip(ids, logprobs)
         ]
+
+
+async def stream_chat(
+    request: web.Request, response: dict[str, Any], *, include_usage: bool
+) -> web.StreamResponse:
+    """A finished chat completion sent as `stream: true` clients read it: server-sent events of
+    `chat.completion.chunk`s (the role, the content with its logprobs, tool calls, the finish
+    reason; usage last when `stream_options.include_usage`), then `data: [DONE]`, as vLLM sends
+    them. Simplification: the backends generate whole answers, so the chunks come once the
+    answer is done, not token by token."""
+    sse = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await sse.prepare(request)
+    head = {k: response[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    async def send(choices: list[dict[str, Any]], **extra: Any) -> None:
+        await sse.write(b"data: " + orjson.dumps({**head, "choices": choices, **extra}) + b"\n\n")
+
+    for choice in response["choices"]:
+        index, message = choice["index"], choice["message"]
+        await send(
+            [
+                {
+                    "index": index,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ]
+        )
+        delta = {k: message[k] for k in ("reasoning", "reasoning_content") if message.get(k) is not None}
+        if message.get("content"):
+            delta["content"] = message["content"]
+        if delta:
+            await send(
+                [{"index": index, "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}]
+            )
+        if message.get("tool_calls"):
+            calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            await send(
+                [{"index": index, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}]
+            )
+        await send(
+            [{"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}]
+        )
+    if include_usage:
+        await send([], usage=response["usage"])
+    await sse.write(b"data: [DONE]\n\n")
+    await sse.write_eof()
+    return sse
 
 
 SERVER_KEY = web.AppKey("workbench_server", OpenAIServer)
