@@ -27,12 +27,20 @@ class RunLock:
     def __init__(self, run_dir: Path, fd: int) -> None:
         self.run_dir, self._fd, self._depth = run_dir, fd, 1
 
+    def nest(self) -> None:
+        """This process claims the run again (a resume of its own run): one more release to go."""
+        self._depth += 1
+
     def release(self) -> None:
         self._depth -= 1
         if self._depth == 0 and self._fd >= 0:
             _held.pop(self.run_dir, None)
             os.close(self._fd)  # closing the only descriptor drops the flock
             self._fd = -1
+
+    def release_fully(self) -> None:
+        self._depth = 1
+        self.release()
 
 
 _held: dict[Path, RunLock] = {}  # this process's locks: claiming a run it already owns nests
@@ -43,7 +51,7 @@ def claim_run(run_dir: Path) -> RunLock:
     another process holds it."""
     key = run_dir.resolve()
     if (held := _held.get(key)) is not None:
-        held._depth += 1
+        held.nest()
         return held
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -83,6 +91,4 @@ def releasing_claims() -> Iterator[None]:
         yield
     finally:
         for key in set(_held) - before:
-            lock = _held[key]
-            lock._depth = 1
-            lock.release()
+            _held[key].release_fully()
