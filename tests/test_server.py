@@ -320,3 +320,30 @@ def test_a_real_models_logprobs_carry_token_text_ids_only_when_asked(tiny_model)
     assert tokens and not any(t.startswith("token_id:") for t in tokens)
     assert "".join(tokens).startswith((answer.choices[0].message.content or "")[:4])
     assert all(e.token.startswith("token_id:") for e in ids.choices[0].logprobs.content)
+
+
+def test_top_logprobs_from_a_real_model(tiny_model) -> None:
+    """`top_logprobs=k`: each token's k most likely alternatives (text and logprob), most likely
+    first, the sampled token among them when it is the greedy choice (temperature 0)."""
+    from openai import OpenAI
+
+    from tests.servers import make_app, serve_in_thread
+    from workbench.inference.local_client import LocalClient
+
+    backend = LocalClient(str(tiny_model), model_name="tiny")
+    with serve_in_thread(make_app(backend)) as base:
+        client = OpenAI(base_url=f"{base}/v1", api_key="unused")
+        answer = client.chat.completions.create(
+            model="tiny", messages=HELLO, logprobs=True, top_logprobs=3, max_tokens=6, temperature=0
+        )
+        plain = client.chat.completions.create(
+            model="tiny", messages=HELLO, logprobs=True, max_tokens=6, temperature=0
+        )
+    content = answer.choices[0].logprobs.content
+    assert content and all(len(e.top_logprobs) == 3 for e in content)
+    for entry in content:
+        values = [alt.logprob for alt in entry.top_logprobs]
+        assert values == sorted(values, reverse=True)
+        assert entry.top_logprobs[0].token == entry.token  # greedy: the sampled token is the most likely
+        assert abs(entry.top_logprobs[0].logprob - entry.logprob) < 1e-4
+    assert all(e.top_logprobs == [] for e in plain.choices[0].logprobs.content)  # none unless asked

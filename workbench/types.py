@@ -74,6 +74,9 @@ class TokenData:
     # 1 where the model sampled the token, 0 for tokens the environment wrote between turns
     # (multi-turn); None means all ones. Logprobs of masked tokens are 0 and never trained on.
     completion_mask: list[int] | None = None
+    # Per completion token, the k most likely (token id, logprob) when a request asked for
+    # `top_logprobs` (the OpenAI API's alternatives); None otherwise. Never trained on.
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 @dataclass
@@ -160,8 +163,10 @@ class Rollout:
             "policy_version": self.policy_version,
             "state": self.state_columns,
         }
-        if self.tokens is not None:
-            record["tokens"] = vars(self.tokens)
+        if self.tokens is not None:  # (top_logprobs only when a request asked for them)
+            record["tokens"] = {
+                k: v for k, v in vars(self.tokens).items() if v is not None or k != "top_logprobs"
+            }
         return record
 
     @classmethod

@@ -50,8 +50,10 @@ from workbench.inference.generation import (
     _TextStopper,
     penalize,
     record_token,
+    record_top,
     sample_next,
     stop_strings,
+    top_logprobs_wanted,
 )
 from workbench.inference.lean_cache import KVCache
 from workbench.inference.lean_model import ForwardBatch, LeanModel, SharedPrefix
@@ -487,6 +489,9 @@ class DecodeEngine:
             greedy=None if self._greedy_rows else False,
             truncated=None if self._truncated_rows else False,
         )
+        wanted = [top_logprobs_wanted(row.spec) for row in self.rows]
+        if any(wanted):
+            record_top(logits, s.temperature[:n], wanted, [row.result for row in self.rows])
         if self._penalty_rows:
             s.seen[s.index[:n], tokens] = True
         if self._seeded_rows:  # steps index a seeded row's own uniforms; nothing else reads them

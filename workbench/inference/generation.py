@@ -52,6 +52,7 @@ class RowResult:
 
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)  # with `top_logprobs`: per token
     text: str | None = None  # set when a stop string cut it; filled in for every row at the end
     finish_reason: str = "length"  # "stop" | "length"
 
@@ -151,6 +152,9 @@ def generate_batch_hf(
                 min_p=params.min_p,
                 sampling_logits=params.penalized(logits),
             )
+            wanted = [top_logprobs_wanted(rows[row]) for row in active.tolist()]
+            if any(wanted):
+                record_top(logits, params.temperature, wanted, [results[row] for row in active.tolist()])
             params.mark_seen(tokens)
             finished = _record_step(
                 rows,
@@ -251,6 +255,29 @@ def sample_next(
     if greedy_rows is not None:
         tokens = torch.where(greedy_rows, sampling_logits.argmax(-1), tokens)
     return tokens, logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+MAX_TOP_LOGPROBS = 20  # as the OpenAI API and vLLM's default cap
+
+
+def top_logprobs_wanted(row: GenerationRow) -> int:
+    """How many alternatives per token the row's request asked for (`top_logprobs`, 0 = none)."""
+    value = row.sampling.extra.get("top_logprobs") or 0
+    return min(int(value), MAX_TOP_LOGPROBS) if isinstance(value, int) else 0
+
+
+def record_top(logits: Any, temperature: Any, wanted: list[int], results: list[RowResult]) -> None:
+    """Append each asking row's k most likely (id, logprob) under log_softmax(logits / T), the
+    distribution its sampled token's logprob comes from. One extra vocabulary pass, only for
+    batches where some row asked."""
+    import torch
+
+    k = max(wanted)
+    safe = torch.where(temperature <= 0, torch.ones_like(temperature), temperature)
+    values, ids = torch.log_softmax(logits / safe.unsqueeze(1), dim=-1).topk(k, dim=-1)
+    for row, (want, result) in enumerate(zip(wanted, results)):
+        if want:
+            result.top.append(list(zip(ids[row, :want].tolist(), values[row, :want].tolist())))
 
 
 def _inverse_cdf(probs: Any, uniforms: Any) -> Any:

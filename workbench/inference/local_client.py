@@ -568,6 +568,7 @@ class LocalClient:
                 prompt_ids=list(request.prompt_ids),
                 completion_ids=result.completion_ids,
                 completion_logprobs=result.logprobs,
+                top_logprobs=result.top or None,
             ),
         )
 

@@ -26,6 +26,7 @@ from aiohttp import web
 from workbench import startup
 from workbench.errors import InferenceError, UserError
 from workbench.inference.client import Client
+from workbench.inference.generation import MAX_TOP_LOGPROBS
 from workbench.types import Completion, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,12 @@ def parse_sampling(body: dict[str, Any]) -> SamplingParams:
     max_tokens = _integer(body, "max_completion_tokens", None, minimum=1)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", SamplingParams.max_tokens, minimum=1)
+    extra = {k: v for k, v in body.items() if k not in _CONSUMED}
+    top = _integer(body, "top_logprobs", 0, minimum=0)
+    if top > MAX_TOP_LOGPROBS:
+        raise BadRequest(f"'top_logprobs' must be at most {MAX_TOP_LOGPROBS}", "top_logprobs")
+    if top and body.get("logprobs"):  # the alternatives come with the sampled tokens' logprobs
+        extra["top_logprobs"] = top
     return SamplingParams(
         temperature=_number(body, "temperature", 1.0, minimum=0.0),
         top_p=_number(body, "top_p", 1.0, minimum=0.0),
@@ -141,7 +148,7 @@ def parse_sampling(body: dict[str, Any]) -> SamplingParams:
         stop=stop,
         n=_integer(body, "n", 1, minimum=1),
         seed=_integer(body, "seed", None),
-        extra={k: v for k, v in body.items() if k not in _CONSUMED},
+        extra=extra,
     )
 
 
@@ -389,7 +396,9 @@ class OpenAIServer:
             tokens = completion.tokens
             if tokens is not None:
                 if want_logprobs:
-                    content = self._logprob_content(tokens.completion_ids, tokens.completion_logprobs, as_ids)
+                    content = self._logprob_content(
+                        tokens.completion_ids, tokens.completion_logprobs, as_ids, tokens.top_logprobs
+                    )
                     choice["logprobs"] = {"content": content}
                 if want_ids:
                     choice["token_ids"] = tokens.completion_ids
@@ -413,17 +422,30 @@ class OpenAIServer:
             response["prompt_token_ids"] = completions[0].tokens.prompt_ids
         return response
 
-    def _logprob_content(self, ids: list[int], logprobs: list[float], as_ids: bool) -> list[dict[str, Any]]:
+    def _logprob_content(
+        self,
+        ids: list[int],
+        logprobs: list[float],
+        as_ids: bool,
+        top: list[list[tuple[int, float]]] | None = None,
+    ) -> list[dict[str, Any]]:
         # Without a detokenizer hook the id form is the only honest token text.
         to_str = None if as_ids else self._token_to_str
+
+        def text(tid: int) -> str:
+            return to_str(tid) if to_str is not None else f"token_id:{tid}"
+
         return [
             {
-                "token": to_str(tid) if to_str is not None else f"token_id:{tid}",
+                "token": text(tid),
                 "logprob": lp,
                 "bytes": None,
-                "top_logprobs": [],
+                "top_logprobs": [
+                    {"token": text(alt), "logprob": alt_lp, "bytes": None}
+                    for alt, alt_lp in (top[i] if top is not None and i < len(top) else [])
+                ],
             }
-            for tid, lp in zip(ids, logprobs)
+            for i, (tid, lp) in enumerate(zip(ids, logprobs))
         ]
 
 
