@@ -52,9 +52,9 @@ class RowResult:
 
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)  # with `top_logprobs`: per token
     text: str | None = None  # set when a stop string cut it; filled in for every row at the end
     finish_reason: str = "length"  # "stop" | "length"
+    top: list[list[tuple[int, float]]] = field(default_factory=list)  # with `top_logprobs`: per token
 
 
 @dataclass
