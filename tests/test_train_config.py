@@ -617,3 +617,19 @@ def test_launch_shows_the_vllm_command_and_needs_vllm_with_a_gpu(tmp_path: Path)
     one_line_error(
         workbench("train", str(colocated), cwd=tmp_path), "launch", "needs inference.mode = 'server'"
     )
+
+
+def test_more_ranks_than_groups_is_one_line(tmp_path: Path):
+    """`--nproc` larger than a step's groups (issue 34's bad input): refused by the dry run and the
+    run alike, before any process starts."""
+    from tests.test_eval_run import run_cli
+
+    config = tmp_path / "rl.toml"
+    config.write_text(
+        'model = "tiny"\nbatch_size = 8\nrollouts_per_example = 4\nmicro_batch_size = 4\n[[env]]\nid = "reverse-text"\n'
+    )
+    for extra in (["--dry-run"], []):
+        done = run_cli("train", str(config), "--nproc", "3", *extra, cwd=tmp_path)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert done.returncode == 1 and len(errors) == 1, done.stderr
+        assert "--nproc 3 is more than the 2 group(s) of a step" in errors[0]

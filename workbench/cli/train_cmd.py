@@ -98,6 +98,7 @@ def train(
         is_rank_zero,
         load_train_config,
         model_notes,
+        rank_blockers,
         run_blockers,
         run_train,
     )
@@ -108,7 +109,7 @@ def train(
             raise UserError("--resume-step continues a run: give the run folder with --resume RUN")
         overrides = [*(overrides or []), f"checkpointing.resume_step={resume_step}"]
     train_config, notes = load_train_config(path, overrides or [])
-    blockers = run_blockers(train_config, resuming=resume is not None)
+    blockers = run_blockers(train_config, resuming=resume is not None) + rank_blockers(train_config, nproc)
     plan = build_plan(train_config, [*notes, *model_notes(train_config.model)], blockers)
     if dry_run:
         print_plan(plan)

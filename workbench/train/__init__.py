@@ -14,6 +14,7 @@ from workbench.train.config import (
     load_env_files,
     load_train_config,
     model_notes,
+    rank_blockers,
     run_blockers,
     save_resolved_config,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "load_train_config",
     "model_notes",
     "outcome",
+    "rank_blockers",
     "run_blockers",
     "run_train",
     "save_resolved_config",

@@ -290,6 +290,18 @@ def run_blockers(config: TrainConfig, *, resuming: bool = False) -> list[str]:
     return problems
 
 
+def rank_blockers(config: TrainConfig, nproc: int) -> list[str]:
+    """What stops `--nproc N` before any process starts: ranks that would have no group of a
+    step to train on."""
+    groups = config.batch_size // max(1, config.rollouts_per_example)
+    if nproc > 1 and config.on_policy and nproc > groups:
+        return [
+            f"--nproc {nproc} is more than the {groups} group(s) of a step (batch_size {config.batch_size} / "
+            f"rollouts_per_example {config.rollouts_per_example}): each rank needs at least one"
+        ]
+    return []
+
+
 def _env_problems(envs: list[EnvConfig], label: str, skip: Sequence[EnvConfig] = ()) -> list[str]:
     """Each environment is loaded with its args, as the run will (its data files, its imports),
     so a run that passes these checks can start; environments in `skip` were checked already."""
