@@ -6,28 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread
 from tests.test_eval_run import results_lines, start_cli
+from tests.test_openai_client import free_port
 from workbench.engine.retry import RetryingClient, RetryPolicy
 from workbench.errors import ServerGone
 from workbench.inference.openai_client import OpenAIClient
 from workbench.types import SamplingParams
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_refused_on_every_try_is_gone_without_waiting_for_the_stall_timeout():
     async def main() -> None:
-        client = OpenAIClient(f"http://127.0.0.1:{_closed_port()}/v1", model="echo")
+        client = OpenAIClient(f"http://127.0.0.1:{free_port()}/v1", model="echo")
         policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, gone_after_s=3600.0)  # an hour of silence
         retrying = RetryingClient(client, policy)
         try:
@@ -44,11 +38,12 @@ def test_refused_on_every_try_is_gone_without_waiting_for_the_stall_timeout():
 def test_a_server_that_dies_mid_eval_gives_up_counting_only_saved_rollouts(tmp_path: Path):
     gate = Gate(first_prompts(4))  # 4 prompts answered (8 rollouts), the rest wait
     args = ["eval", "run", "reverse-text", "-m", "echo", "-n", "24", "-r", "2", "-c", "4"]
-    with serve_in_thread(make_app(EchoBackend(), middlewares=(gate.middleware,))) as url:
+    # The server stops before the gate lets go of what it holds (the `with` exits innermost
+    # first): no retry can reach the backend after the 4 prompts, however loaded the machine.
+    with gate, serve_in_thread(make_app(EchoBackend(), middlewares=(gate.middleware,))) as url:
         proc = start_cli(*args, "-b", f"{url}/v1", cwd=tmp_path)
-        with gate:
-            gate.wait_held(proc=proc)
-    # the server is gone: held requests were dropped (503) and every retry is refused
+        gate.wait_held(proc=proc)
+    # the server is gone: what it held is dropped and every retry is refused
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, out + err
     [line] = [line for line in err.splitlines() if line.startswith("error: ")]
