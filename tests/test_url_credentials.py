@@ -4,11 +4,11 @@ a resume asks for the URL again instead of using a redacted one."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from tests.servers import EchoBackend, make_app, serve_in_thread
 from tests.test_eval_run import start_cli
+from tests.test_openai_client import free_port
 from workbench.errors import redact_credentials
 
 SECRET = "sk-do-not-leak-4242"
@@ -41,9 +41,7 @@ def test_a_key_in_the_url_never_reaches_the_terminal_or_the_run_folder(tmp_path:
 
 
 def test_a_failing_server_url_is_shown_without_its_key(tmp_path: Path):
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens on it
     args = [
         "eval",
         "run",

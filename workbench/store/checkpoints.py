@@ -13,7 +13,6 @@ them belongs here, so the CLI, the TUI and model resolution share one reader.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
+from workbench.store.files import file_sha256
 from workbench.types import is_number
 
 CHECKPOINTS = "checkpoints"
@@ -29,11 +29,6 @@ STATE_PT = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
 MANIFEST = "manifest.json"
 WEIGHTS_CONFIGS = ("adapter_config.json", "config.json")  # a LoRA adapter, or full weights
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def write_manifest(folder: Path) -> None:

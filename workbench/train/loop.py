@@ -37,9 +37,9 @@ from workbench.events import NullReporter, Reporter
 from workbench.inference.weight_sync import WeightSyncError
 from workbench.store.checkpoints import (
     checkpoint_at,
+    checkpoint_folders,
     checkpoint_problem,
     checkpoint_step,
-    damaged_checkpoints,
     list_checkpoints,
     read_step_info,
     require_intact,
@@ -116,23 +116,19 @@ def _resume_point(run_dir: Path, config: TrainConfig, dist: DistInfo, reporter: 
     the later checkpoints aside (they would be written again)."""
     step = config.checkpointing.resume_step
     if step is None:
-        skipped = [(c, why) for c, why in damaged_checkpoints(run_dir)]
+        newer: list[tuple[Path, str]] = []  # damaged ones past the newest intact one, newest first
         found = None
-        for candidate in reversed(list_checkpoints(run_dir)):
+        for candidate in reversed(checkpoint_folders(run_dir)):
             if (why := checkpoint_problem(candidate, hashes=True)) is None:
                 found = candidate
                 break
-            skipped.append((candidate, why))
-        newer = [
-            (c, why) for c, why in skipped if found is None or checkpoint_step(c) > checkpoint_step(found)
-        ]
+            newer.append((candidate, why))
         if dist.is_main:
-            for damaged, why in sorted(newer, key=lambda item: checkpoint_step(item[0])):
+            for damaged, why in reversed(newer):
                 reporter.message(f"skipping checkpoint {damaged.name}: {why}")
-        if found is not None and newer:
-            step = checkpoint_step(found)
-        else:
+        if found is None or not newer:
             return found
+        step = checkpoint_step(found)
     checkpoint = require_intact(checkpoint_at(run_dir, step))
     dist.barrier()  # every rank has found it before rank 0 moves the later ones
     if dist.is_main:
