@@ -16,7 +16,7 @@ import pytest
 from tests.servers import EchoBackend, Gate, first_prompts, make_app, serve_in_thread
 from tests.test_eval_run import results_lines, start_cli
 from workbench.errors import UserError
-from workbench.store.lock import LOCK_FILE, claim_run, lock_owner, releasing_claims
+from workbench.store.lock import claim_run, lock_owner, releasing_claims
 
 
 def test_a_second_eval_of_a_running_run_is_refused_and_the_first_finishes(tmp_path: Path):
@@ -60,16 +60,16 @@ def test_a_lock_whose_owner_died_is_taken(tmp_path: Path):
         [
             sys.executable,
             "-c",
-            f"from workbench.store.lock import claim_run; claim_run(__import__('pathlib').Path({str(tmp_path)!r})); input()",
+            "import pathlib, sys; from workbench.store.lock import claim_run; "
+            f"claim_run(pathlib.Path({str(tmp_path)!r})); print('held', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        while not (tmp_path / LOCK_FILE).is_file() or lock_owner(tmp_path) != holder.pid:
-            assert holder.poll() is None, "the holder ended early"
-            os.sched_yield()
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"  # it owns the run now
+        assert lock_owner(tmp_path) == holder.pid
         with pytest.raises(UserError, match=f"in use by pid {holder.pid}"):
             claim_run(tmp_path)
     finally:
