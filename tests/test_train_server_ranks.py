@@ -90,3 +90,36 @@ def test_trainer_gpu_ids_become_the_ranks_visible_devices(tmp_path: Path) -> Non
     )  # rank r (LOCAL_RANK r) runs on the r-th: never an inference GPU
     assert child_env(1, 2, 29500, tmp_path, trainer_visible_devices(placed))["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert trainer_visible_devices(TrainConfig(env=[{"id": "reverse-text"}])) is None
+
+
+def test_the_plan_says_how_many_ranks_where_they_run_and_how_a_step_is_split() -> None:
+    from workbench.train.plan import build_plan
+    from workbench.train.schema import TrainConfig
+
+    def placement(config: TrainConfig, gpu_count: int, nproc: int) -> dict[str, str]:
+        built = build_plan(config, [], [], gpu_count=gpu_count, nproc=nproc)
+        return dict(next(s for s in built.sections if s.title.startswith("Placement")).rows)
+
+    server = TrainConfig(
+        env=[{"id": "reverse-text"}],
+        batch_size=128,
+        rollouts_per_example=8,
+        micro_batch_size=32,
+        inference={"mode": "server", "launch": True, "data_parallel_size": 2},
+    )
+    rows = placement(server, 0, 2)
+    assert (
+        rows["trainer"].startswith("2 trainer ranks (--nproc 2)") and "on the CPU (gloo)" in rows["trainer"]
+    )
+    assert "rank 0 rolls out for every rank and publishes the weights to 2 replicas" in rows["trainer"]
+    assert rows["per rank"].startswith("each step's 16 groups split by group") and (
+        "8 groups (64 rollouts) per rank, in micro-batches of 32" in rows["per rank"]
+    )
+    uneven = placement(server.model_copy(update={"batch_size": 40}), 0, 3)["per rank"]
+    assert "1 group (8 rollouts) per rank (ranks 0-1: 2)" in uneven  # 5 groups over 3 ranks
+    on_gpus = placement(server.model_copy(update={"trainer_gpu_ids": [2, 3]}), 4, 2)["trainer"]
+    assert "rank r on the r-th GPU of trainer_gpu_ids [2, 3] (CUDA_VISIBLE_DEVICES=2,3, NCCL)" in on_gpus
+    single = placement(server, 0, 1)
+    assert "per rank" not in single and single["trainer"].startswith(
+        "rank 0 = this `workbench train` process"
+    )

@@ -110,7 +110,7 @@ def train(
         overrides = [*(overrides or []), f"checkpointing.resume_step={resume_step}"]
     train_config, notes = load_train_config(path, overrides or [])
     blockers = run_blockers(train_config, resuming=resume is not None) + rank_blockers(train_config, nproc)
-    plan = build_plan(train_config, [*notes, *model_notes(train_config.model)], blockers)
+    plan = build_plan(train_config, [*notes, *model_notes(train_config.model)], blockers, nproc=nproc)
     if dry_run:
         print_plan(plan)
         if blockers:  # the plan is fine to read, but the exit code says whether a real run could start

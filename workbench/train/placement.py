@@ -131,14 +131,21 @@ def trainer_visible_devices(config: TrainConfig) -> str | None:
     return ",".join(map(str, config.trainer_gpu_ids)) if config.trainer_gpu_ids else None
 
 
-def trainer_placement(config: TrainConfig, gpu_count: int | None) -> str:
-    """Where the trainer's ranks run (--nproc N / torchrun adds ranks; the plan does not know N)."""
-    # Server mode: rank 0 is the orchestrator too (workbench.train.shared_source).
-    role = (
-        "; rank 0 also rolls out for every rank and publishes the weights"
-        if config.inference.mode == "server"
-        else ""
-    )
+def trainer_placement(config: TrainConfig, gpu_count: int | None, nproc: int = 1) -> str:
+    """Where the trainer's ranks run: `nproc` is --nproc (torchrun's ranks are placed by
+    whoever starts them, so a plan without --nproc says what N ranks would do)."""
+    role = _orchestrator_role(config, nproc)
+    if nproc > 1:
+        ranks = f"{nproc} trainer ranks (--nproc {nproc}), children of this `workbench train` process"
+        if gpu_count == 0:
+            return f"{ranks}, each a process on the CPU (gloo){role}"
+        if config.trainer_gpu_ids:
+            ids = ",".join(map(str, config.trainer_gpu_ids))
+            return (
+                f"{ranks}: rank r on the r-th GPU of trainer_gpu_ids {_ids(config.trainer_gpu_ids)} "
+                f"(CUDA_VISIBLE_DEVICES={ids}, NCCL){role}"
+            )
+        return f"{ranks}: rank r on CUDA GPU r of CUDA_VISIBLE_DEVICES (NCCL){role}"
     if gpu_count == 0:
         return f"rank 0 = this `workbench train` process, on the CPU (--nproc N: N processes, gloo){role}"
     if config.trainer_gpu_ids:
@@ -148,6 +155,42 @@ def trainer_placement(config: TrainConfig, gpu_count: int | None) -> str:
             f"(CUDA_VISIBLE_DEVICES={ids}; --nproc {len(config.trainer_gpu_ids)} for one rank per GPU){role}"
         )
     return f"rank r on CUDA GPU r of CUDA_VISIBLE_DEVICES (--nproc N: N ranks, NCCL){role}"
+
+
+def _orchestrator_role(config: TrainConfig, nproc: int) -> str:
+    """Server mode: rank 0 is the orchestrator too (workbench.train.shared_source)."""
+    if config.inference.mode != "server":
+        return ""
+    if config.inference.launch:
+        count = replica_count(config.inference)
+        servers = f"{count} replica{'s' * (count != 1)}"
+    else:
+        count = len(config.inference.base_urls)
+        servers = f"{count} server{'s' * (count != 1)}"
+    if nproc > 1:
+        return (
+            f"; rank 0 rolls out for every rank and publishes the weights to {servers}, the others wait on it"
+        )
+    return f"; rank 0 also rolls out for every rank and publishes the weights to {servers}"
+
+
+def rank_split(config: TrainConfig, nproc: int) -> str:
+    """How --nproc N splits a step: whole groups (an example's rollouts stay together, so the
+    advantages need no communication), group i to rank i % N; SFT splits demonstrations."""
+    if config.on_policy:
+        groups = config.batch_size // max(1, config.rollouts_per_example)
+        unit, per = "group", config.rollouts_per_example
+    else:
+        groups, unit, per = config.batch_size, "demonstration", 1
+    low, extra = divmod(groups, nproc)
+    share = f"{low} {unit}{'s' * (low != 1)}" + (f" ({low * per} rollouts)" if per > 1 else "") + " per rank"
+    if extra:  # the first `extra` ranks take one more
+        share += f" ({'rank 0' if extra == 1 else f'ranks 0-{extra - 1}'}: {low + 1})"
+    return (
+        f"each step's {groups} {unit}{'s' * (groups != 1)} split by {unit}, {unit} i to rank i % {nproc}: "
+        f"{share}, in micro-batches of {config.micro_batch_size}; "
+        "gradients averaged over ranks (the update of one process on the whole batch)"
+    )
 
 
 def inference_placement(

@@ -15,6 +15,7 @@ from workbench.config.plan import Plan, PlanSection
 from workbench.train.placement import (
     inference_placement,
     launch_backend,
+    rank_split,
     replica_command,
     replica_count,
     trainer_placement,
@@ -151,9 +152,15 @@ TRAJECTORY_STRATEGY_TEXT = {
 
 
 def build_plan(
-    config: TrainConfig, notes: list[str], warnings: list[str], *, gpu_count: int | None = None
+    config: TrainConfig,
+    notes: list[str],
+    warnings: list[str],
+    *,
+    gpu_count: int | None = None,
+    nproc: int = 1,
 ) -> Plan:
-    """Sections of the resolved config, in the order a reader checks them."""
+    """Sections of the resolved config, in the order a reader checks them; `nproc`: the trainer
+    ranks --nproc starts (the Placement section says where they run and how a step is split)."""
     c = config
     run = PlanSection("Run")
     run.add("model", c.model + (f"  (tokenizer {c.tokenizer})" if c.tokenizer else ""))
@@ -358,7 +365,9 @@ def build_plan(
         infra.add("requested", shown_hw)
 
     where = PlanSection("Placement (which process runs where)")
-    where.add("trainer", trainer_placement(c, count))
+    where.add("trainer", trainer_placement(c, count, nproc))
+    if nproc > 1:
+        where.add("per rank", rank_split(c, nproc))
     for label, value in inference_placement(c, count, backend):
         where.add(label, value)
 
