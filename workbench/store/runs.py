@@ -40,6 +40,23 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+class ResolvedModel(BaseModel):
+    """What `-m` named, as it was resolved when the run started: `-m outputs/runs/latest` (or a
+    training run folder) means that run's newest checkpoint *then*, so a label made from the text
+    as typed would point at another run once a newer one is trained."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    path: str = Field(description="The model folder loaded (a checkpoint folder: absolute).")
+    run: str | None = Field(None, description="The training run whose checkpoint it is (folder name).")
+    step: int | None = Field(None, description="That checkpoint's step.")
+
+    @property
+    def label(self) -> str | None:
+        """'<run> step N' for a training checkpoint, else None."""
+        return f"{self.run} step {self.step}" if self.run is not None and self.step is not None else None
+
+
 class RunMetadata(BaseModel):
     """What every kind of run records. Unknown keys in a file are ignored when read (a newer
     writer), so old readers keep listing new runs."""
@@ -52,6 +69,9 @@ class RunMetadata(BaseModel):
     run_id: str = Field(description="The run folder's name.")
     env_id: str = Field("", description="The environment ('a+b' for several).")
     model: str = Field("", description="The model as the user named it (-m, `model =`).")
+    resolved_model: ResolvedModel | None = Field(
+        None, description="The model folder `model` resolved to at launch (a run or checkpoint path)."
+    )
     config: dict[str, Any] = Field(default_factory=dict, description="The run's resolved config.")
     created_at: str | None = Field(default_factory=now_iso)
     updated_at: str | None = Field(default_factory=now_iso)
