@@ -210,7 +210,8 @@ def list_configs(root: Path) -> list[Path]:
     """configs/{rl,eval,gepa}/*.toml, sorted by folder then name."""
     found: list[Path] = []
     for folder in ("eval", "rl", "gepa"):
-        found += sorted((root / "configs" / folder).glob("*.toml"))
+        # not dot-files: the config editor's dry run checks its unsaved text as `.<name>.check.toml`
+        found += sorted(p for p in (root / "configs" / folder).glob("*.toml") if not p.name.startswith("."))
     return found
 
 
@@ -461,3 +462,38 @@ def launch_of(run: RunInfo) -> Launch | None:
     """The launch record attached to a pending row."""
     data = run.metadata.get("launch")
     return Launch.from_dict(data) if isinstance(data, dict) else None
+
+
+# ===== Short commands the TUI waits on (issue 35: the Environments screen, the config editor) =====
+# `workbench env list --json`, `env init`, `env install` and a config's dry run are not runs: they
+# get no launch record and no Runs row. They still run as child processes, never in the TUI's own
+# process: listing environments imports their modules (reward code, sometimes transformers), and a
+# dry run loads every environment a config names.
+
+
+def child_environment(root: Path, columns: int = 120) -> dict[str, str]:
+    """The environment of a child `workbench`: this workspace, unbuffered plain-text output
+    `columns` wide (rich lays its tables out to COLUMNS when it is not writing to a terminal)."""
+    env = {**os.environ, "WORKBENCH_WORKSPACE": str(root), "PYTHONUNBUFFERED": "1", "COLUMNS": str(columns)}
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):  # the TUI's terminal is not the child's
+        env.pop(name, None)
+    return env
+
+
+def start_task(launcher: Launcher, args: list[str], *, columns: int = 120) -> subprocess.Popen[str]:
+    """Start `workbench ARGS` in the workspace with its stdout and stderr merged into one text pipe
+    the caller reads (in a worker thread: `communicate`, or line by line). Its own session, as a
+    launch's, so a Ctrl-C in the TUI's terminal never reaches it; the caller may `kill` it (a dry
+    run superseded by newer text)."""
+    return subprocess.Popen(
+        [launcher.python, "-m", "workbench", *args],
+        cwd=launcher.root,
+        env=child_environment(launcher.root, columns),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
