@@ -77,6 +77,10 @@ def test_two_trainer_ranks_train_on_launched_replicas_and_leave_nothing_behind(t
     assert "eval/reward_mean" in steps[-1]  # evaluated on rank 0, known to every rank
     assert (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
     assert [p for p in (r["pid"] for r in record["replicas"]) if alive(p)] == []
+    metadata = json.loads((run_dir / "metadata.json").read_text())  # every rank, for the TUI and --resume
+    assert metadata["world_size"] == 2 and [r["rank"] for r in metadata["ranks"]] == [0, 1]
+    assert metadata["ranks"][0]["pid"] == metadata["pid"] != metadata["ranks"][1]["pid"]
+    assert "FutureWarning" not in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_trainer_gpu_ids_become_the_ranks_visible_devices(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ Locating a run (`locate_run`) takes what users type after `--resume`, `-R` or `e
 from __future__ import annotations
 
 import os
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -88,6 +89,10 @@ class RunMetadata(BaseModel):
         """(done, total) in the kind's own unit: rollouts, steps or metric calls."""
         return None, None
 
+    def local_pids(self) -> list[int]:
+        """The run's processes on this machine (the writer's pid; a training run adds its ranks)."""
+        return [self.pid] if self.pid is not None else []
+
     @property
     def headline_reward(self) -> float | None:
         return self.reward_mean
@@ -108,6 +113,14 @@ class EvalRun(RunMetadata):
         return self.completed_rollouts, self.total_rollouts
 
 
+class RankProcess(BaseModel):
+    """One trainer process of a multi-process run (--nproc N, torchrun)."""
+
+    rank: int
+    pid: int
+    host: str = Field("", description="The machine it runs on (torchrun spreads ranks over nodes).")
+
+
 class TrainRun(RunMetadata):
     kind: Literal["train"] = "train"
     mode: str = "rl"
@@ -115,9 +128,22 @@ class TrainRun(RunMetadata):
     max_steps: int | None = None
     step: int | None = None
     eval_reward_mean: float | None = Field(None, description="The newest held-out reward.")
+    world_size: int = Field(1, description="Trainer processes (--nproc N); resuming takes as many.")
+    ranks: list[RankProcess] = Field(
+        default_factory=list,
+        description="Every trainer rank's process, in rank order (rank 0's pid is also `pid`); empty for one process.",
+    )
 
     def progress(self) -> tuple[int | None, int | None]:
         return self.step, self.max_steps
+
+    def local_pids(self) -> list[int]:
+        """Every rank on this machine: one that is gone fails the whole run (the others stop
+        with it), so a "running" run missing any of them has died. A pid of another node says
+        nothing here."""
+        here = socket.gethostname()
+        ranks = [r.pid for r in self.ranks if r.host in ("", here) and r.pid != self.pid]
+        return [*super().local_pids(), *ranks]
 
     @property
     def env_label(self) -> str:
@@ -249,8 +275,9 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def effective_status(meta: RunMetadata) -> str:
-    """The status to show: a `running` run whose process is gone (killed, OOM) has `died`."""
-    if meta.status == "running" and meta.pid is not None and not pid_alive(meta.pid):
+    """The status to show: a `running` run whose process is gone (killed, OOM) has `died` (for
+    a training run of several ranks: any of its ranks on this machine)."""
+    if meta.status == "running" and meta.pid is not None and not all(map(pid_alive, meta.local_pids())):
         return "died"
     return meta.status
 

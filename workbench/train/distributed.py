@@ -40,7 +40,9 @@ the whole model; a single process (WORLD_SIZE unset or 1) never touches torch.di
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,9 @@ class DistInfo:
     world_size: int = 1
     local_rank: int = 0
     device: str = "cpu"
+    # (pid, host) of every rank, in rank order (empty for one process): the run's metadata
+    # names them all, so a reader can tell that a rank died while the others were still up
+    processes: tuple[tuple[int, str], ...] = ()
 
     @property
     def is_main(self) -> bool:
@@ -171,7 +176,9 @@ def init_distributed() -> DistInfo:
     if not dist.is_initialized():
         # a generous timeout: rank 0 writes checkpoints and evaluates while the others wait
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=60))
-    return DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=device)
+    info = DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=device)
+    processes = info.all_gather((os.getpid(), socket.gethostname()))
+    return dataclasses.replace(info, processes=tuple(processes))
 
 
 def close(info: DistInfo) -> None:
@@ -213,8 +220,25 @@ def wrap_model(policy: Any, strategy: str, info: DistInfo, *, cpu_offload: bool 
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [info.local_rank] if info.device != "cpu" else None
-    # broadcast_buffers=False: the buffers (rotary tables) are constants; skip a collective per forward
-    policy.wrapped = DistributedDataParallel(policy.model, device_ids=device_ids, broadcast_buffers=False)
+    # the buffers (rotary tables) are constants, the same on every rank: no broadcast before each forward
+    if _knows_forward_sync_buffers():
+        policy.wrapped = DistributedDataParallel(
+            policy.model, device_ids=device_ids, forward_sync_buffers=False
+        )
+    else:
+        policy.wrapped = DistributedDataParallel(policy.model, device_ids=device_ids, broadcast_buffers=False)
+
+
+def _knows_forward_sync_buffers() -> bool:
+    """torch 2.13 renamed DDP's `broadcast_buffers` to `forward_sync_buffers` and warns about the
+    old name (a FutureWarning on the user's terminal); the new one still syncs the buffers once at
+    construction, which constants do not mind. Older torch (>= 2.4 is supported) knows only the
+    old name. Asked of the constructor's signature, its public interface."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    return "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
 
 
 def shard_fsdp(model: Any, *, cpu_offload: bool = False) -> Any:

@@ -18,7 +18,15 @@ from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.store.checkpoints import CHECKPOINTS
 from workbench.store.lock import claim_run
-from workbench.store.runs import RUN_LOG, QuietLog, RunLog, TrainRun, create_run_dir, read_saved
+from workbench.store.runs import (
+    RUN_LOG,
+    QuietLog,
+    RankProcess,
+    RunLog,
+    TrainRun,
+    create_run_dir,
+    read_saved,
+)
 from workbench.train.context import EvalEnv, Inference, Learner, RunFiles, TrainContext
 from workbench.train.distributed import SINGLE, DistInfo, wrap_model
 from workbench.train.optimize import make_optimizer
@@ -149,6 +157,8 @@ def build_context(
         max_steps=config.max_steps,
         workbench_version=__version__,
         config=config_for_saving(config),
+        world_size=dist.world_size,
+        ranks=[RankProcess(rank=r, pid=pid, host=host) for r, (pid, host) in enumerate(dist.processes)],
     )
     if (saved := read_saved(run_dir, "train")) is not None:
         metadata.created_at = saved.created_at or metadata.created_at
