@@ -137,13 +137,25 @@ def train(
         console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
         print_outcome(result.run_dir)
         if result.status == "stopped":
-            from workbench.train.distributed import resume_hint
-
             err_console.print(
-                f"[yellow]stopped with a checkpoint; continue with {resume_hint(result.run_dir, result.world_size)}[/]"
+                f"[yellow]{stopped_line(result.run_dir, result.last_step, result.world_size)}[/]"
             )
     if result.status == "stopped":
         raise typer.Exit(130)
+
+
+def stopped_line(run_dir: Path, last_step: int, world_size: int) -> str:
+    """What a stopped run says: its checkpoint and how to continue. Stopped before its first
+    checkpoint (during the baseline eval, say), nothing was saved and a resume starts over from
+    step 0: "stopped with a checkpoint" would be untrue there."""
+    from workbench.store.checkpoints import checkpoint_step, list_checkpoints
+    from workbench.train.distributed import resume_hint
+
+    hint = resume_hint(run_dir, world_size)
+    saved = list_checkpoints(run_dir)
+    if saved:
+        return f"stopped with a checkpoint (step {checkpoint_step(saved[-1])}); continue with {hint}"
+    return f"stopped at step {last_step} before any checkpoint was written; {hint} starts it over"
 
 
 def export(

@@ -35,6 +35,7 @@ from workbench.store.results import RESULTS, ResultsWriter, compact_results, ite
 from workbench.store.runs import (
     RUN_LOG,
     EvalRun,
+    ResolvedModel,
     RunLog,
     RunStatus,
     create_run_dir,
@@ -95,9 +96,13 @@ async def run_eval_async(
     config: EvalConfig, reporter: Reporter, *, resume: str | None = None, client: Client | None = None
 ) -> EvalResult:
     run_dir: Path
+    # What -m named, resolved once here and kept: `outputs/runs/latest` means its newest checkpoint
+    # now, and a resume evaluates that same checkpoint even after newer ones are trained.
+    resolved: ResolvedModel | None = None
     if resume is not None:
         run_dir = find_resume_dir(resume, config)
         saved = read_run_metadata(run_dir, "eval")
+        resolved = saved.resolved_model
         config = EvalConfig.model_validate(
             {**saved.config, "max_concurrent": config.max_concurrent, "verbose": config.verbose}
         )
@@ -111,11 +116,15 @@ async def run_eval_async(
     if config.num_examples > len(examples):
         reporter.message(f"the eval split has only {len(examples)} examples; using all of them")
     owns_client = client is None
+    if resolved is None and not config.api_base_url:  # a server's model name is not a folder here
+        from workbench.inference.resolve import describe_model
+
+        resolved = describe_model(config.model)
     if client is None:
         from workbench.inference.resolve import make_client
 
         client = make_client(
-            config.model,
+            resolved.path if resolved is not None else config.model,
             base_url=config.api_base_url,
             api_key_var=config.api_key_var,
             endpoints_file=config.endpoints_path,
@@ -126,7 +135,7 @@ async def run_eval_async(
         await preflight(client)
         if resume is None:
             run_dir = eval_runs_dir(config.env_id, config.model) / new_run_id()
-        return await _run(config, env, client, examples, sampling, run_dir, reporter)
+        return await _run(config, env, client, examples, sampling, run_dir, reporter, resolved)
     finally:
         if owns_client:
             await client.close()
@@ -181,10 +190,11 @@ async def _run(
     sampling: SamplingParams,
     run_dir: Path,
     reporter: Reporter,
+    resolved: ResolvedModel | None = None,
 ) -> EvalResult:
     lock = claim_run(run_dir)  # one process writes a run: a second -R of it stops here
     try:
-        return await _run_owned(config, env, client, examples, sampling, run_dir, reporter)
+        return await _run_owned(config, env, client, examples, sampling, run_dir, reporter, resolved)
     finally:
         lock.release()
 
@@ -197,6 +207,7 @@ async def _run_owned(
     sampling: SamplingParams,
     run_dir: Path,
     reporter: Reporter,
+    resolved: ResolvedModel | None = None,
 ) -> EvalResult:
     r = config.rollouts_per_example
     # A resume streams what is saved: complete groups are kept (and counted), a partial group
@@ -224,6 +235,7 @@ async def _run_owned(
         run_id=run_dir.name,
         env_id=config.env_id,
         model=config.model,
+        resolved_model=resolved,
         workbench_version=__version__,
         config=config.model_dump(mode="json"),
         num_examples=len(examples),
@@ -237,7 +249,8 @@ async def _run_owned(
     write_run_metadata(run_dir, metadata)
     log = RunLog(run_dir / RUN_LOG)
     log.write(
-        f"{'resume' if done else 'start'} env={config.env_id} model={config.model} "
+        f"{'resume' if done else 'start'} env={config.env_id} model={config.model}"
+        f"{f' ({resolved.label or resolved.path})' if resolved is not None and resolved.path != config.model else ''} "
         f"examples={len(examples)} r={r} done_groups={done}"
     )
     writer = ResultsWriter(run_dir)

@@ -14,7 +14,15 @@ from workbench.config.secrets import key_variable_name
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.models.hub import HUB_ID
-from workbench.store.checkpoints import training_run_checkpoint
+from workbench.store.checkpoints import (
+    CHECKPOINTS,
+    STEP_PREFIX,
+    checkpoint_step,
+    list_checkpoints,
+    resolve_latest_run,
+    training_run_checkpoint,
+)
+from workbench.store.runs import ResolvedModel
 from workbench.workspace import (
     NAMED_MODELS,
     SMOLLM2_MODEL_NAME,
@@ -51,6 +59,28 @@ def resolve_model_path(model: str) -> Path | str:
         f"unknown model '{model}': not {', '.join(repr(m) for m in NAMED_MODELS)}, a local model folder, an endpoint id "
         f"in {endpoints_path()}, or a Hugging Face id (owner/name)"
     )
+
+
+def describe_model(model: str) -> ResolvedModel | None:
+    """What a local `-m` path means right now, for the run's metadata: the checkpoint a training
+    run folder or `outputs/runs/latest` resolves to (with its run and step), or the model folder a
+    path names. None for a named model, a hub id or an endpoint id (their name says what they
+    are), and where there is nothing to load (`resolve_model_path` says why). The same choice as
+    `training_run_checkpoint`, without hashing the weights a second time (loading checks them)."""
+    if model in NAMED_MODELS or not ("/" in model or model.startswith((".", "~"))):
+        return None
+    try:
+        path: Path | None = resolve_latest_run(Path(model).expanduser())
+    except UserError:
+        return None
+    if path is not None and (path / CHECKPOINTS).is_dir() and not (path / "config.json").is_file():
+        path = next(reversed(list_checkpoints(path)), None)
+    if path is None or not path.exists():
+        return None
+    path = path.resolve()
+    if path.name.startswith(STEP_PREFIX) and path.parent.name == CHECKPOINTS:
+        return ResolvedModel(path=str(path), run=path.parent.parent.name, step=checkpoint_step(path))
+    return ResolvedModel(path=str(path))
 
 
 def api_key(var: str | None) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,29 @@ WEIGHTS_CONFIGS = ("adapter_config.json", "config.json")  # a LoRA adapter, or f
 
 
 def write_manifest(folder: Path) -> None:
-    """List every file of `folder` (sizes, sha256) in its manifest.json: call it last."""
+    """List every file of `folder` (sizes, sha256) in its manifest.json, with the time it was
+    saved (a file's mtime changes when a run folder is copied or restored): call it last."""
     files = {
         str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
-    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
+    saved_at = datetime.now(UTC).isoformat(timespec="seconds")
+    (folder / MANIFEST).write_text(json.dumps({"saved_at": saved_at, "files": files}, indent=1))
+
+
+def saved_time(checkpoint: Path) -> datetime | None:
+    """When the checkpoint was written: its manifest's `saved_at`; for one written before
+    manifests had it, trainer_state.json's mtime (all there is). None when neither is readable."""
+    try:
+        stamp = json.loads((checkpoint / MANIFEST).read_text()).get("saved_at")
+        return datetime.fromisoformat(stamp).astimezone()
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    try:
+        return datetime.fromtimestamp((checkpoint / STATE_JSON).stat().st_mtime).astimezone()
+    except OSError:
+        return None
 
 
 def checkpoint_problem(checkpoint: Path, *, hashes: bool = False) -> str | None:
@@ -196,14 +212,13 @@ def list_checkpoint_infos(run_dir: Path) -> list[CheckpointInfo]:
     for path in list_checkpoints(run_dir):
         try:
             state = read_step_info(path)
-            saved = datetime.fromtimestamp((path / STATE_JSON).stat().st_mtime).astimezone()
         except (OSError, ValueError):
             continue
         infos.append(
             CheckpointInfo(
                 step=int(state.get("step", 0)),
                 path=path,
-                saved_at=saved,
+                saved_at=saved_time(path),
                 reward=_num(state.get("reward_mean")),
                 eval_reward=_num(state.get("eval_reward_mean")),
                 size_bytes=folder_size(path),
