@@ -27,7 +27,7 @@ import orjson
 from yarl import URL
 
 from workbench.errors import CONTEXT_LENGTH_MARKERS, ContextLengthError, InferenceError
-from workbench.inference.client import Client
+from workbench.inference.client import Client, TokensInClient
 from workbench.inference.http_session import HttpSession
 from workbench.inference.reasoning import check_reasoning_parser, split_reasoning
 from workbench.inference.silence_watch import SilenceWatch
@@ -267,6 +267,17 @@ class OpenAIClient:
                 f"malformed response from {url}: {type(exc).__name__}: {exc}", transient=False, status=status
             ) from exc
 
+    async def post(self, path: str, data: bytes) -> tuple[int, bytes]:
+        """POST `data` to another route of this server (`path` from the server root, e.g.
+        `/inference/v1/generate`), watched for silence as chat requests are: (status, body).
+        Raises `InferenceError` for transport failures; the caller reads the status."""
+        return await self._answer(data, self.server_root + path)
+
+    @property
+    def server_root(self) -> str:
+        """The server's URL without the `/v1` of its OpenAI routes."""
+        return self.base_url.removesuffix("/v1")
+
     async def _post(self, data: bytes, url: str | None = None) -> tuple[int, bytes]:
         try:
             status, payload = await self._http.request("POST", URL(url) if url else self._chat_url, data)
@@ -430,6 +441,9 @@ class RoundRobinClient:
         self.timeout_s = max(getattr(client, "timeout_s", DEFAULT_TIMEOUT_S) for client in clients)
         self._next = 0
         self._down_until = [0.0] * len(self.clients)
+        # Continue multi-turn rollouts by token ids: only when every replica can (a rollout's
+        # turns may land on different replicas). `tokens_http.probe_tokens_in` sets it.
+        self.tokens_in = all(getattr(client, "tokens_in", False) is True for client in clients)
 
     def __repr__(self) -> str:
         return f"RoundRobinClient({self.clients!r})"
@@ -472,6 +486,27 @@ class RoundRobinClient:
         index = self._pick()
         try:
             return await self.clients[index].chat(messages, sampling=sampling, tools=tools)
+        except InferenceError as exc:
+            if exc.transient:
+                self._down_until[index] = time.monotonic() + self.cooldown_s
+            raise
+
+    async def continue_chat(
+        self,
+        previous: TokenData,
+        new_messages: Messages,
+        *,
+        sampling: SamplingParams,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[Completion]:
+        """The next turn by token ids (`TokensInClient`), on the next replica in turn: the ids
+        carry the whole conversation, so any replica continues it exactly."""
+        index = self._pick()
+        client = self.clients[index]
+        if not isinstance(client, TokensInClient):
+            raise InferenceError(f"{client!r} cannot continue a conversation by token ids", transient=False)
+        try:
+            return await client.continue_chat(previous, new_messages, sampling=sampling, tools=tools)
         except InferenceError as exc:
             if exc.transient:
                 self._down_until[index] = time.monotonic() + self.cooldown_s

@@ -209,6 +209,7 @@ class OpenAIServer:
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         """(method, path) → handler, including the weight-update routes (`server_weights`)."""
+        from workbench.inference.server_tokens import TokenRoutes
         from workbench.inference.server_weights import WeightRoutes
 
         return {
@@ -216,6 +217,7 @@ class OpenAIServer:
             ("GET", "/v1/models"): self.list_models,
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/v1/completions"): self.completions,
+            **TokenRoutes(self).routes(),
             **WeightRoutes(self).routes(),
         }
 

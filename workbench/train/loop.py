@@ -180,7 +180,7 @@ async def _train_in(
     publisher = ctx.inference.publisher
     try:
         if publisher is not None:
-            await publisher.start(start_step)
+            await publisher.start(start_step, reporter.message)
         if start_step == 0 and config.eval.interval > 0 and config.on_policy:
             logger.log(0, await held_out_eval(ctx, learner.policy))
         stopping = dist.any(stop.requested)

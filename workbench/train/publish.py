@@ -27,6 +27,7 @@ from typing import Any
 from workbench.errors import UserError
 from workbench.inference.client import Client
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient
+from workbench.inference.tokens_http import TokensInServer, probe_tokens_in
 from workbench.inference.weight_sync import WeightSync, WeightSyncError
 from workbench.train.rollout_source import PolicyClock
 from workbench.train.schema import TrainConfig
@@ -50,9 +51,15 @@ def served_model_name(config: TrainConfig) -> str:
     return config.inference.model or config.model
 
 
-def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundRobinClient:
+def server_client(
+    config: TrainConfig, extra_urls: Sequence[str] = (), tokenizer: Any = None
+) -> RoundRobinClient:
     """One client per server (base URLs, or endpoint ids from configs/endpoints.toml), asked
-    for token ids and sampled logprobs so training needs no re-tokenization."""
+    for token ids and sampled logprobs so training needs no re-tokenization.
+
+    With the "interleaved" trajectory strategy and the policy's `tokenizer`, each server is
+    reached through its tokens-in route (`tokens_http.TokensInServer`; the run's start probes
+    it and falls back to the chat API with one warning where a server lacks it)."""
     from workbench.inference.endpoints import client_for_endpoint, load_endpoints
     from workbench.workspace import endpoints_path
 
@@ -95,7 +102,21 @@ def server_client(config: TrainConfig, extra_urls: Sequence[str] = ()) -> RoundR
         clients.extend(client.clients if isinstance(client, RoundRobinClient) else [client])
     if not clients:
         raise UserError("inference.mode = 'server' needs inference.base_urls")
+    if tokenizer is not None and config.trajectory_strategy == "interleaved":
+        clients = [
+            TokensInServer(client, tokenizer, reasoning_parser=client.reasoning_parser)
+            if isinstance(client, OpenAIClient)
+            else client
+            for client in clients
+        ]
     return RoundRobinClient(clients)
+
+
+def http_server(member: Client) -> OpenAIClient | None:
+    """The HTTP client behind a pool member (`server_client`'s kinds)."""
+    if isinstance(member, TokensInServer):
+        return member.server
+    return member if isinstance(member, OpenAIClient) else None
 
 
 class WeightPublisher:
@@ -128,9 +149,17 @@ class WeightPublisher:
         self.last_push_s = 0.0  # how long the newest completed push took on the servers
         self._push_task: asyncio.Task[None] | None = None
 
-    async def start(self, step: int) -> None:
+    async def start(self, step: int, say: Callable[[str], None] = lambda line: None) -> None:
         """Servers start on the base model (= policy version 0: a fresh LoRA adapter is a no-op).
-        A resumed run first makes them serve its checkpoint's weights."""
+        A resumed run first makes them serve its checkpoint's weights. Before that, the servers
+        are asked whether they take token ids (`tokens_http`); `say` (and the run log) gets the
+        one line about any that do not."""
+
+        def warn(line: str) -> None:
+            self.log(f"warning: {line}")
+            say(f"warning: {line}")
+
+        await probe_tokens_in(self.client, warn)
         if step > 0:
             await self.publish(step)
             await self.wait()
@@ -177,7 +206,7 @@ class WeightPublisher:
             await self.clock.fail(error)
             raise error
         for server, error in failed.items():
-            self.client.drop(server)
+            self.client.drop(self._member(server))
             self.log(
                 f"server {server.base_url} dropped from the pool: weight update for step {step} failed ({error})"
             )
@@ -188,8 +217,13 @@ class WeightPublisher:
         await self._prune()
 
     def _servers(self) -> list[OpenAIClient]:
-        """The servers still in the pool (every one is an OpenAIClient: `server_client`)."""
-        return [server for server in self.client.clients if isinstance(server, OpenAIClient)]
+        """The servers still in the pool (each an OpenAIClient, or one behind `TokensInServer`)."""
+        servers = (http_server(member) for member in self.client.clients)
+        return [server for server in servers if server is not None]
+
+    def _member(self, server: OpenAIClient) -> Client:
+        """The pool's member that talks to `server`."""
+        return next(member for member in self.client.clients if http_server(member) is server)
 
     async def _load(self, server: OpenAIClient, name: str, target: Path) -> None:
         sync = WeightSync([server.base_url], api_key=server.api_key)

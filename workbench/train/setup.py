@@ -130,7 +130,7 @@ def build_context(
     client: Client
     if config.inference.mode == "server":
         refuse_server_mode_ranks(config, dist)
-        servers = server_client(config, extra_urls=list(launched_urls))
+        servers = server_client(config, extra_urls=list(launched_urls), tokenizer=policy.tokenizer)
         # Several ranks: rank 0 alone rolls out and publishes (workbench.train.shared_source).
         publisher = (
             WeightPublisher(policy, run_dir, config, servers, clock, log=log.write) if dist.is_main else None
