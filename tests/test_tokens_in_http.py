@@ -189,3 +189,34 @@ async def test_a_server_without_the_route_falls_back_to_chat_with_one_warning(
         finally:
             await pool.close()
             await local.close()
+
+
+def test_the_request_is_vllms_generate_request(tiny_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    server = TokensInServer(
+        OpenAIClient("http://127.0.0.1:9/v1", "tiny"), AutoTokenizer.from_pretrained(tiny_model)
+    )
+    sampling = SamplingParams(
+        temperature=0.5,
+        max_tokens=7,
+        seed=4,
+        stop=["</answer>"],
+        extra={"min_p": 0.1, "chat_template_kwargs": {"enable_thinking": False}},
+    )
+    assert server.request_body([5, 6], sampling) == {
+        "token_ids": [5, 6],
+        "model": "tiny",
+        "sampling_params": {
+            "temperature": 0.5,
+            "top_p": 1.0,
+            "top_k": -1,
+            "max_tokens": 7,
+            "n": 1,
+            "logprobs": 0,
+            "stop": ["</answer>"],
+            "seed": 4,
+            "min_p": 0.1,  # the template's kwargs were applied here, where the prompt is rendered
+        },
+    }
+    assert server.server.server_root == "http://127.0.0.1:9"

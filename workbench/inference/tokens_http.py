@@ -107,7 +107,11 @@ class TokensInServer:
         try:
             with self._lock:
                 text = self.tokenizer.apply_chat_template(
-                    messages, tools=tools or None, tokenize=False, add_generation_prompt=True
+                    messages,
+                    tools=tools or None,
+                    tokenize=False,
+                    add_generation_prompt=True,
+                    **_template_kwargs(sampling),
                 )
                 # The template already wrote any BOS it wants; don't let the tokenizer add another.
                 ids = self.tokenizer.encode(text, add_special_tokens=False)
@@ -167,7 +171,9 @@ class TokensInServer:
             params["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             params["seed"] = sampling.seed
-        params.update(sampling.extra)  # min_p, repetition_penalty, ... as vLLM names them
+        # min_p, repetition_penalty, ... as vLLM names them; the template's own settings were
+        # used here, where the prompt was rendered.
+        params.update({k: v for k, v in sampling.extra.items() if k != "chat_template_kwargs"})
         return {"token_ids": prompt_ids, "sampling_params": params, "model": self.server.model}
 
     def _completion(
@@ -199,6 +205,12 @@ class TokensInServer:
 
     async def close(self) -> None:
         await self.server.close()
+
+
+def _template_kwargs(sampling: SamplingParams) -> dict[str, Any]:
+    """vLLM's `chat_template_kwargs` (e.g. `enable_thinking`): applied where the prompt is rendered."""
+    kwargs = sampling.extra.get("chat_template_kwargs")
+    return dict(kwargs) if isinstance(kwargs, dict) else {}
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> str:
