@@ -1,6 +1,6 @@
 """Token-level policy-gradient losses with importance ratios against the sampler's logprobs.
 
-All three variants weight each sampled token by its advantage A (the rollout's, plus a per-token
+Every variant weights each sampled token by its advantage A (the rollout's, plus a per-token
 term in online distillation) and the ratio
 r = exp(logp_policy - logp_sampler) (1 on-policy, != 1 when the sampler was an older policy or
 numerics differ):
@@ -8,6 +8,9 @@ numerics differ):
 - grpo:  -min(r A, clip(r, 1-eps, 1+eps) A)          PPO-style symmetric clip
 - dapo:  -min(r A, clip(r, 1-eps_low, 1+eps_high) A)  asymmetric "clip-higher" keeps exploring
 - cispo: -sg(min(r, cap)) A logp_policy               clip the IS weight, never drop a token's gradient
+- dppo:  -keep adv_tau r A + kl_tau (log r)^2         prime-rl's default loss (DPPO + Kimi-K2.5's KL):
+         keep = 0 where the token's probability moved past the trust region in the direction
+         its advantage pushes (p - mu > mask_high with A > 0, mu - p > mask_low otherwise)
 
 Optional KL penalty (k3 estimator, unbiased and positive): exp(ref - new) - (ref - new) - 1.
 Losses are summed over tokens and divided by the number of loss tokens in the whole batch
@@ -164,6 +167,16 @@ def _model_mask(mask: Any, model: Any) -> Any:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
+@dataclass(frozen=True)
+class DPPOSettings:
+    """The dppo knobs (prime-rl's [trainer.loss] names); the defaults and why are in schema.TrainConfig."""
+
+    mask_low: float = 0.2
+    mask_high: float = 0.2
+    adv_tau: float = 1.0
+    kl_tau: float = 1e-3
+
+
 def policy_loss(
     kind: str,
     logprobs: Any,
@@ -175,8 +188,12 @@ def policy_loss(
     total_tokens: int,
     ref_logprobs: Any = None,
     kl_beta: float = 0.0,
+    dppo: DPPOSettings = DPPOSettings(),
 ) -> tuple[Any, dict[str, float]]:
-    """Sum of per-token losses of one micro-batch divided by the batch's loss-token count."""
+    """Sum of per-token losses of one micro-batch divided by the batch's loss-token count, and
+    this micro-batch's statistics: means over its loss tokens (`kl`, `mismatch_kl`,
+    `mismatch_kl_sq`, `ratio_mean`, `clip_frac`, and for dppo `masked_frac`, `masked_frac_high`,
+    `masked_frac_low`), `mismatch_kl_max` over them, and their count `tokens`."""
     import torch
 
     mask = batch["loss_mask"]
@@ -187,10 +204,14 @@ def policy_loss(
         advantages = advantages + batch["token_advantages"]
     log_ratio = (logprobs - batch["sampler_logprobs"]) * mask
     ratio = torch.exp(log_ratio)
+    masks: dict[str, Any] = {}
     if kind == "cispo":
         weight = torch.clamp(ratio, max=cispo_clip).detach()
         per_token = -weight * advantages * logprobs
         clipped = (ratio > cispo_clip).float()
+    elif kind == "dppo":
+        per_token, masks = _dppo(logprobs, batch["sampler_logprobs"], log_ratio, ratio, advantages, dppo)
+        clipped = masks["masked_frac"]  # the trust region's share, shown where the clip fraction is
     else:
         high = clip_high if kind == "dapo" else clip_low
         unclipped = ratio * advantages
@@ -207,14 +228,47 @@ def policy_loss(
     ratio, kl, clipped = ratio.detach(), kl.detach(), clipped.detach()
     # How far the trainer's distribution is from the sampler's on the sampled tokens (k3 estimate of
     # KL(sampler || trainer)): 0 up to arithmetic when both compute the same function; a tokenization,
-    # weight-sync or precision problem shows here before it shows as worse learning.
-    mismatch = (ratio - 1 - log_ratio.detach()) * mask
+    # weight-sync or precision problem shows here before it shows as worse learning. The mean hides
+    # a few bad tokens (one wrong id in a long sample), so the max and the spread are kept too
+    # (prime-rl logs mismatch_kl mean, std and max); float64, as the squares of values near 1e-8
+    # would lose their digits summed in float32.
+    mismatch = ((ratio - 1 - log_ratio.detach()) * mask).double()
     return loss, {
         "kl": float((kl * mask).sum() / n),
         "mismatch_kl": float(mismatch.sum() / n),
+        "mismatch_kl_sq": float((mismatch * mismatch).sum() / n),
+        # k3 >= 0, and 0 off the mask: the plain max is the max over the loss tokens
+        "mismatch_kl_max": float(mismatch.max()) if mismatch.numel() else 0.0,
         "ratio_mean": float((ratio * mask).sum() / n),
         "clip_frac": float((clipped * mask).sum() / n),
+        **{name: float((value * mask).sum() / n) for name, value in masks.items()},
         "tokens": int(mask.sum()),
+    }
+
+
+def _dppo(
+    logprobs: Any, sampler_logprobs: Any, log_ratio: Any, ratio: Any, advantages: Any, settings: DPPOSettings
+) -> tuple[Any, dict[str, Any]]:
+    """prime-rl's default loss per token (before the loss mask), and its masks as float tensors.
+
+    DPPO's trust region is on the probability, not the ratio: a token is masked when the
+    trainer's probability p moved away from the sampler's mu in the direction its advantage
+    pushes — up by more than mask_high with A > 0, down by more than mask_low otherwise — so a
+    rare token may grow many-fold while a likely one cannot run away. Masked tokens keep the KL
+    term (kl_tau (log p - log mu)^2), which pulls the trainer back towards the sampler; the
+    gradient of adv_tau r A goes through r (not detached), as in prime-rl."""
+    import torch
+
+    shift = torch.exp(logprobs.detach()) - torch.exp(sampler_logprobs)
+    rose, fell = shift > settings.mask_high, shift < -settings.mask_low
+    positive = advantages > 0
+    masked = torch.where(positive, rose, fell)
+    kept = (~masked).float()
+    per_token = -kept * settings.adv_tau * advantages * ratio + settings.kl_tau * log_ratio**2
+    return per_token, {
+        "masked_frac": masked.float(),
+        "masked_frac_high": (masked & positive).float(),  # masked with a positive advantage
+        "masked_frac_low": (masked & ~positive).float(),  # masked with a negative (or zero) one
     }
 
 

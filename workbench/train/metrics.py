@@ -14,8 +14,17 @@ from workbench.store.runs import METRICS
 from workbench.train.schema import WandbConfig
 
 # The names prime-rl's docs list for its W&B charts -> ours: a dashboard written for those docs
-# finds its curves. Both names are logged, with the same value.
-METRIC_ALIASES = {"train/reward": "reward/mean", "train/kl_divergence": "policy/kl"}
+# finds its curves. Both names are logged, with the same value. (prime-rl's per-environment
+# mismatch_kl/<env>/... has no counterpart: a step's tokens are not split by environment here.)
+METRIC_ALIASES = {
+    "train/reward": "reward/mean",
+    "train/kl_divergence": "policy/kl",
+    "mismatch_kl/all/mean": "policy/mismatch_kl",
+    "mismatch_kl/all/std": "policy/mismatch_kl_std",
+    "mismatch_kl/all/max": "policy/mismatch_kl_max",
+    "masked_advantage_positive/mean": "policy/masked_advantage_positive",
+    "masked_advantage_negative/mean": "policy/masked_advantage_negative",
+}
 
 
 def with_aliases(metrics: dict[str, Any]) -> dict[str, Any]:

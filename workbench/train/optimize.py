@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, is_fsdp, sync_gradients
-from workbench.train.loss import policy_loss, sft_loss, token_logprobs
+from workbench.train.loss import DPPOSettings, policy_loss, sft_loss, token_logprobs
 from workbench.train.packing import (
     collate_packed,
     collate_prefixed,
@@ -47,7 +47,14 @@ class StepStats:
     forward_backward_s: float
     optimizer_s: float
     padding_fraction: float = 0.0  # of the tokens the forward passes ran on (global)
-    mismatch_kl: float = 0.0  # trainer vs sampler on the sampled tokens (loss.policy_loss)
+    mismatch_kl: float = 0.0  # trainer vs sampler on the sampled tokens (loss.policy_loss): the mean
+    mismatch_kl_max: float = 0.0  # ... its largest value on any loss token of the step (every rank)
+    mismatch_kl_std: float = 0.0  # ... its standard deviation over those tokens
+    # loss = "dppo": shares of the step's loss tokens its trust region masked, in all and by the
+    # sign of their advantage (None for the other losses, which mask nothing)
+    masked_frac: float | None = None
+    masked_frac_high: float | None = None
+    masked_frac_low: float | None = None
 
 
 def training_autocast(config: TrainConfig, device: str) -> Callable[[], AbstractContextManager[None]]:
@@ -130,7 +137,12 @@ def train_on_samples(
     )
     real, laid_out = dist.sum([own_tokens, sum(_laid_out(c) for c in chunks)])
     use_kl = (not sft) and config.kl_penalty.enabled
-    totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "ratio_mean": 0.0, "clip_frac": 0.0, "mismatch_kl": 0.0}
+    dppo = config.loss == "dppo" and not sft
+    # token-weighted means: each micro-batch adds its mean x its share of the batch's loss tokens
+    weighted = ["kl", "ratio_mean", "clip_frac", "mismatch_kl", "mismatch_kl_sq"]
+    weighted += ["masked_frac", "masked_frac_high", "masked_frac_low"] if dppo else []
+    totals = {"loss": 0.0, "entropy": 0.0, **dict.fromkeys(weighted, 0.0)}
+    mismatch_max = 0.0
     autocast = training_autocast(config, dist.device)
     for index, chunk in enumerate(chunks):
         # DDP reads "sync or not" at forward time, so the forward goes inside too
@@ -142,7 +154,7 @@ def train_on_samples(
             weight = float(mask.sum()) / max(total_tokens, 1)  # this chunk's share of the batch's tokens
             if sft:
                 loss = sft_loss(logprobs, batch, total_tokens)
-                extra = {"kl": 0.0, "ratio_mean": 1.0, "clip_frac": 0.0, "mismatch_kl": 0.0}
+                extra = {"ratio_mean": 1.0}
             else:
                 ref = None
                 if use_kl:
@@ -158,6 +170,9 @@ def train_on_samples(
                     total_tokens=total_tokens,
                     ref_logprobs=ref,
                     kl_beta=kl_beta,
+                    dppo=DPPOSettings(
+                        config.dppo_mask_low, config.dppo_mask_high, config.adv_tau, config.kl_tau
+                    ),
                 )
             if (
                 not torch.isfinite(loss) and not dist.active
@@ -168,10 +183,12 @@ def train_on_samples(
             (loss * dist.world_size if dist.active else loss).backward()
             totals["loss"] += float(loss.detach())
             totals["entropy"] += float((entropy.detach() * mask).sum()) / max(total_tokens, 1)
-            for key in ("kl", "ratio_mean", "clip_frac", "mismatch_kl"):
-                totals[key] += extra[key] * weight
+            for key in weighted:
+                totals[key] += extra.get(key, 0.0) * weight
+            mismatch_max = max(mismatch_max, extra.get("mismatch_kl_max", 0.0))
     if dist.active:  # each rank holds its tokens' share of every stat: the sums are the global values
         totals = dict(zip(totals, dist.sum(list(totals.values())), strict=True))
+        mismatch_max = max(dist.all_gather(mismatch_max))  # (DistInfo.max takes integers)
     forward_backward_s = time.perf_counter() - started
     started = time.perf_counter()
     grad_norm = clip_grad_norm(policy, config.max_grad_norm)
@@ -189,6 +206,11 @@ def train_on_samples(
         ratio_mean=totals["ratio_mean"],
         clip_frac=totals["clip_frac"],
         mismatch_kl=totals["mismatch_kl"],
+        mismatch_kl_max=mismatch_max,
+        mismatch_kl_std=math.sqrt(max(0.0, totals["mismatch_kl_sq"] - totals["mismatch_kl"] ** 2)),
+        masked_frac=totals.get("masked_frac"),
+        masked_frac_high=totals.get("masked_frac_high"),
+        masked_frac_low=totals.get("masked_frac_low"),
         tokens=total_tokens,
         forward_backward_s=forward_backward_s,
         optimizer_s=time.perf_counter() - started,

@@ -256,10 +256,7 @@ def build_plan(
         if f.enabled
         else "off",
     )
-    optim.add(
-        "async",
-        f"rollouts at most {c.max_async_level} step(s) behind the policy · drop samples > {c.max_off_policy_steps} steps old",
-    )
+    optim.add("async", async_text(c))
     optim.add("activation checkpointing", "on" if c.activation_checkpointing else "off")
     optim.add(
         "dtype",
@@ -323,11 +320,7 @@ def build_plan(
                 "inference",
                 f"server · {', '.join(servers)} · tp {i.tensor_parallel_size} · dp {i.data_parallel_size}",
             )
-        infra.add(
-            "async",
-            f"generation runs up to {c.max_async_level} step(s) ahead of training; rollouts older than "
-            f"{c.max_off_policy_steps} step(s) are replaced; new weights pushed to every server after each step",
-        )
+        infra.add("weights", "new weights pushed to every server after each step")
         if i.launch:  # the vLLM line also on a CPU: what the same config runs on a GPU box
             infra.add(
                 "vLLM command",
@@ -430,7 +423,36 @@ def _loss(c: TrainConfig) -> str:
         return f"grpo · token-level, ratio clipped to [{1 - c.clip_low:g}, {1 + c.clip_low:g}]"
     if c.loss == "dapo":
         return f"dapo · token-level, ratio clipped to [{1 - c.clip_low:g}, {1 + c.clip_high:g}]"
+    if c.loss == "dppo":
+        return (
+            f"dppo (prime-rl's default) · tokens masked when p - mu > {c.dppo_mask_high:g} (A > 0) or "
+            f"mu - p > {c.dppo_mask_low:g} (A <= 0) · adv_tau {c.adv_tau:g} · kl_tau {c.kl_tau:g} x (log p - log mu)^2"
+        )
     return f"cispo · importance weight capped at {c.cispo_clip:g} (detached)"
+
+
+def async_text(c: TrainConfig) -> str:
+    """How the two off-policy knobs are read (schema.TrainConfig has why there are two)."""
+    if c.inference.mode == "colocated":
+        return (
+            "on-policy: colocated generation uses the current weights (lag 0); max_async_level "
+            f"({c.max_async_level}) and max_off_policy_steps ({c.max_off_policy_steps}) apply in server mode"
+        )
+    ahead = (
+        "synchronous: each batch is generated after the previous step's weights are served"
+        if c.max_async_level == 0
+        else f"max_async_level {c.max_async_level}: generation runs up to {c.max_async_level} step(s) ahead of training"
+    )
+    bound = (
+        f"max_off_policy_steps {c.max_off_policy_steps}: groups more than {c.max_off_policy_steps} step(s) "
+        "stale when trained are dropped and regenerated"
+    )
+    wasted = (
+        " (below max_async_level: every batch generated ahead is regenerated; lower max_async_level instead)"
+        if c.max_off_policy_steps < c.max_async_level
+        else ""
+    )
+    return f"{ahead} · {bound}{wasted}"
 
 
 def cpu_has_bf16() -> bool:

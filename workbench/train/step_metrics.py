@@ -77,9 +77,29 @@ def train_metrics(stats: StepStats | None, kl_beta: float | None) -> Metrics:
         "policy/importance_ratio": stats.ratio_mean,
         "policy/clip_frac": stats.clip_frac,
         "policy/mismatch_kl": stats.mismatch_kl,
+        "policy/mismatch_kl_max": stats.mismatch_kl_max,
+        "policy/mismatch_kl_std": stats.mismatch_kl_std,
+        **dppo_metrics(stats),
         "time/forward_backward": stats.forward_backward_s,
         "time/optimizer": stats.optimizer_s,
         "train/padding_fraction": stats.padding_fraction,
+    }
+
+
+def dppo_metrics(stats: StepStats) -> Metrics:
+    """loss = "dppo": the shares of the step's loss tokens its trust region masked (all, and those
+    with a positive / a negative-or-zero advantage), and prime-rl's `masked_advantage_positive` /
+    `_negative`: of the masked tokens, the share whose advantage was positive / not. A rising
+    masked share means the policy moves faster than the sampler keeps up with."""
+    if stats.masked_frac is None or stats.masked_frac_high is None or stats.masked_frac_low is None:
+        return {}
+    masked = stats.masked_frac
+    return {
+        "policy/masked_frac": masked,
+        "policy/masked_frac_high": stats.masked_frac_high,
+        "policy/masked_frac_low": stats.masked_frac_low,
+        "policy/masked_advantage_positive": stats.masked_frac_high / masked if masked > 0 else 0.0,
+        "policy/masked_advantage_negative": stats.masked_frac_low / masked if masked > 0 else 0.0,
     }
 
 
