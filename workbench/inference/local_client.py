@@ -161,6 +161,12 @@ class LocalClient:
         with self._tokenizer_lock:
             return str(self._tokenizer.decode([token_id]))
 
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of plain `text` (no chat template), with the tokenizer's special tokens
+        (a BOS where the model has one), as vLLM tokenizes a `/v1/completions` prompt."""
+        with self._tokenizer_lock:
+            return list(self._tokenizer.encode(text, add_special_tokens=True))
+
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer

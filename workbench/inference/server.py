@@ -206,6 +206,9 @@ class OpenAIServer:
         self._id_prefix = f"chatcmpl-{os.getpid():x}{self.created:x}-"
         # Optional backend hook for the text of one token id (`logprobs.content[].token`).
         self._token_to_str: Callable[[int], str] | None = getattr(client, "token_to_str", None)
+        from workbench.inference.server_completions import TextCompletions  # it imports this module
+
+        self.text_completions = TextCompletions(self)
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         """(method, path) → handler, including the weight-update routes (`server_weights`)."""
@@ -308,20 +311,26 @@ class OpenAIServer:
             return await stream_chat(request, response, include_usage=options.get("include_usage") is True)
         return json_response(response)
 
-    async def completions(self, request: web.Request) -> web.Response:
-        """`/v1/completions` for scoring only, as a distillation teacher uses vLLM's: a prompt of
-        token ids with `echo: true` and `logprobs` returns each prompt token's logprob
-        (`choices[0].logprobs.token_logprobs`, the first null). Nothing is generated."""
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """`/v1/completions`: text generation (`server_completions`), or prompt scoring as a
+        distillation teacher uses vLLM's: a prompt of token ids with `echo: true` and `logprobs`
+        returns each prompt token's logprob (`choices[0].logprobs.token_logprobs`, the first
+        null) and generates nothing."""
         try:
             body = orjson.loads(await request.read())
+        except ConnectionResetError:  # the client left mid-request: nobody to answer
+            return web.Response(status=499)
         except orjson.JSONDecodeError as exc:
             return error_response(400, f"request body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            return error_response(400, "request body must be a JSON object")
+        if not body.get("echo"):
+            return await self.text_completions.answer(request, body)
         score = getattr(self.client, "prompt_logprobs", None)
-        if not isinstance(body, dict) or not body.get("echo") or body.get("logprobs") is None:
+        if body.get("logprobs") is None:
             return error_response(
                 400,
-                "this server's /v1/completions scores prompts only: send a prompt of token ids "
-                "with 'echo': true and 'logprobs': 0 (generate with /v1/chat/completions)",
+                "prompt scoring ('echo': true) needs 'logprobs': send a prompt of token ids with 'logprobs': 0",
             )
         if score is None:
             return error_response(400, "this backend cannot score prompts")
