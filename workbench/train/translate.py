@@ -16,12 +16,18 @@ Accepted styles, detected from the keys present (a file may mix them):
 know are left in place, so validation reports them with file, line and the closest valid key;
 leftovers inside a foreign table (`[trainer.optim] lrr`) are returned in `Translation.unknown`
 with the closest key that table accepts.
+
+prime-rl's current keys that have no counterpart here (`[orchestrator.algo]`, `[[orchestrator.train.source]]`,
+`renderer`, `[trainer.loss] type = "custom"`, ...: `UNSUPPORTED`) are taken out and listed in
+`Translation.unsupported` and the notes as "not supported here: KEY = VALUE": the plan (and the
+start of a real run) names each one, a pasted config still runs, and nothing is dropped silently.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +66,7 @@ class Translation:
     notes: list[str] = field(default_factory=list)
     moves: list[tuple[str, str]] = field(default_factory=list)  # (source key, canonical key)
     unknown: tuple[str, str | None] | None = None  # (source key, closest valid) inside a foreign table
+    unsupported: list[str] = field(default_factory=list)  # source keys read but not applied (UNSUPPORTED)
 
 
 class _Builder:
@@ -71,6 +78,13 @@ class _Builder:
         self.notes: list[str] = []
         self.styles: list[str] = []
         self.gpus: dict[str, int] = {}
+        self.unsupported: list[str] = []
+
+    def not_supported(self, src: str, value: Any, why: str | None) -> None:
+        """A key this config sets that workbench reads but cannot apply: a note that names it
+        (and `why`: what workbench does instead, given once for the keys of one table)."""
+        self.unsupported.append(src)
+        self.notes.append(f"not supported here: {src} = {_shown_value(value)}" + (f" ({why})" if why else ""))
 
     def put(self, dst: str, value: Any, src: str) -> None:
         *parents, leaf = dst.split(".")
@@ -151,6 +165,16 @@ def _scheduler(value: Any, src: str, b: _Builder) -> None:
             src, f'{src} = {value!r} is not supported (use "constant", "linear" or "cosine")'
         )
     b.put("lr_scheduler", _SCHEDULERS[value], src)
+
+
+def _loss_type(value: Any, src: str, b: _Builder) -> None:
+    """prime-rl's `[trainer.loss] type`: "default" is its DPPO + KL loss, workbench's dppo."""
+    if value == "default":
+        b.put("loss", "dppo", src)
+    else:
+        b.not_supported(
+            src, value, "workbench's losses are grpo, dapo, cispo and dppo (prime-rl's \"default\")"
+        )
 
 
 def _bf16(value: Any, src: str, b: _Builder) -> None:
@@ -247,6 +271,20 @@ RULES: list[tuple[str, Handler, str]] = [
             "trajectory_strategy",
         )
     ],
+    ("orchestrator.group_size", _to("rollouts_per_example"), NESTED),  # prime-rl's newer name
+    ("orchestrator.eval.group_size", _to("eval.rollouts_per_example"), NESTED),
+    ("orchestrator.train.sampling.temperature", _to("sampling.temperature"), NESTED),
+    ("orchestrator.train.sampling.max_completion_tokens", _to("sampling.max_tokens"), NESTED),
+    ("trainer.max_async_level", _to("max_async_level"), NESTED),  # older prime-rl set it per process
+    ("trainer.loss.type", _loss_type, NESTED),
+    *[
+        (f"trainer.loss.{k}", _to(k), NESTED)
+        for k in ("dppo_mask_low", "dppo_mask_high", "adv_tau", "kl_tau")
+    ],
+    *[(f"monitors.wandb.{k}", _to(f"wandb.{k}"), NESTED) for k in ("project", "name", "entity")],
+    ("monitors.wandb.offline", _wandb_offline, NESTED),
+    ("run.name", _to("run_name"), NESTED),
+    ("run.dir", _to("output_dir"), NESTED),
     ("orchestrator.oversampling_factor", _to("difficulty_filter.oversampling_factor"), NESTED),
     ("orchestrator.sampling", _to("sampling"), NESTED),
     ("orchestrator.buffer.online_difficulty_filtering", _to("difficulty_filter.enabled"), NESTED),
@@ -306,6 +344,34 @@ RULES: list[tuple[str, Handler, str]] = [
     ("trainer.args.bf16", _bf16, VF),
 ]
 
+# prime-rl's keys (its current docs: "Useful Knobs", algorithms, renderers) that workbench reads but
+# does not implement -> what workbench does instead. A key is matched with everything below it.
+UNSUPPORTED: dict[str, str] = {
+    "orchestrator.algo": "workbench's algorithm is `mode` and `loss`: rl uses group-relative advantages (reward minus "
+    'the group mean, as prime-rl\'s grpo), on-policy distillation is mode = "distill"',
+    "orchestrator.train.source": 'environments are [[env]] tables here: [[env]] id = "reverse-text"',
+    "orchestrator.eval.source": 'held-out environments are [[eval.env]] tables here: [[eval.env]] id = "..."',
+    "orchestrator.train.sampling.extra_body": "requests carry only the [sampling] settings",
+    "orchestrator.token_batch_size": "a step is batch_size rollouts here, not a token budget",
+    "orchestrator.renderer": "prompts are rendered by the model's chat template (trajectory_strategy for multi-turn)",
+    "renderer": "prompts are rendered by the model's chat template",
+    "orchestrator.strict_async_level": "generation runs at most max_async_level steps ahead, never exactly",
+    "trainer.loss.import_path": "no custom loss functions: loss is grpo, dapo, cispo or dppo",
+    "trainer.loss.kwargs": "no custom loss functions: loss is grpo, dapo, cispo or dppo",
+    "trainer.loss.ipo_threshold": "no ipo loss: loss is grpo, dapo, cispo or dppo",
+    "log": "workbench writes run.log and prints one line per step",
+    "trainer.log": "workbench writes run.log and prints one line per step",
+    "orchestrator.log": "workbench writes run.log; environment errors are recorded with each rollout",
+    "monitors.prime": "no Prime Intellect platform here: metrics go to metrics.jsonl and W&B",
+    "orchestrator.monitors.prime": "no Prime Intellect platform here: metrics go to metrics.jsonl and W&B",
+    "monitors.wandb.group": "W&B runs are named by wandb.project, wandb.name and wandb.entity here",
+    "monitors.wandb.tags": "W&B runs are named by wandb.project, wandb.name and wandb.entity here",
+    "monitors.file": "metrics always go to <run>/metrics.jsonl",
+    "clean": "a run folder is never wiped: give a new run_name (or --resume the old run)",
+}
+# Unsupported keys under these tables mark a file as prime-rl nested style.
+_NESTED_ROOTS = ("orchestrator.", "trainer.", "monitors.")
+
 # top-level keys accepted as aliases (offered as suggestions for top-level typos)
 TOP_LEVEL_ALIASES = sorted({src for src, _, _ in RULES if "." not in src})
 
@@ -313,7 +379,7 @@ TOP_LEVEL_ALIASES = sorted({src for src, _, _ in RULES if "." not in src})
 def _foreign_tables() -> dict[str, set[str]]:
     """Every table a rule reaches into that is not a canonical table -> the keys it accepts."""
     tables: dict[str, set[str]] = {}
-    for src, _, _ in RULES:
+    for src in [*(src for src, _, _ in RULES), *UNSUPPORTED]:
         parts = src.split(".")
         for depth in range(1, len(parts)):
             prefix = ".".join(parts[:depth])
@@ -331,6 +397,7 @@ def translate(raw: dict[str, Any]) -> Translation:
     raw = copy.deepcopy(raw)
     b = _Builder()
     _hoist_misplaced(raw, b)
+    _take_unsupported(raw, b)
     lora_tables = [
         p for p in ("trainer.model.lora", "trainer.model.experimental.lora") if isinstance(_get(raw, p), dict)
     ]
@@ -355,14 +422,59 @@ def translate(raw: dict[str, Any]) -> Translation:
     styles = list(dict.fromkeys(b.styles))
     style = "hosted" if not styles else styles[0] if len(styles) == 1 else f"mixed ({' + '.join(styles)})"
     if unknown is not None:  # the caller reports it; the rest would only add confusing errors
-        return Translation(b.out, style, b.notes, b.moves, unknown)
+        return Translation(b.out, style, b.notes, b.moves, unknown, b.unsupported)
     _merge(b.out, raw, b.moves, [])
     _prime_rl_defaults(b, styles, had_lora_table=bool(lora_tables))
     if styles:
         b.notes.insert(
             0, f"written in the {style} style: {len(b.moves)} keys translated onto the workbench schema"
         )
-    return Translation(b.out, style, b.notes, b.moves, unknown)
+    return Translation(b.out, style, b.notes, b.moves, unknown, b.unsupported)
+
+
+def _take_unsupported(raw: dict[str, Any], b: _Builder) -> None:
+    """Take every UNSUPPORTED key out of `raw`, in the file's order, naming each value it set
+    (each key of a table, each table of an array of tables) in the notes."""
+    for prefix in _unsupported_keys(raw, ""):
+        _, value = _pop(raw, prefix)
+        if prefix.startswith(_NESTED_ROOTS):
+            b.styles.append(NESTED)
+        for index, (src, leaf) in enumerate(_leaf_values(prefix, value)):
+            b.not_supported(src, leaf, None if index else UNSUPPORTED[prefix])
+
+
+def _unsupported_keys(table: dict[str, Any], path: str) -> list[str]:
+    """The UNSUPPORTED keys set in `table` (at `path`), in order."""
+    found = []
+    for key, value in table.items():
+        dotted = f"{path}{key}"
+        if dotted in UNSUPPORTED:
+            found.append(dotted)
+        elif isinstance(value, dict):
+            found += _unsupported_keys(value, dotted + ".")
+    return found
+
+
+def _leaf_values(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    """(dotted key, value) of every value under `prefix`; an array of tables by index
+    (`orchestrator.train.source.0.name`)."""
+    if isinstance(value, dict) and value:
+        return [pair for key, item in value.items() for pair in _leaf_values(f"{prefix}.{key}", item)]
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return [pair for index, item in enumerate(value) for pair in _leaf_values(f"{prefix}.{index}", item)]
+    return [(prefix, value)]
+
+
+def _shown_value(value: Any) -> str:
+    """A value as TOML writes it (strings quoted), short enough for one note."""
+    text = (
+        json.dumps(value)
+        if isinstance(value, (str, list, dict))
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _reject_other_tools(raw: dict[str, Any]) -> None:
