@@ -90,7 +90,7 @@ class TokensInServer:
             warn(
                 f"{self.server.base_url} has no tokens-in route ({GENERATE_ROUTE}): training rollouts go "
                 "through the chat API, which re-renders each conversation, so multi-turn rollouts may "
-                "become several samples (vLLM >= 0.11 answers the route)"
+                "become several samples (recent vLLM releases answer it)"
             )
             return False
         raise error_for_status(status, payload, self.server.server_root + GENERATE_ROUTE)
