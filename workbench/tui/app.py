@@ -54,7 +54,12 @@ class WorkbenchApp(App[None]):
         # vim's / k9s's way to an action by name. Its own action: a second binding of "command_palette"
         # would take the footer's "^p palette" hint away.
         Binding("colon", "palette", "Command palette", show=False),
+        # Issue 35: the Environments screen and the config editor, from Runs (check_action keeps
+        # these keys to the Runs screen: elsewhere `E` and ctrl+o are free for the screen's own use).
+        Binding("E", "open_home('environments')", "Environments"),
+        Binding("ctrl+o", "open_home('config_editor')", "Configs"),
     ]
+    HOME_SCREENS = ("environments", "config_editor")  # what open_home opens
 
     # Every screen by name, and what it is built from (its constructor's arguments). Screens
     # open each other through these names (`open_screen`), never by importing one another.
@@ -73,6 +78,9 @@ class WorkbenchApp(App[None]):
         "checkpoints": LazyScreen("checkpoints", "CheckpointsScreen"),  # (run)
         "compare": LazyScreen("compare", "CompareScreen"),  # (a, b, labels=, force=)
         "log": LazyScreen("log", "LogScreen"),  # (logs, title=, pid=, label=, note=)
+        "environments": LazyScreen("environments", "EnvironmentsScreen"),  # (select=)
+        "config_editor": LazyScreen("config_editor", "ConfigEditorScreen"),  # (path=) -> Launch | None
+        "model_picker": LazyScreen("model_picker", "ModelPickerScreen"),  # (current=) -> str | None
     }
 
     def __init__(self, root: Path, *, launcher: Launcher | None = None, poll_s: float = 1.0) -> None:
@@ -110,6 +118,17 @@ class WorkbenchApp(App[None]):
         self.open_screen(
             "keys", key_rows(screen, self.get_key_display), type(screen).__name__.removesuffix("Screen")
         )
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`E` / ctrl+o (open_home) only on the Runs screen: hidden and inert on every other one."""
+        if action == "open_home":
+            return isinstance(self.screen, RunsScreen)
+        return True
+
+    def action_open_home(self, name: str) -> None:
+        """`E`: Environments; ctrl+o: the config editor (Runs screen keys, kept in the app: issue 35)."""
+        if name in self.HOME_SCREENS:
+            self.open_screen(name)
 
     def action_palette(self) -> None:
         """`:`: the command palette, as ctrl+p."""

@@ -3,11 +3,18 @@ config in configs/{eval,rl,gepa}, or from a form — with extra `--set KEY=VALUE
 
 Nothing starts on the first Enter / ctrl+s: the screen shows the whole command first, and a second
 Enter / ctrl+s (or the Start button) starts it; escape goes back to editing. The screen closes with
-the `Launch`, and Runs shows it at once. What the commands look like is `launcher`'s business."""
+the `Launch`, and Runs shows it at once. What the commands look like is `launcher`'s business.
+
+A model field's ctrl+l (or its ▾ button) picks from the workspace's models, training runs and
+their checkpoints, and the endpoints (the `model_picker` screen); f4 opens the highlighted config
+(Configs or Train tab) in the config editor. Escape on a form with edits asks before discarding them."""
 
 from __future__ import annotations
 
-from typing import Literal
+import importlib.util
+import typing
+from pathlib import Path
+from typing import Any, Literal
 
 from textual import on
 from textual.app import ComposeResult
@@ -16,7 +23,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
+from workbench.gepa.config import GepaConfig
 from workbench.tui.launcher import (
+    Launch,
     LaunchSpec,
     config_spec,
     eval_args,
@@ -29,6 +38,19 @@ from workbench.tui.launcher import (
 from workbench.tui.screens.base import WorkbenchScreen
 
 TABS = ("configs", "eval", "train", "gepa")
+MODEL_FIELDS = ("eval-model", "gepa-model", "gepa-reflection")  # the fields a picker fills
+DSPY_OPTIMIZERS = ("miprov2", "bootstrap")  # the optimizers that need the dspy extra
+
+
+def optimizer_choices() -> list[tuple[str, str]]:
+    """(label, value) of each optimizer `gepa run --optimizer` takes, from GepaConfig's own field;
+    a DSPy one says when the dspy extra is not installed."""
+    names = typing.get_args(GepaConfig.model_fields["optimizer"].annotation)
+    has_dspy = importlib.util.find_spec("dspy") is not None
+    return [
+        (f"{name} (needs the dspy extra)" if name in DSPY_OPTIMIZERS and not has_dspy else name, name)
+        for name in names
+    ]
 
 
 def environment_ids() -> list[str]:
@@ -64,6 +86,7 @@ class LaunchScreen(WorkbenchScreen):
     LaunchScreen .launch-label { width: 18; color: $text-muted; }
     LaunchScreen .launch-field Input, LaunchScreen .launch-field Select { width: 1fr; }
     LaunchScreen .launch-form Button { margin-top: 1; }
+    LaunchScreen .launch-field Button.pick-model { margin: 0 0 0 1; width: 3; min-width: 3; }
     LaunchScreen #config-pane { height: 1fr; }
     LaunchScreen #config-list { height: 1fr; }
     LaunchScreen #config-pane .launch-field { padding: 0 1; }
@@ -81,18 +104,24 @@ class LaunchScreen(WorkbenchScreen):
         Binding("ctrl+e", "tab('eval')", "Eval tab", show=False),
         Binding("ctrl+t", "tab('train')", "Train tab", show=False),
         Binding("ctrl+g", "tab('gepa')", "GEPA tab", show=False),
+        Binding("ctrl+l", "pick_model", "Pick model"),
+        Binding("f4", "edit_config", "Edit config"),
     ]
 
-    def __init__(self, tab: str | None = None) -> None:
+    def __init__(self, tab: str | None = None, env: str | None = None) -> None:
         super().__init__()
         self.initial_tab = tab if tab in TABS else None
+        self.initial_env = env  # the Eval and GEPA forms start on this environment
         self.confirming: LaunchSpec | None = None  # the command shown for confirmation
+        self.pristine: dict[str, Any] = {}  # every field's value as the form opened: what "edited" means
 
     def compose(self) -> ComposeResult:
         configs = list_configs(self.wb.root)
         self.specs = [config_spec(path, self.wb.root) for path in configs]
         self.train_specs = [spec for spec in self.specs if spec.kind == "train"]
         envs = environment_ids()
+        if self.initial_env and self.initial_env not in envs:  # an installed env: found by name
+            envs = sorted([*envs, self.initial_env])
         yield Static(
             "[b]Launch[/b] · start a run as a child process (it keeps running if you quit)",
             classes="screen-title",
@@ -118,8 +147,8 @@ class LaunchScreen(WorkbenchScreen):
                         "overrides", "config-set", "", "KEY=VALUE ... (--set), e.g. max_steps=20"
                     )
             with TabPane("Eval", id="eval"), VerticalScroll(id="eval-form", classes="launch-form"):
-                yield from self._env_field("eval-env", envs)
-                yield from self._field(
+                yield from self._env_field("eval-env", envs, self.initial_env)
+                yield from self._model_field(
                     "model", "eval-model", "tiny", "tiny, a model folder or checkpoint, an endpoint id"
                 )
                 yield from self._field("examples (-n)", "eval-n", "20", "", type_="integer")
@@ -149,11 +178,20 @@ class LaunchScreen(WorkbenchScreen):
                 yield from self._field("more args", "train-extra", "", "e.g. --nproc 2")
                 yield Button("Launch training (ctrl+s)", id="train-launch", variant="primary", compact=True)
             with TabPane("GEPA", id="gepa"), VerticalScroll(id="gepa-form", classes="launch-form"):
-                yield from self._env_field("gepa-env", envs)
-                yield from self._field(
+                yield from self._env_field("gepa-env", envs, self.initial_env)
+                with Horizontal(classes="launch-field"):
+                    yield Label("optimizer", classes="launch-label")
+                    yield Select(
+                        optimizer_choices(),
+                        value="gepa",
+                        allow_blank=False,
+                        id="gepa-optimizer",
+                        compact=True,
+                    )
+                yield from self._model_field(
                     "model (-m)", "gepa-model", "tiny", "the model whose prompt is optimized"
                 )
-                yield from self._field(
+                yield from self._model_field(
                     "reflection (-M)", "gepa-reflection", "", "reflection model (default: the model)"
                 )
                 yield from self._field("budget (-B)", "gepa-budget", "300", "metric calls", type_="integer")
@@ -186,20 +224,52 @@ class LaunchScreen(WorkbenchScreen):
             yield Input(value, placeholder=placeholder, id=id, type=type_, compact=True)
 
     @staticmethod
-    def _env_field(id: str, envs: list[str]) -> ComposeResult:
+    def _model_field(label: str, id: str, value: str, placeholder: str) -> ComposeResult:
+        """A model input with a ▾ button that opens the model picker (as ctrl+l does)."""
+        with Horizontal(classes="launch-field"):
+            yield Label(label, classes="launch-label")
+            yield Input(value, placeholder=placeholder, id=id, compact=True)
+            yield Button(
+                "▾", id=f"{id}-pick", classes="pick-model", compact=True, tooltip="pick a model (ctrl+l)"
+            )
+
+    @staticmethod
+    def _env_field(id: str, envs: list[str], env: str | None = None) -> ComposeResult:
         with Horizontal(classes="launch-field"):
             yield Label("environment", classes="launch-label")
-            default = "reverse-text" if "reverse-text" in envs else envs[0] if envs else Select.NULL
+            default = (
+                env
+                if env in envs
+                else "reverse-text"
+                if "reverse-text" in envs
+                else envs[0]
+                if envs
+                else Select.NULL
+            )
             yield Select([(e, e) for e in envs], value=default, allow_blank=not envs, id=id, compact=True)
 
     def on_mount(self) -> None:
         self._preview()
         self._focus_tab(self.query_one(TabbedContent).active)
+        self.pristine = self._fields()
+
+    def _fields(self) -> dict[str, Any]:
+        """Every form field's value, by id."""
+        return {
+            widget.id: widget.value
+            for widget in [*self.query(Input), *self.query(Select)]
+            if widget.id is not None
+        }
+
+    @property
+    def edited(self) -> bool:
+        """True once a field differs from what the form opened with."""
+        return self._fields() != self.pristine
 
     def _focus_tab(self, tab: str) -> None:
         first = {
             "configs": "#config-list" if self.specs else "#config-set",
-            "eval": "#eval-env",
+            "eval": "#eval-model" if self.initial_env else "#eval-env",
             "train": "#train-config",
             "gepa": "#gepa-env",
         }[tab]
@@ -241,6 +311,8 @@ class LaunchScreen(WorkbenchScreen):
     def gepa_spec(self) -> LaunchSpec:
         env = self._env("gepa-env")
         model = self._value("gepa-model") or "tiny"
+        optimizer = self.query_one("#gepa-optimizer", Select).value
+        chosen = ["--optimizer", optimizer] if isinstance(optimizer, str) and optimizer != "gepa" else []
         args = gepa_args(
             env,
             model,
@@ -248,7 +320,7 @@ class LaunchScreen(WorkbenchScreen):
             positive(self._value("gepa-budget"), "budget"),
             positive(self._value("gepa-n"), "train examples", allow_all=True),
             positive(self._value("gepa-val"), "validation examples", allow_all=True),
-            set_args(self._value("gepa-set")) + extra_args(self._value("gepa-extra")),
+            chosen + set_args(self._value("gepa-set")) + extra_args(self._value("gepa-extra")),
         )
         return LaunchSpec("gepa", args, env, model)
 
@@ -315,8 +387,19 @@ class LaunchScreen(WorkbenchScreen):
         self.action_back()
 
     def action_back(self) -> None:
-        """Escape: from the confirmation back to editing; from editing back to Runs."""
+        """Escape: from the confirmation back to editing; from editing back to Runs (after asking,
+        when a field was edited: a whole form is not lost to one stray key)."""
         if self.confirming is None:
+            if self.edited:
+                self.open(
+                    "confirm",
+                    "Discard your edits to the launch form?",
+                    title="Discard edits",
+                    yes="Discard",
+                    no="Keep editing",
+                    callback=self._discard,
+                )
+                return
             super().action_back()
             return
         self.confirming = None
@@ -325,6 +408,10 @@ class LaunchScreen(WorkbenchScreen):
         tabs.disabled = False
         self._focus_tab(tabs.active)
 
+    def _discard(self, yes: object) -> None:
+        if yes is True:
+            self.dismiss(None)
+
     def _start(self, spec: LaunchSpec) -> None:
         try:
             launch = self.wb.launcher.start(spec)
@@ -332,3 +419,59 @@ class LaunchScreen(WorkbenchScreen):
             self.notify(f"could not start: {exc}", severity="error")
             return
         self.dismiss(launch)
+
+    # ----- the model picker and the config editor ---------------------------------------------
+    @on(Button.Pressed, ".pick-model")
+    def _pick_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id is not None:
+            self._pick_into(event.button.id.removesuffix("-pick"))
+
+    def action_pick_model(self) -> None:
+        """ctrl+l: pick the focused model field's model (the Eval or GEPA form's model otherwise)."""
+        if self.confirming is not None:
+            return
+        focused = self.focused.id if self.focused is not None else None
+        tab = self.query_one(TabbedContent).active
+        if focused not in MODEL_FIELDS:
+            focused = {"eval": "eval-model", "gepa": "gepa-model"}.get(tab)
+        if focused is None:
+            self.notify("the Eval and GEPA forms have model fields (ctrl+e, ctrl+g)", severity="warning")
+            return
+        self._pick_into(focused)
+
+    def _pick_into(self, field_id: str) -> None:
+        field = self.query_one(f"#{field_id}", Input)
+
+        def picked(value: object) -> None:
+            if isinstance(value, str) and value:
+                field.value = value
+            field.focus()
+
+        self.open("model_picker", current=field.value, callback=picked)
+
+    def action_edit_config(self) -> None:
+        """f4: the highlighted config (Configs tab) or the chosen one (Train tab) in the editor."""
+        if self.confirming is not None:
+            return
+        tab = self.query_one(TabbedContent).active
+        spec = self.config_spec() if tab == "configs" else None
+        if tab == "train":
+            chosen = self.query_one("#train-config", Select).value
+            spec = next((s for s in self.train_specs if config_path(s) == chosen), None)
+        if spec is None:
+            self.notify("pick a config on the Configs or Train tab first", severity="warning")
+            return
+        path = Path(config_path(spec))
+        self.open("config_editor", path if path.is_absolute() else self.wb.root / path, callback=self._edited)
+
+    def _edited(self, result: object) -> None:
+        """Back from the editor: a run it started closes this screen too (Runs follows it); else the
+        configs are read again (a saved edit may change a config's first line: its command)."""
+        if isinstance(result, Launch):
+            self.dismiss(result)
+            return
+        for i, spec in enumerate(self.specs):
+            path = Path(config_path(spec))
+            self.specs[i] = config_spec(path if path.is_absolute() else self.wb.root / path, self.wb.root)
+        self.train_specs = [s for s in self.specs if s.kind == "train"]
+        self._preview()
