@@ -123,14 +123,18 @@ def test_dppo_trains_the_tiny_model_and_logs_its_masked_shares(tiny_workspace: P
         micro_batch_size=8,  # two micro-batches: the shares are summed over both
         learning_rate=3e-3,
         sampling={"max_tokens": 48},
-        eval={"interval": 0},
+        eval={"interval": 3, "num_examples": 4, "rollouts_per_example": 2},  # before step 1 and after step 3
         wandb={"mode": "disabled"},
         output_dir=str(tiny_workspace / "dppo"),
     )
     result = run_train(config)
     assert result.status == "finished" and result.last_step == 3
-    steps = [m for m in read_metrics(result.run_dir) if "policy/masked_frac" in m]
+    lines = read_metrics(result.run_dir)
+    steps = [m for m in lines if "policy/masked_frac" in m]
     assert len(steps) == 3
+    evaluated = [m for m in lines if "eval/avg@2" in m]  # the metrics file the TUI and W&B get
+    assert [m["step"] for m in evaluated] == [0, 3]
+    assert all(0.0 <= m["eval/pass@2"] <= 1.0 for m in evaluated)
     for m in steps:
         assert math.isfinite(m["train/loss"]) and m["train/grad_norm"] > 0
         assert 0.0 <= m["policy/masked_frac_high"] <= m["policy/masked_frac"] <= 1.0

@@ -93,13 +93,20 @@ def reference_summarize(groups: Sequence[Group], elapsed_s: float | None = None)
         "errors": sum(r.error is not None for r in rollouts),
         "error_types": dict(Counter(f"{r.error.where}:{r.error.type}" for r in rollouts if r.error)),
     }
-    if all(v in (0.0, 1.0) for v in rewards):
-        sizes = Counter(len(g.rollouts) for g in groups)
-        n = sizes.most_common(1)[0][0]
-        summary["pass_at_k"] = {
-            f"pass@{k}": statistics.fmean(pass_at_k(len(g.rollouts), sum(g.rewards), k) for g in groups)
-            for k in [2**i for i in range(n.bit_length())]
-        }
+    # issue 34: avg@k and pass@k for any rewards (correct: reward >= 0.5); pass@k over the groups
+    # with at least k rollouts, for k = 1, 2, 4, ... and n (the most common group size)
+    sizes = Counter(len(g.rollouts) for g in groups)
+    n = sizes.most_common(1)[0][0]
+    summary["avg_at_k"] = {f"avg@{n}": statistics.fmean(g.mean for g in groups)}
+    summary["pass_at_k"] = {
+        f"pass@{k}": statistics.fmean(
+            pass_at_k(len(g.rollouts), sum(r >= 0.5 for r in g.rewards), k)
+            for g in groups
+            if len(g.rollouts) >= k
+        )
+        for k in sorted({*(2**i for i in range(n.bit_length())), n})
+    }
+    summary["pass_threshold"] = 0.5
     if elapsed_s is not None:
         summary["elapsed_s"] = elapsed_s
     return {**summary, **lost}

@@ -55,9 +55,9 @@ async def test_each_eval_env_is_logged_under_its_own_name():
     targets[0].env.rubric.parser = Parser()  # the echo's bare reversal scores 1.0 on reverse-text
     metrics = await held_out_eval(context(cfg, targets), POLICY)
     assert set(metrics) == {
-        "eval/reward_mean",
-        "eval/reverse-text/reward_mean",
-        "eval/alphabet-sort/reward_mean",
+        f"eval/{env}{name}"
+        for env in ("", "reverse-text/", "alphabet-sort/")
+        for name in ("reward_mean", "avg@2", "pass@2")  # avg@k, pass@k: issue 34, k = rollouts_per_example
     }
     assert metrics["eval/reverse-text/reward_mean"] == 1.0
     assert metrics["eval/alphabet-sort/reward_mean"] < 1.0  # echoing is no sorting
@@ -71,7 +71,11 @@ async def test_without_eval_env_the_training_envs_are_evaluated():
     assert load_eval_envs(cfg) == []
     env = load_environment("reverse-text")
     env.rubric.parser = Parser()
-    assert await held_out_eval(context(cfg, [], env=env), POLICY) == {"eval/reward_mean": 1.0}
+    assert await held_out_eval(context(cfg, [], env=env), POLICY) == {
+        "eval/reward_mean": 1.0,
+        "eval/avg@2": 1.0,
+        "eval/pass@2": 1.0,
+    }
 
 
 def test_each_eval_env_samples_with_its_own_sampling_args():

@@ -174,7 +174,7 @@ def show(
     path = find_run(run_dir)
     metadata, groups = load_run(path)
     if fmt == "table":
-        from workbench.engine.summary import summarize
+        from workbench.engine.summary import DEFAULT_PASS_THRESHOLD, summarize
         from workbench.store.runs import effective_status
 
         status = effective_status(metadata)  # a "running" run whose process is gone has died
@@ -182,7 +182,10 @@ def show(
         expected = metadata.progress()[0] or 0
         if saved < expected:  # results.jsonl lost lines after the run wrote its summary
             status = f"damaged: results.jsonl holds {saved} of {expected} rollouts"
-            summary = summarize(groups)
+            saved_summary = metadata.summary or {}  # the env's pass@k threshold, when the run recorded it
+            summary = summarize(
+                groups, pass_threshold=saved_summary.get("pass_threshold", DEFAULT_PASS_THRESHOLD)
+            )
         else:
             summary = metadata.summary or summarize(groups)
         console.print(summary_table(summary, f"{metadata.env_id} · {metadata.model} · {status}"))

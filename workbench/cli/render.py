@@ -284,8 +284,12 @@ def summary_table(summary: dict[str, Any], title: str) -> Table:
     table.add_row("reward", f"{summary['reward_mean']:.4f} ± {summary['reward_std']:.4f}")
     for name, value in summary["reward_funcs"].items():
         table.add_row(f"  {name}", f"{value:.4f}")
-    for name, value in summary.get("pass_at_k", {}).items():
+    for name, value in summary.get("avg_at_k", {}).items():
         table.add_row(name, f"{value:.4f}")
+    threshold = summary.get("pass_threshold")  # older runs' summaries: pass@k of 0/1 rewards, no threshold
+    for index, (name, value) in enumerate(summary.get("pass_at_k", {}).items()):
+        rule = f"  (correct: reward >= {threshold:g})" if threshold is not None and index == 0 else ""
+        table.add_row(name, f"{value:.4f}{rule}")
     q = summary["group_std_quantiles"]
     table.add_row(
         "within-group std",

@@ -4,6 +4,13 @@ TUI's variance view shows.
 The point of an eval here is to decide whether an environment is ready for RL, so besides the
 mean reward it reports how rewards vary *inside* groups: RL learns only from groups whose
 rollouts disagree.
+
+It also reports the numbers prime-rl and verifiers log for an eval with k rollouts per example:
+avg@k, the mean over examples of the mean reward of their k rollouts, and pass@k, the chance
+that at least one of k rollouts of an example is correct (unbiased estimator from the example's
+n rollouts; for k = n the share of examples with a correct rollout). A rollout is correct when
+its reward is at least the environment's `pass_threshold` (verifiers' rule and default, 0.5):
+for 0/1 rewards exactly the rollouts that scored 1, as prime-rl counts them.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from workbench.types import Group
 
 # Within-group std bucket edges for the distribution line; a std of 0 teaches RL nothing.
 STD_EDGES = (SIGNAL_STD, 0.1, 0.2, 0.3)
+# A rollout counts as correct for pass@k from this reward up: verifiers' Environment.pass_threshold
+# default (an environment may set its own), which for 0/1 rewards counts exactly the 1s.
+DEFAULT_PASS_THRESHOLD = 0.5
 MAX_SERVER_ERRORS = 3  # distinct failed-call messages kept for the summary (a bad key repeats one)
 
 
@@ -36,18 +46,42 @@ def std_bucket(std: float) -> str:
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k estimator (Chen et al. 2021): chance that k of n samples include a pass."""
+    """Unbiased pass@k estimator (Chen et al. 2021): chance that k of n samples include a pass.
+    Defined for k <= n only (a group of 3 says nothing about 4 tries)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
     if n - c < k:
         return 1.0
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
-def summarize(groups: Sequence[Group], elapsed_s: float | None = None) -> dict[str, Any]:
+def at_k_totals(groups: Sequence[Group], k: int, pass_threshold: float) -> list[float]:
+    """What avg@k and pass@k of `groups` (k rollouts each) are made of, as sums that add up over
+    shards: [sum of group mean rewards, groups, sum of pass@k estimates, groups with >= k rollouts].
+    avg@k = first / second, pass@k = third / fourth."""
+    scored = [g for g in groups if g.rollouts]
+    full = [g for g in scored if len(g.rollouts) >= k]
+    return [
+        math.fsum(g.mean for g in scored),
+        len(scored),
+        math.fsum(pass_at_k(len(g.rollouts), correct(g, pass_threshold), k) for g in full),
+        len(full),
+    ]
+
+
+def correct(group: Group, pass_threshold: float) -> int:
+    """How many of the group's rollouts are correct (reward >= pass_threshold)."""
+    return sum(r.reward >= pass_threshold for r in group.rollouts)
+
+
+def summarize(
+    groups: Sequence[Group], elapsed_s: float | None = None, pass_threshold: float = DEFAULT_PASS_THRESHOLD
+) -> dict[str, Any]:
     """Statistics of the groups that are results. A group with a rollout whose model call failed
     (no answer after retries, a 4xx such as a bad key, a 5xx, a malformed reply) is none: it is
     counted apart with the server's first distinct messages, never as a 0 reward.
     (The same numbers as adding each group to a `RunningSummary`, in this order.)"""
-    running = RunningSummary()
+    running = RunningSummary(pass_threshold)
     for group in groups:
         running.add(group)
     return running.summary(elapsed_s)
@@ -175,7 +209,8 @@ class RunningSummary:
     whose key order depends on what was met first (per-function means, std histogram, error
     types) keep the position where each key first appears."""
 
-    def __init__(self) -> None:
+    def __init__(self, pass_threshold: float = DEFAULT_PASS_THRESHOLD) -> None:
+        self.pass_threshold = pass_threshold  # a rollout with at least this reward is correct (pass@k)
         self._seq = 0
         self.groups = 0  # result groups (no server failure)
         self.rollouts = 0
@@ -196,10 +231,10 @@ class RunningSummary:
         self.errors = 0
         self.error_types: Counter[str] = Counter()
         self._error_order = _FirstSeen()
-        self.binary = True  # every reward 0 or 1: pass@k applies
         self.group_sizes: Counter[int] = Counter()
         self._size_order = _FirstSeen()
-        self.passes: Counter[tuple[int, int]] = Counter()  # (rollouts, passes) per group
+        self.passes: Counter[tuple[int, int]] = Counter()  # (rollouts, correct rollouts) per group
+        self.group_means = _ExactSum()  # avg@k: the mean of the groups' mean rewards
 
     def add(self, group: Group, order: Any = None) -> None:
         self._seq += 1
@@ -225,9 +260,6 @@ class RunningSummary:
         first: dict[str, tuple[int, int]] = {}  # where this group first has each function
         for i, r in enumerate(rollouts):
             rewards.append(r.reward)
-            if self.binary and r.reward not in (0.0, 1.0):
-                self.binary = False
-                self.passes.clear()
             for j, (name, value) in enumerate(
                 ({**r.rewards, **r.metrics} if r.metrics else r.rewards).items()
             ):
@@ -256,14 +288,15 @@ class RunningSummary:
         self._bucket_order.see(bucket, key)
         self.group_sizes[len(rollouts)] += 1
         self._size_order.see(len(rollouts), key)
-        if self.binary:
-            self.passes[len(rollouts), round(sum(group.rewards))] += 1  # 0/1 rewards: a whole number
+        self.passes[len(rollouts), correct(group, self.pass_threshold)] += 1
+        self.group_means.buffer.append(group.mean)
         if len(rewards) >= _ExactSum.FOLD:
             for values in (
                 self.rewards,
                 self.prompt_tokens,
                 self.completion_tokens,
                 self.turns,
+                self.group_means,
                 *funcs.values(),
             ):
                 values.fold()
@@ -304,29 +337,29 @@ class RunningSummary:
             "errors": self.errors,
             "error_types": {t: self.error_types[t] for t in self._error_order.ordered()},
         }
-        if self.binary:
-            n = max(
-                self._size_order.ordered(), key=self.group_sizes.__getitem__
-            )  # the first of the most common
-            summary["pass_at_k"] = {f"pass@{k}": self._pass_at(k) for k in _powers_of_two(n)}
+        n = max(self._size_order.ordered(), key=self.group_sizes.__getitem__)  # the first of the most common
+        summary["avg_at_k"] = {f"avg@{n}": self.group_means.mean()}
+        summary["pass_at_k"] = {f"pass@{k}": self._pass_at(k) for k in ks(n)}
+        summary["pass_threshold"] = self.pass_threshold
         if elapsed_s is not None:
             summary["elapsed_s"] = elapsed_s
         return {**summary, **lost}
 
     def _pass_at(self, k: int) -> float:
-        """The mean over groups of the pass@k estimate (each group has its own (n, c))."""
+        """The mean over the groups with at least k rollouts of the pass@k estimate (each group
+        has its own (n, c))."""
         total = _ExactSum()
         for (size, c), count in self.passes.items():
-            total.add(pass_at_k(size, c, k), count)
+            if size >= k:
+                total.add(pass_at_k(size, c, k), count)
         return total.mean()
 
 
-def _powers_of_two(n: int) -> list[int]:
-    ks, k = [], 1
-    while k <= n:
-        ks.append(k)
-        k *= 2
-    return ks
+def ks(n: int) -> list[int]:
+    """The k of pass@k for groups of n: the powers of two up to n (as verifiers and prime-rl
+    report them), and n itself (at least one correct among all of an example's rollouts)."""
+    powers = [2**i for i in range(n.bit_length())]
+    return powers if powers[-1] == n else [*powers, n]
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:

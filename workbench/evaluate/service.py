@@ -212,7 +212,7 @@ async def _run_owned(
     r = config.rollouts_per_example
     # A resume streams what is saved: complete groups are kept (and counted), a partial group
     # (interrupted) or one the server failed is no result and is redone.
-    summary_stats = RunningSummary()
+    summary_stats = RunningSummary(env.pass_threshold)  # pass@k counts rewards >= the env's threshold
     done_ids: set[int] = set()
     reward_sum = 0.0  # of the result groups: the progress line's running mean
 

@@ -1,5 +1,8 @@
 """Held-out evaluation during RL: `[eval] interval = N` measures the policy every N steps (and
-before the first) on examples it never trains on, logged as eval/reward_mean.
+before the first) on examples it never trains on, logged as eval/reward_mean, and as prime-rl
+logs its evals, eval/avg@k and eval/pass@k (k = eval.rollouts_per_example; see
+workbench.engine.summary: a rollout is correct when its reward reaches the environment's
+pass_threshold), each also per `[[eval.env]]` as eval/<env>/....
 
 Simplification: one seed for every evaluation (`held_out_sampling`), so the curve moves with the
 policy, not with the draws.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from workbench.engine import run_rollouts
+from workbench.engine.summary import at_k_totals
 from workbench.train.context import EvalEnv, TrainContext
 from workbench.train.distributed import SINGLE, generation_weights
 from workbench.train.policy import Policy
@@ -22,17 +26,19 @@ EVAL_SEED_STEP = 10_000_019  # beyond any run's steps: evaluation never samples 
 
 
 async def held_out_eval(ctx: TrainContext, policy: Policy) -> dict[str, float]:
-    """Mean reward on the first `eval.num_examples` examples of the eval split (never trained on)
-    of the training environments, or of each `eval.env` (then also logged per environment as
-    eval/<name>/reward_mean); eval/reward_mean pools every rollout. Several ranks share the
-    examples; in server mode rank 0 evaluates them all (its client serves the newest weights)."""
+    """Mean reward, avg@k and pass@k on the first `eval.num_examples` examples of the eval split
+    (never trained on) of the training environments, or of each `eval.env` (then also logged per
+    environment as eval/<name>/...); eval/reward_mean, eval/avg@k and eval/pass@k pool every
+    environment's rollouts. Several ranks share the examples; in server mode rank 0 evaluates
+    them all (its client serves the newest weights)."""
     config, dist = ctx.config, ctx.dist
     if ctx.inference.server_mode and dist.active:
         return await on_main(dist, lambda: held_out_eval(dataclasses.replace(ctx, dist=SINGLE), policy), {})
     policy.model.eval()
     targets: list[tuple[str | None, EvalEnv | None]] = [(e.name, e) for e in ctx.eval_envs] or [(None, None)]
+    k = config.eval.rollouts_per_example
     metrics: dict[str, float] = {}
-    total = count = 0.0
+    pooled = [0.0] * 6
     for name, target in targets:
         env = target.env if target is not None else ctx.env
         sampling = target.sampling if target is not None else ctx.sampling
@@ -44,18 +50,29 @@ async def held_out_eval(ctx: TrainContext, policy: Policy) -> dict[str, float]:
                 env,
                 ctx.inference.client,
                 examples,
-                rollouts_per_example=config.eval.rollouts_per_example,
+                rollouts_per_example=k,
                 sampling=held_out_sampling(config, sampling),
                 max_concurrent=config.eval_concurrency(),
                 on_group=groups.append,
             )
-        # server failures: no result
-        rewards = [r.reward for g in groups if not g.infrastructure_failures for r in g.rollouts]
-        env_total, env_count = dist.sum([sum(rewards), len(rewards)])
+        results = [g for g in groups if not g.infrastructure_failures]  # server failures: no result
+        rewards = [r.reward for g in results for r in g.rollouts]
+        totals = dist.sum([sum(rewards), len(rewards), *at_k_totals(results, k, env.pass_threshold)])
         if name is not None:
-            metrics[f"eval/{name}/reward_mean"] = env_total / env_count if env_count else 0.0
-        total, count = total + env_total, count + env_count
-    return {"eval/reward_mean": total / count if count else 0.0, **metrics}
+            metrics.update(eval_metrics(f"eval/{name}/", totals, k))
+        pooled = [a + b for a, b in zip(pooled, totals, strict=True)]
+    return {**eval_metrics("eval/", pooled, k), **metrics}
+
+
+def eval_metrics(prefix: str, totals: list[float], k: int) -> dict[str, float]:
+    """reward_mean, avg@k and pass@k from [reward sum, rollouts, *engine.summary.at_k_totals]
+    (summed over ranks and environments); 0 where nothing was scored."""
+    reward_sum, rollouts, group_means, groups, passes, full_groups = totals
+    return {
+        f"{prefix}reward_mean": reward_sum / rollouts if rollouts else 0.0,
+        f"{prefix}avg@{k}": group_means / groups if groups else 0.0,
+        f"{prefix}pass@{k}": passes / full_groups if full_groups else 0.0,
+    }
 
 
 def held_out_sampling(config: TrainConfig, sampling: SamplingParams) -> SamplingParams:

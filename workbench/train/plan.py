@@ -285,7 +285,8 @@ def build_plan(
         out.add(
             "eval",
             f"every {ev.interval} steps on {ev.num_examples} held-out examples x {ev.rollouts_per_example}"
-            f" · {'envs ' + on + ', each logged as eval/<env>/reward_mean' if ev.env else 'the training envs'}",
+            f" · {'envs ' + on + ', each logged as eval/<env>/...' if ev.env else 'the training envs'}"
+            f" · eval/reward_mean, eval/avg@{ev.rollouts_per_example}, eval/pass@{ev.rollouts_per_example}",
         )
     else:
         out.add(

@@ -191,10 +191,14 @@ class EvalDuringTrainConfig(Section):
         description="Evaluate on held-out examples every N steps (and before the first and after the last); 0 turns it off.",
     )
     num_examples: int = Field(32, ge=1, description="Held-out examples per evaluation.")
-    rollouts_per_example: int = Field(1, ge=1, description="Rollouts per held-out example.")
+    rollouts_per_example: int = Field(
+        1,
+        ge=1,
+        description="Rollouts per held-out example: the k of eval/avg@k (the mean over examples of their rollouts' mean reward) and eval/pass@k (the share of examples with at least one correct rollout: reward >= the environment's pass_threshold, 0.5 unless it sets one), logged as prime-rl logs its evals. prime-rl's orchestrator.eval.group_size.",
+    )
     env: list[EnvConfig] = Field(
         default_factory=list,
-        description="Environments for online evaluation ([[eval.env]] tables, loaded like [[env]]; weight is not used); default: the training environments. Each is evaluated on num_examples examples of its eval split and logged as eval/<env>/reward_mean, besides the overall eval/reward_mean.",
+        description="Environments for online evaluation ([[eval.env]] tables, loaded like [[env]]; weight is not used); default: the training environments. Each is evaluated on num_examples examples of its eval split and logged as eval/<env>/reward_mean, eval/<env>/avg@k and eval/<env>/pass@k, besides the overall eval/reward_mean, eval/avg@k and eval/pass@k.",
     )
 
 
