@@ -93,8 +93,8 @@ class Environment(ABC):
         - `max_workers`, `max_concurrent`: no effect; concurrency is the engine's (`--max-concurrent`).
         - `max_seq_len`: no effect; the server's context length and `max_tokens` bound a rollout.
         - `map_kwargs`: no effect; datasets are read row by row, never `map`-ed here.
-        - `pass_threshold`: kept as an attribute (verifiers' pass@k threshold); Workbench reports
-          reward mean and variance, not pass@k.
+        - `pass_threshold`: verifiers' pass@k threshold: a rollout with reward >= it counts as
+          passed in the eval summary's and held-out eval's pass@k.
         """
         if dataset is None and eval_dataset is None:
             raise ValueError("an environment needs a dataset or an eval_dataset")

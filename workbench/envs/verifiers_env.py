@@ -126,6 +126,8 @@ class VerifiersEnv(Environment):
             eval_dataset=lambda: self._vf_rows("eval"),
             system_prompt=vf_env.system_prompt,
             sampling_args=_own_sampling_args(vf_env),
+            # The env's own pass@k threshold, where its verifiers version has one.
+            pass_threshold=float(getattr(vf_env, "pass_threshold", 0.5)),
         )
         self.env_id = env_id
         self.vf_env = vf_env
