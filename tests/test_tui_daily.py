@@ -83,18 +83,20 @@ async def test_runs_sort_by_any_column_with_arrow_and_vim_keys(ws):
         await pilot.press("g", "j")
         assert table.cursor_row == 1
         current = table.current
-        for _ in range(7):  # o cycles through the columns: mark, kind, env, model, status, progress, reward
+        for _ in range(
+            8
+        ):  # o cycles through the columns: mark, id, kind, env, model, status, progress, reward
             await pilot.press("o")
-        assert table.sort_column == 6 and "rewar▲" in text_of(table).splitlines()[0]
+        assert table.sort_column == 7 and "reward▲" in text_of(table).splitlines()[0]  # no letter lost
         rewards = [r.reward for r in table.runs if r.reward is not None]
         missing = [r.reward is None for r in table.runs]
         assert rewards == sorted(rewards) and missing == sorted(missing)  # no reward: last
         assert table.current is current  # the cursor kept its run
         await pilot.press("O")
         rewards = [r.reward for r in table.runs if r.reward is not None]
-        assert rewards == sorted(rewards, reverse=True) and "rewar▼" in text_of(table).splitlines()[0]
+        assert rewards == sorted(rewards, reverse=True) and "reward▼" in text_of(table).splitlines()[0]
         await pilot.pause(0.5)  # refreshes (poll 0.2 s) keep the sort
-        assert table.sort_column == 6 and [r.reward for r in table.runs if r.reward is not None] == rewards
+        assert table.sort_column == 7 and [r.reward for r in table.runs if r.reward is not None] == rewards
         for _ in range(2):  # started, then back to the given order (newest first)
             await pilot.press("o")
         assert table.sort_column is None and [r.key for r in table.runs] == given

@@ -446,7 +446,11 @@ async def test_checkpoints_screen_draws_the_sweep_and_launches_one(workspace: Pa
         await wait_for(pilot, lambda: plot.lines == [("reward", [0.0, 3.0, 6.0], [0.1, 0.2, 0.35])])
         await pilot.press("s")
         await wait_for(pilot, lambda: app.screen.__class__.__name__ == "EvalCheckpointScreen")
-        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+s")  # the form, then the question: 3 evals of 20 x 4
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        assert "3 evals of 20 examples x 4 rollouts (240 rollouts)" in app.screen.question
+        assert not launcher.started
+        await pilot.press("y")
         await wait_for(pilot, lambda: launcher.started)
         assert launcher.started[0].args == [
             "eval",

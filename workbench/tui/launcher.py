@@ -5,7 +5,8 @@ terminal never reaches it, and quitting the TUI never kills it. Its stdout and s
 `outputs/tui/launches/<id>.log`, with a `<id>.json` record beside it (command, pid, start
 time) so a later TUI session still knows what it launched. A run folder is linked to its
 launch by the pid the run writes into its `metadata.json`. Stopping sends SIGINT — exactly a
-Ctrl-C in a terminal — so the CLI keeps every finished result and marks the run `stopped`.
+Ctrl-C in a terminal — so the CLI keeps every finished result and marks the run `stopped`; a run
+still there after a grace period gets SIGTERM (`stop_escalating`), and each step is reported.
 
 A launch that ends before it writes a run folder (a config error) stays listed as a row of its own,
 in later TUI sessions too: its record keeps the exit code and the error line of its log — until the
@@ -14,13 +15,16 @@ user dismisses it (`Launcher.dismiss`), which deletes that record and log and no
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import threading
-from dataclasses import asdict, dataclass, field, fields
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,6 +84,26 @@ class Launch:
 
 LAUNCH_FIELDS = {f.name for f in fields(Launch)}
 INTERRUPTED = (130, -2)  # a Ctrl-C: the CLI's exit code, or killed by SIGINT before it could say so
+# How long a run has after Ctrl-C before it gets SIGTERM. An eval or GEPA run saves as it goes and
+# exits within a second or two of SIGINT; ten seconds is ample for that, and short enough that a run
+# ignoring SIGINT (a hung library, a child that swallowed it) is not left running behind a "stopping"
+# the user believes. A training run finishes its step first: its grace grows with its step time.
+STOP_GRACE_S = 10.0
+
+
+@dataclass
+class StopProgress:
+    """One stop under way (`Launcher.stop_escalating`): what was sent and what came of it."""
+
+    pid: int
+    what: str
+    grace_s: float
+    phase: str = "interrupted"  # interrupted | terminated | stopped | still running | gone
+    said: list[str] = field(default_factory=list)  # every line reported, in order
+
+    @property
+    def done(self) -> bool:
+        return self.phase in ("stopped", "still running", "gone")
 
 
 def eval_args(
@@ -218,9 +242,11 @@ def list_configs(root: Path) -> list[Path]:
 class Launcher:
     """Owns the child processes started from this TUI session, and reads earlier sessions' records."""
 
-    def __init__(self, root: Path, python: str | None = None) -> None:
+    def __init__(self, root: Path, python: str | None = None, *, stop_grace_s: float = STOP_GRACE_S) -> None:
         self.root = root
         self.python = python or sys.executable
+        self.stop_grace_s = stop_grace_s  # SIGINT, then SIGTERM this long after (at least)
+        self.stopping: dict[int, StopProgress] = {}  # by pid: stops under way or ended (UI thread only)
         self.folder = root / LAUNCHES
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._session: dict[str, Launch] = {}
@@ -392,9 +418,14 @@ class Launcher:
             stamp = stamp or run.created_at
             return stamp.timestamp() if stamp else 0.0
 
-        return sorted(
+        rows = sorted(
             [*self.pending_rows(runs, every), *runs], key=lambda run: (when(run), run.run_id), reverse=True
         )
+        stopping = {pid for pid, progress in list(self.stopping.items()) if not progress.done}
+        if not stopping:
+            return rows
+        # a run being stopped says so (a copy: the catalog caches its rows)
+        return [replace(r, status="stopping") if r.is_live and r.pid in stopping else r for r in rows]
 
     def live_count(self, runs: list[RunInfo]) -> int:
         """How many runs are going: children of this session still alive, and runs in the workspace
@@ -403,17 +434,73 @@ class Launcher:
         pids |= {run.pid for run in runs if run.status == "running" and run.pid}
         return len(pids)
 
-    def stop(self, pid: int) -> bool:
-        """Send SIGINT (a Ctrl-C) to a run. Our children lead their own process group, so the
-        whole group gets it, as a terminal would do. Returns False when the process is gone."""
+    def stop(self, pid: int, sig: signal.Signals = signal.SIGINT) -> bool:
+        """Send SIGINT (a Ctrl-C) to a run, or `sig`. Our children lead their own process group,
+        so the whole group gets it, as a terminal would do. Returns False when the process is gone."""
         launch = self.for_pid(pid)
         try:
             if launch is not None and self.is_running(launch):
-                os.killpg(pid, signal.SIGINT)
+                os.killpg(pid, sig)
             else:
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             return False
+        return True
+
+    def alive(self, pid: int) -> bool:
+        """Whether the process still runs. A child of this session is asked through its Popen,
+        which also reaps it (an ended child not yet waited for would look alive to kill(pid, 0))."""
+        proc = next((p for key, p in list(self._procs.items()) if self._session[key].pid == pid), None)
+        return proc.poll() is None if proc is not None else pid_alive(pid)
+
+    async def stop_escalating(
+        self,
+        pid: int,
+        what: str,
+        *,
+        grace_s: float | None = None,
+        report: Callable[[StopProgress], None] | None = None,
+        poll_s: float = 0.1,
+    ) -> StopProgress:
+        """Stop a run and say each step: SIGINT ("stopping (SIGINT sent)"); if it is still there
+        after `grace_s` (default `stop_grace_s`), SIGTERM ("did not stop after N s: SIGTERM sent");
+        then "stopped" once it is gone, or "still running" if even SIGTERM did not end it within
+        another grace period (never SIGKILL: that is the user's call, and the line says how).
+        `report` gets the progress after each step; `self.stopping[pid]` holds it meanwhile."""
+        grace = self.stop_grace_s if grace_s is None else grace_s
+        progress = self.stopping[pid] = StopProgress(pid, what, grace)
+
+        def say(phase: str, line: str) -> None:
+            progress.phase = phase
+            progress.said.append(line)
+            if report is not None:
+                report(progress)
+
+        if not self.stop(pid):
+            say("gone", "the process is already gone")
+            return progress
+        say("interrupted", "stopping (SIGINT sent)")
+        if await self._gone_within(pid, grace, poll_s):
+            say("stopped", "stopped")
+            return progress
+        if not self.stop(pid, signal.SIGTERM):
+            say("stopped", "stopped")
+            return progress
+        say("terminated", f"did not stop after {grace:g} s: SIGTERM sent")
+        if await self._gone_within(pid, grace, poll_s):
+            say("stopped", "stopped (SIGTERM)")
+        else:
+            say("still running", f"still running {grace:g} s after SIGTERM: `kill -9 {pid}` ends it")
+        return progress
+
+    async def _gone_within(self, pid: int, seconds: float, poll_s: float) -> bool:
+        """Whether the process ends within `seconds` (checked every `poll_s`: it may not be our
+        child, so there is nothing to wait on)."""
+        deadline = time.monotonic() + seconds
+        while self.alive(pid):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(poll_s)
         return True
 
     def dismiss(self, launch_id: str) -> Launch:

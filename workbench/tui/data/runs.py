@@ -7,9 +7,11 @@ OOM) is shown as `died` so a stale status never looks alive.
 
 An eval of a training run's checkpoint is labelled by what it evaluated, "<run> step N" (or
 "<run> base"), not by its model string: a checkpoint folder's path is cut off in a narrow
-column, and a sweep through a `-b` server evaluates every checkpoint under the server's one
-model name. The label comes from the training run's sweep record when it has one, else from
-the checkpoint path (`checkpoint_label`).
+column, `-m outputs/runs/latest` names another run once a newer one is trained, and a sweep
+through a `-b` server evaluates every checkpoint under the server's one model name. The label
+comes from the training run's sweep record when it has one, else from the model the eval
+resolved at launch (`resolved_model` in its metadata), else from the checkpoint path
+(`checkpoint_label`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "parse_time",
     "pid_alive",
     "run_from_metadata",
+    "short_id",
 ]
 
 KINDS = ("eval", "train", "gepa")
@@ -68,6 +71,19 @@ class RunInfo:
         return str(self.path)
 
     @property
+    def short_id(self) -> str:
+        """The few characters that tell this run from its neighbours (`short_id`)."""
+        return short_id(self.run_id)
+
+    @property
+    def model_path(self) -> str | None:
+        """The model folder the run loaded, as resolved at launch (an eval of `-m RUN` or
+        `-m outputs/runs/latest`: the checkpoint it meant then), or None when not recorded."""
+        resolved = self.metadata.get("resolved_model")
+        path = resolved.get("path") if isinstance(resolved, dict) else None
+        return path if isinstance(path, str) else None
+
+    @property
     def progress(self) -> str:
         if self.done is None:
             return "-"
@@ -101,6 +117,17 @@ class RunInfo:
         return all(part in text for part in query.lower().split())
 
 
+RUN_ID_TAIL = re.compile(r"\d{8}-\d{6}-([0-9a-f]{4})$")  # workspace.new_run_id's random part
+
+
+def short_id(run_id: str) -> str:
+    """A run id as a table shows it: the random part of a generated id ('20260102-030405-3f2a',
+    also at the end of a training run's folder name: '3f2a'), else the whole name (a
+    `run_name` the user chose)."""
+    match = RUN_ID_TAIL.search(run_id)
+    return match.group(1) if match else run_id
+
+
 def parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -131,6 +158,7 @@ def run_from_metadata(path: Path, meta: dict[str, Any], kind: str) -> RunInfo:
     run metadata."""
     run = parse_run_metadata(meta, kind)
     done, total = run.progress()
+    resolved = run.resolved_model.label if run.resolved_model is not None else None
     return RunInfo(
         kind=run.kind,
         path=path,
@@ -144,7 +172,7 @@ def run_from_metadata(path: Path, meta: dict[str, Any], kind: str) -> RunInfo:
         created_at=parse_time(run.created_at),
         pid=run.pid,
         metadata=meta,
-        checkpoint=checkpoint_label(run.model) if run.kind == "eval" else None,
+        checkpoint=(resolved or checkpoint_label(run.model)) if run.kind == "eval" else None,
     )
 
 
@@ -237,3 +265,22 @@ def filter_runs(runs: list[RunInfo], kind: str | None, status: str | None, query
         and (status is None or r.status == status)
         and (not query or r.matches(query))
     ]
+
+
+def best_per_model(runs: list[RunInfo]) -> list[tuple[RunInfo, int]]:
+    """The Runs screen grouped by environment, as `prime eval view` shows evals: for each
+    environment (in name order) and each model evaluated on it (as labelled: `model_label`), the
+    best eval — finished ones first, then by reward, then the newest — with how many evals that
+    model has there; an environment's models best first."""
+    groups: dict[tuple[str, str], list[RunInfo]] = {}
+    for run in runs:
+        if run.kind == "eval" and not run.is_launch:
+            groups.setdefault((run.env, run.model_label), []).append(run)
+
+    def rank(run: RunInfo) -> tuple[bool, float, float]:
+        started = run.created_at.timestamp() if run.created_at else 0.0
+        reward = run.reward if run.reward is not None else float("-inf")
+        return (run.status == "finished", reward, started)
+
+    best = [(max(group, key=rank), len(group)) for group in groups.values()]
+    return sorted(best, key=lambda item: (item[0].env.casefold(), tuple(-x for x in rank(item[0]))))

@@ -7,6 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from workbench.store.runs import METRICS
 from workbench.types import is_number
 
 # The curves the run monitor draws: (title, [(metric key, legend label), ...]).
@@ -80,3 +83,68 @@ def format_size(size: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TB"
+
+
+def recent_step_seconds(run_dir: Path, window: int = 10, tail_bytes: int = 65536) -> float | None:
+    """Mean `time/step` of the last `window` steps in metrics.jsonl (its tail only: a long run's
+    file is large), or None before the first step."""
+    path = run_dir / METRICS
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - tail_bytes))
+            lines = f.read().split(b"\n")[1 if size > tail_bytes else 0 :]  # the first may be cut
+    except OSError:
+        return None
+    records = []
+    for line in lines:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    _, times = series(records, "time/step")
+    return sum(times[-window:]) / len(times[-window:]) if times else None
+
+
+def stop_grace(kind: str, run_dir: Path, default: float, step_seconds: float | None = None) -> float:
+    """Seconds a run gets after Ctrl-C before SIGTERM. A training run finishes its step and writes
+    a checkpoint first (perhaps after a held-out eval), so it gets twice its recent step time on
+    top of `default`: SIGTERM then only reaches a run that ignored the Ctrl-C. Before its first
+    step it has nothing to save, and `default` stands."""
+    if kind != "train":
+        return default
+    step = step_seconds if step_seconds is not None else recent_step_seconds(run_dir)
+    return default + 2 * step if step else default
+
+
+def last_value(records: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
+    """(step, value) of the newest logged value of a metric (what its curve ends on), or None."""
+    steps, values = series(records, key)
+    return (steps[-1], values[-1]) if steps else None
+
+
+def start_phase(metadata: dict[str, Any], records: list[dict[str, Any]], live: bool) -> str | None:
+    """What a live training run is doing before its first step is logged, in one line for the
+    monitor (the curves are empty until then, for seconds to minutes): the held-out baseline eval
+    (`[eval] interval` > 0 on an RL or distillation run measures the starting model first), or
+    step 1 under way. None once a step is logged, or when the run is not live."""
+    if not live or any(is_number(r.get("step")) and r["step"] >= 1 for r in records):
+        return None
+    config = metadata.get("config")
+    config = config if isinstance(config, dict) else {}
+    held_out = config.get("eval")
+    held_out = held_out if isinstance(held_out, dict) else {}
+    interval = held_out.get("interval", 0)
+    baseline = is_number(interval) and interval > 0 and config.get("mode", "rl") in ("rl", "distill")
+    measured = last_value(records, "eval/reward_mean")
+    if baseline and measured is None:
+        n = held_out.get("num_examples", "the")
+        return (
+            f"measuring the starting model on {n} held-out examples (the baseline) before step 1; "
+            "the curves start after it"
+        )
+    if measured is not None:
+        return f"baseline held-out reward {measured[1]:.3f}; step 1 under way"
+    return "step 1 under way (loading the model, generating the first rollouts)"

@@ -16,10 +16,11 @@ from textual.screen import Screen
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from textual.notifications import SeverityLevel
     from textual.screen import ScreenResultCallbackType
 
     from workbench.tui.data.runs import RunCatalog
-    from workbench.tui.launcher import Launcher
+    from workbench.tui.launcher import Launcher, StopProgress
 
 
 class WorkbenchHost(Protocol):
@@ -66,21 +67,36 @@ class WorkbenchScreen(Screen[object]):
         what: str,
         *,
         consequence: str = "It saves what it finished.",
-        stopping: str = "sent Ctrl-C: the run saves what it finished and stops",
+        stopping: str = "the run saves what it finished and stops",
+        grace_s: float | None = None,
     ) -> None:
-        """Ask "Stop <what> (pid N)? <consequence>" and, on yes, Ctrl-C the run (`x` on every screen)."""
+        """Ask "Stop <what> (pid N)? <consequence>" and, on yes, stop the run (`x` on every screen):
+        Ctrl-C, then SIGTERM if it is still there `grace_s` later (default: the launcher's), each
+        step said in a notification. The stop runs on the app, so it goes on when this screen closes."""
+        launcher = self.wb.launcher
+        grace = launcher.stop_grace_s if grace_s is None else grace_s
+
+        def report(progress: StopProgress) -> None:
+            line = progress.said[-1]
+            if progress.phase == "interrupted":
+                line = f"{line}: {stopping}"
+            severity: SeverityLevel = (
+                "warning" if progress.phase in ("terminated", "still running", "gone") else "information"
+            )
+            self.app.notify(line, title=f"stop {what}", severity=severity)
 
         def answered(yes: object) -> None:
-            if yes is not True:
-                return
-            if self.wb.launcher.stop(pid):
-                self.notify(stopping, title="stopping")
-            else:
-                self.notify("the process is already gone", severity="warning")
+            if yes is True:
+                self.app.run_worker(
+                    launcher.stop_escalating(pid, what, grace_s=grace, report=report),
+                    group="stop",
+                    exit_on_error=False,
+                )
 
         self.open(
             "confirm",
-            f"Stop {what} (pid {pid})? {consequence}",
+            f"Stop {what} (pid {pid})? {consequence} "
+            f"If it is still running {grace:g} s after the Ctrl-C, it gets SIGTERM.",
             title="Stop run",
             yes="Stop",
             no="Keep running",

@@ -1,7 +1,9 @@
-"""Checkpoints of a training run: step, save time, reward at that step and size; evaluate one
-(launches `workbench eval run ENV -m <checkpoint>`) or sweep them all (`--checkpoints all`: the
-base model and every checkpoint on the same examples, drawn as reward by step), and compare two
-evals of the run's checkpoints (or of its base model) side by side."""
+"""Checkpoints of a training run: step, save time (from its manifest), reward at that step, size,
+and what evaluating it gave (`evaluated`: the newest eval's reward, a running eval's progress, or
+`queued` while a sweep gets to it); evaluate one (launches `workbench eval run ENV -m
+<checkpoint>`) or sweep them all, once confirmed (`--checkpoints all`: the base model and every
+checkpoint on the same examples, drawn as reward by step), and compare two evals of the run's
+checkpoints (or of its base model) side by side."""
 
 from __future__ import annotations
 
@@ -16,9 +18,17 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
-from workbench.store.checkpoints import CheckpointInfo, checkpoint_step, list_checkpoint_infos
+from workbench.store.checkpoints import CheckpointInfo, list_checkpoint_infos
 from workbench.store.sweeps import BASE, SweepPoint, newest_sweep
-from workbench.tui.data.runs import STEP_NAME, RunCatalog, RunInfo
+from workbench.tui.data.checkpoints import (
+    BASE_LABEL,
+    SweepPlan,
+    cell_reward,
+    evals_of_run,
+    evaluated_cell,
+    sweep_plan,
+)
+from workbench.tui.data.runs import RunCatalog, RunInfo, parse_time
 from workbench.tui.data.training import format_size
 from workbench.tui.launcher import LaunchSpec, eval_args
 from workbench.tui.screens.base import WorkbenchScreen
@@ -26,7 +36,14 @@ from workbench.tui.widgets.format import num, reward_text, status_text, when
 from workbench.tui.widgets.metric_plot import MetricPlot
 from workbench.tui.widgets.virtual_table import VirtualTable
 
-CHECKPOINT_COLUMNS = (("step", 6), ("saved", 11), ("reward", 6), ("eval", 6), ("size", 9))
+CHECKPOINT_COLUMNS = (
+    ("step", 6),
+    ("saved", 11),
+    ("reward", 6),
+    ("eval", 6),
+    ("size", 9),
+    ("evaluated", 9),
+)
 EVAL_COLUMNS = (("✓", 1), ("model", 13), ("status", 8), ("progress", 9), ("reward", 6), ("started", 11))
 
 
@@ -36,29 +53,6 @@ def _step_order(label: str) -> float:
         return -1.0 if label == "base" else float(label.removeprefix("step "))
     except ValueError:
         return float("inf")
-
-
-def evals_of_run(
-    runs: list[RunInfo], run: RunInfo, root: Path, swept: dict[Path, str]
-) -> list[tuple[str, RunInfo]]:
-    """(label, eval run) for evals of this run's checkpoints ('step N') or of its base model
-    ('base'), newest first. `swept` is the run's sweep record ({eval folder: '<run> step N'},
-    `RunCatalog.sweep_labels`): it names the step even when a `-b` server evaluated every
-    checkpoint under one model name."""
-    checkpoints = (run.path / "checkpoints").resolve()
-    found = []
-    for other in runs:
-        if other.kind != "eval" or other.is_launch:
-            continue
-        model = Path(other.model) if Path(other.model).is_absolute() else root / other.model
-        recorded = swept.get(other.path.resolve())
-        if recorded is not None:
-            found.append((recorded.removeprefix(f"{run.path.name} "), other))
-        elif model.resolve().parent == checkpoints and STEP_NAME.match(model.name):
-            found.append((f"step {checkpoint_step(model)}", other))
-        elif other.model == run.model and other.env in run.metadata.get("env_ids", [run.env]):
-            found.append(("base", other))
-    return found
 
 
 class EvalCheckpointScreen(ModalScreen[LaunchSpec | None]):
@@ -136,6 +130,7 @@ class CheckpointsScreen(WorkbenchScreen):
         self.evals: list[tuple[str, RunInfo]] = []
         self.sweep: list[SweepPoint] = []
         self.marked: set[str] = set()
+        self.plan: SweepPlan | None = None  # a sweep of this run going on (launched from this TUI)
         self._catalog: RunCatalog | None = None
         self._scanning = False
 
@@ -147,6 +142,7 @@ class CheckpointsScreen(WorkbenchScreen):
         with Horizontal(id="ckpt-top"):
             yield VirtualTable(CHECKPOINT_COLUMNS, id="ckpt-table", open_label="Evaluate")
             yield MetricPlot("sweep reward (base at step 0) · s: sweep", id="sweep-plot")
+        yield Static(id="sweep-status", classes="hint")
         yield Static(
             "Evals of these checkpoints and the base model · space: mark · c: compare",
             id="evals-title",
@@ -167,37 +163,13 @@ class CheckpointsScreen(WorkbenchScreen):
             return
         self._scanning = True
         try:
-            checkpoints, evals, sweep = await asyncio.to_thread(self._read)
+            checkpoints, evals, sweep, plan = await asyncio.to_thread(self._read)
         finally:
             self._scanning = False
         if self.closing:
             return
-        if [c.step for c in checkpoints] != [c.step for c in self.checkpoints]:
-            self.checkpoints = checkpoints
-            self.query_one("#ckpt-table", VirtualTable).set_rows(
-                [
-                    (
-                        str(c.step),
-                        when(c.saved_at),
-                        reward_text(c.reward),
-                        num(c.eval_reward),
-                        format_size(c.size_bytes),
-                    )
-                    for c in checkpoints
-                ],
-                keys=[str(c.step) for c in checkpoints],
-                sort_values=[
-                    (
-                        float(c.step),
-                        c.saved_at.timestamp() if c.saved_at else None,
-                        c.reward,
-                        c.eval_reward,
-                        float(c.size_bytes) if c.size_bytes is not None else None,
-                    )
-                    for c in checkpoints
-                ],
-            )
-        self.evals = evals
+        self.checkpoints, self.evals, self.plan = checkpoints, evals, plan
+        self._render_checkpoints()
         self._render_evals()
         self.sweep = sweep
         steps = [0.0 if p.step == BASE else float(p.step) for p in sweep]
@@ -205,13 +177,61 @@ class CheckpointsScreen(WorkbenchScreen):
         plot.display = bool(sweep)
         plot.show([("reward", steps, [p.reward_mean for p in sweep])])
 
-    def _read(self) -> tuple[list[CheckpointInfo], list[tuple[str, RunInfo]], list[SweepPoint]]:
+    def _read(
+        self,
+    ) -> tuple[list[CheckpointInfo], list[tuple[str, RunInfo]], list[SweepPoint], SweepPlan | None]:
         assert self._catalog is not None
         runs = self._catalog.scan()
+        launcher, plan = self.wb.launcher, None
+        for launch in launcher.launches():  # newest first: the newest sweep of this run still going
+            started = parse_time(launch.started_at)
+            if started is not None and launcher.is_running(launch):
+                plan = sweep_plan(launch.args, self.run.path, self.wb.root, started.timestamp())
+                if plan is not None:
+                    break
         return (
             list_checkpoint_infos(self.run.path),
             evals_of_run(runs, self.run, self.wb.root, self._catalog.sweep_labels(self.run.path)),
             newest_sweep(self.run.path),
+            plan,
+        )
+
+    def _render_checkpoints(self) -> None:
+        """The checkpoint table, its `evaluated` column included (it moves while a sweep runs)."""
+        cells = {c.step: evaluated_cell(f"step {c.step}", self.evals, self.plan) for c in self.checkpoints}
+        self.query_one("#ckpt-table", VirtualTable).set_rows(
+            [
+                (
+                    str(c.step),
+                    when(c.saved_at),
+                    reward_text(c.reward),
+                    num(c.eval_reward),
+                    format_size(c.size_bytes),
+                    evaluated_text(cells[c.step]),
+                )
+                for c in self.checkpoints
+            ],
+            keys=[str(c.step) for c in self.checkpoints],
+            sort_values=[
+                (
+                    float(c.step),
+                    c.saved_at.timestamp() if c.saved_at else None,
+                    c.reward,
+                    c.eval_reward,
+                    float(c.size_bytes) if c.size_bytes is not None else None,
+                    cell_reward(cells[c.step]),
+                )
+                for c in self.checkpoints
+            ],
+        )
+        base = evaluated_cell(BASE_LABEL, self.evals, self.plan)
+        done = sum(cell_reward(cell) is not None for cell in cells.values())
+        line = self.query_one("#sweep-status", Static)
+        line.display = self.plan is not None or base != "-"  # nothing to say: no line
+        line.update(
+            f"sweep running: {done} of {len(cells)} checkpoints evaluated · base model {base}"
+            if self.plan is not None
+            else f"base model {base} (its newest eval)"
         )
 
     def _render_evals(self) -> None:
@@ -242,6 +262,10 @@ class CheckpointsScreen(WorkbenchScreen):
         )
         if not self.checkpoints:
             self.query_one("#evals-title", Static).update(Text("no complete checkpoints yet", style="dim"))
+        elif not self.evals:
+            self.query_one("#evals-title", Static).update(
+                Text("no evals of these checkpoints yet · e: evaluate one · s: sweep them all", style="dim")
+            )
 
     def _current_eval(self) -> RunInfo | None:
         index = self.query_one("#ckpt-evals", VirtualTable).cursor_index
@@ -270,12 +294,28 @@ class CheckpointsScreen(WorkbenchScreen):
             return
         envs = self.run.metadata.get("env_ids") or ([self.run.env] if self.run.env != "-" else [])
 
-        def launch(spec: LaunchSpec | None) -> None:
-            if spec is not None:
-                self.notify(f"started: {self.wb.launcher.start(spec).command}", title="sweeping checkpoints")
+        def confirm(spec: LaunchSpec | None) -> None:
+            if spec is None:
+                return
+            n, r = int(spec.args[spec.args.index("-n") + 1]), int(spec.args[spec.args.index("-r") + 1])
+            points = len(self.checkpoints) + 1
+            self.open(
+                "confirm",
+                f"Sweep the base model and {len(self.checkpoints)} checkpoints of {self.run.run_id}: "
+                f"{points} evals of {n} examples x {r} rollouts ({points * n * r} rollouts), one after "
+                f"another; points already evaluated with these settings are skipped.\n{spec.command}",
+                title="Sweep checkpoints",
+                yes="Sweep",
+                no="Cancel",
+                callback=lambda yes: launch(spec) if yes is True else None,
+            )
+
+        def launch(spec: LaunchSpec) -> None:
+            self.notify(f"started: {self.wb.launcher.start(spec).command}", title="sweeping checkpoints")
+            self.refresh_data()
 
         self.app.push_screen(
-            EvalCheckpointScreen(None, [str(e) for e in envs], run_dir=self.run.path), launch
+            EvalCheckpointScreen(None, [str(e) for e in envs], run_dir=self.run.path), confirm
         )
 
     def action_mark(self) -> None:
@@ -305,3 +345,11 @@ class CheckpointsScreen(WorkbenchScreen):
         run = self._current_eval()
         if run is not None:
             self.open("rollouts", run.path / "results.jsonl", run=run)
+
+
+def evaluated_text(cell: str) -> Text:
+    """An `evaluated` cell: a reward in its color, a running eval bold, `queued` dim."""
+    reward = cell_reward(cell)
+    if reward is not None:
+        return reward_text(reward)
+    return Text(cell, style="bold" if cell.startswith("▸") else "dim")

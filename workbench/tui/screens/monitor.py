@@ -2,7 +2,10 @@
 length, step time), step progress with ETA, the latest sampled rollouts and the log tail.
 
 Polls once a second: `metrics.jsonl` is read incrementally (only appended lines), so a change
-shows up within about a second; `metadata.json` gives status and step.
+shows up within about a second; `metadata.json` gives status and step. The header's rewards are
+the newest points of the reward chart (train and held-out), so the two always agree; before the
+first step the monitor says what the run is doing (the held-out baseline eval, say), not only
+its Log tab.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ from workbench.store.files import read_json
 from workbench.tui.data.rollout_index import RolloutIndex
 from workbench.tui.data.runs import RunInfo, run_from_metadata
 from workbench.tui.data.tail import JsonlTail
-from workbench.tui.data.training import CURVES, eta_seconds, format_duration, series, step_rollout_files
+from workbench.tui.data.training import (
+    CURVES,
+    eta_seconds,
+    format_duration,
+    last_value,
+    series,
+    start_phase,
+    step_rollout_files,
+    stop_grace,
+)
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.conversation import ConversationView, RewardBreakdown
 from workbench.tui.widgets.format import num
@@ -55,6 +67,7 @@ class TrainMonitorScreen(WorkbenchScreen):
         with Horizontal(id="monitor-progress"):
             yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="step-bar")
             yield Static(id="monitor-eta")
+        yield Static(id="monitor-phase")
         with TabbedContent(id="monitor-tabs"):
             with TabPane("Curves", id="curves"):
                 with Grid(id="curves-grid"):
@@ -99,7 +112,7 @@ class TrainMonitorScreen(WorkbenchScreen):
         if latest_changed:
             self._render_latest()
         if run is not None or metrics_changed:
-            self._render_header()
+            self._render_header()  # its rewards are the curves' last points
         if metrics_changed or latest_changed:
             self.updates += 1
 
@@ -124,17 +137,32 @@ class TrainMonitorScreen(WorkbenchScreen):
     # ----- rendering -------------------------------------------------------------------------
     def _render_header(self) -> None:
         run = self.run
+        records = self.metrics.records
+        rewards = []
+        for key, name in (("reward/mean", "reward"), ("eval/reward_mean", "held-out")):
+            point = last_value(records, key)  # where the chart's curve ends
+            if point is not None:
+                rewards.append(f"{name} {num(point[1])} (step {point[0]:g})")
+        if not rewards:
+            rewards.append(f"reward {num(run.reward)}")
         self.query_one("#monitor-title", Static).update(
-            f"[b]Training[/b] · {run.env} · {run.model} · {run.status} · reward {num(run.reward)}\n[dim]{run.run_id}[/]"
+            f"[b]Training[/b] · {run.env} · {run.model} · {run.status} · {' · '.join(rewards)}\n"
+            f"[dim]{run.run_id}[/]"
         )
+        phase = start_phase(run.metadata, records, run.is_live)
+        banner = self.query_one("#monitor-phase", Static)
+        banner.display = phase is not None
+        banner.update(phase or "")
         bar = self.query_one("#step-bar", ProgressBar)
         if run.total:
             bar.update(total=run.total, progress=run.done or 0)
         eta = eta_seconds(self.metrics.records, run.done, run.total) if run.is_live else None
         _, times = series(self.metrics.records, "time/step")
         pace = f"{sum(times[-10:]) / len(times[-10:]):.1f} s/step" if times else "- s/step"
+        waiting = " · baseline eval" if phase is not None and phase.startswith("measuring") else ""
         self.query_one("#monitor-eta", Static).update(
-            f"step {run.done if run.done is not None else '-'}/{run.total or '-'} · {pace} · ETA {format_duration(eta)}"
+            f"step {run.done if run.done is not None else '-'}/{run.total or '-'}{waiting} · {pace} · "
+            f"ETA {format_duration(eta)}"
         )
 
     def _render_curves(self) -> None:
@@ -209,14 +237,18 @@ class TrainMonitorScreen(WorkbenchScreen):
             self.open("log", logs, title=f"train · {self.run.run_id}", pid=live_pid)
 
     def action_stop(self) -> None:
-        """`x`: Ctrl-C the training run, once confirmed."""
+        """`x`: stop the training run, once confirmed: Ctrl-C, then SIGTERM if it is still there
+        after its grace period (which grows with its step time: it finishes the step first)."""
         pid = self.run.pid
         if not self.run.is_live or not pid:
             self.notify(f"not running ({self.run.status})", severity="warning")
             return
+        _, times = series(self.metrics.records, "time/step")
+        step_s = sum(times[-10:]) / len(times[-10:]) if times else None
         self.confirm_stop(
             pid,
-            f"training {self.run.env}",
+            f"training {self.run.env} ({self.run.short_id})",
             consequence="It finishes this step and writes a checkpoint.",
-            stopping="sent Ctrl-C: training finishes this step, writes a checkpoint and stops",
+            stopping="training finishes this step, writes a checkpoint and stops",
+            grace_s=stop_grace("train", self.run.path, self.wb.launcher.stop_grace_s, step_s or 0.0),
         )

@@ -1,9 +1,12 @@
 """Runs (home): every eval, training and GEPA run in the workspace, refreshed live, with filters
-and search; Enter opens a run on the screen made for its kind.
+and search; Enter opens a run on the screen made for its kind. `e` groups evals by environment,
+the best run per model (as `prime eval view` does).
 
 A failed row says why: in the table's `error` column where the terminal is wide enough for one,
 and, for the highlighted row, in the hint line under the table. `d` dismisses a launch that ended
-before it wrote a run folder (its row, record and output log), once confirmed."""
+before it wrote a run folder (its row, record and output log), once confirmed. The lifecycle keys
+(resume, archive, delete, GEPA verify/apply) live in `workbench.tui.run_actions`; `x` stops a run
+(SIGINT, then SIGTERM after a grace period, each step on screen)."""
 
 from __future__ import annotations
 
@@ -17,28 +20,33 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.widgets import Footer, Static
 
-from workbench.tui.data.runs import KINDS, RunInfo, filter_runs
+from workbench.tui.data.runs import KINDS, RunInfo, best_per_model, filter_runs
 from workbench.tui.data.training import step_rollout_files
-from workbench.tui.launcher import Launch, launch_of
-from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.launcher import Launch
+from workbench.tui.lifecycle import RESUMABLE
+from workbench.tui.run_actions import RunActions, a_run, dismissable
 from workbench.tui.widgets.format import STATUS_RICH
 from workbench.tui.widgets.prompt_bar import PromptBar
 from workbench.tui.widgets.runs_table import RunsTable
 from workbench.tui.widgets.virtual_table import VirtualTable
 
 STATUS_FILTERS = (None, "running", "finished", "stopped", "failed", "died")
+NO_RUNS = (
+    "No runs yet. Press [b]l[/b] to launch one, or run "
+    "`workbench eval run reverse-text -m tiny` in this workspace."
+)
 HINT = (
     "[b]space[/b] mark · [b]c[/b] compare · [b]r[/b] rollouts · [b]v[/b] variance · "
     "[b]K[/b] checkpoints · [b]o[/b]/[b]O[/b] sort · [b]?[/b] all keys"
 )
+# The hint line on rows the lifecycle keys apply to (they are not in the footer: too many for 80 columns).
+RESUME_HINT = "[b]R[/b] resume · [b]A[/b] archive · [b]D[/b] delete · [b]t[/b] log · [b]?[/b] all keys"
+GEPA_HINT = (
+    "[b]V[/b] verify best prompt · [b]P[/b] apply it · [b]A[/b] archive · [b]D[/b] delete · [b]?[/b] all keys"
+)
 
 
-def dismissable(run: RunInfo | None) -> bool:
-    """A row `d` dismisses: a launch from the TUI that ended before it wrote a run folder."""
-    return run is not None and run.is_launch and not run.is_live
-
-
-class RunsScreen(WorkbenchScreen):
+class RunsScreen(RunActions):
     BINDINGS = [
         Binding("enter", "open", "Open"),
         # Two bindings of `d`: the footer and `?` show "Dismiss" only on a row it applies to
@@ -59,6 +67,8 @@ class RunsScreen(WorkbenchScreen):
         Binding("K", "checkpoints", "Checkpoints", show=False),
         Binding("C", "compare(True)", "Compare marked evals anyway", show=False),
         Binding("escape", "clear_filters", "Clear filters", show=False),
+        Binding("e", "group_by_env", "Group by environment", show=False),
+        *RunActions.LIFECYCLE_BINDINGS,
     ]
     # Keyless actions the command palette (ctrl+p or :) finds by name: (title, action, help).
     PALETTE_COMMANDS = (
@@ -83,23 +93,17 @@ class RunsScreen(WorkbenchScreen):
         self.status: str | None = None
         self.query_text = ""
         self.marked: set[str] = set()
+        self.by_env = False  # `e`: the best eval per model and environment
         self._scanning = False
         self._follow_pid: int | None = None  # select this launch's run once its folder appears
         self._generation = 0  # bumped when rows are removed here: a scan begun before is stale
-        self._row_state: tuple[bool, str | None] | None = (
-            None  # the cursor's row: (dismissable, its error shown)
-        )
+        self._row_state: tuple[bool, str | None, str] | None = None  # the cursor's row: what the hint shows
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-summary", classes="screen-title")
         yield RunsTable(id="runs-table")
         yield Static(HINT, id="runs-hint", classes="hint")
-        yield Static(
-            "No runs yet. Press [b]l[/b] to launch one, or run "
-            "`workbench eval run reverse-text -m tiny` in this workspace.",
-            id="runs-empty",
-            classes="empty",
-        )
+        yield Static(NO_RUNS, id="runs-empty", classes="empty")
         yield PromptBar(id="runs-prompt")
         yield Footer()
 
@@ -129,6 +133,7 @@ class RunsScreen(WorkbenchScreen):
         self.all_runs = runs
         if not self.is_current or self.closing:  # covered, popped or quitting while the scan ran
             return
+        self.check_watched()
         self._render_runs()
 
     def _scan(self) -> list[RunInfo]:
@@ -139,6 +144,10 @@ class RunsScreen(WorkbenchScreen):
 
     def _render_runs(self, select: str | None = None) -> None:
         visible = filter_runs(self.all_runs, self.kind, self.status, self.query_text)
+        counts: list[int] | None = None
+        if self.by_env:
+            best = best_per_model(visible)
+            visible, counts = [run for run, _ in best], [count for _, count in best]
         if self._follow_pid is not None and select is None:
             match = next((r for r in visible if r.pid == self._follow_pid), None)
             if match is not None:
@@ -146,14 +155,14 @@ class RunsScreen(WorkbenchScreen):
                 if not match.is_launch:
                     self._follow_pid = None
         self.marked &= {r.key for r in self.all_runs}
-        self.query_one(RunsTable).show(visible, self.marked, select)
+        self.query_one(RunsTable).show(visible, self.marked, select, counts=counts)
         live = sum(r.is_live for r in self.all_runs)
-        parts = [
-            f"{len(visible)}/{len(self.all_runs)} runs",
-            f"{live} running",
-            f"kind: {self.kind or 'all'}",
-            f"status: {self.status or 'all'}",
-        ]
+        shown = (
+            f"by environment: the best of {sum(counts or [])} evals per model"
+            if self.by_env
+            else f"{len(visible)}/{len(self.all_runs)} runs"
+        )
+        parts = [shown, f"{live} running", f"kind: {self.kind or 'all'}", f"status: {self.status or 'all'}"]
         if self.query_text:
             parts.append(f"search: {self.query_text}")
         if self.marked:
@@ -161,7 +170,14 @@ class RunsScreen(WorkbenchScreen):
         self.query_one("#runs-summary", Static).update(
             f"[b]Runs[/b] · {self.wb.root.name} · " + " · ".join(parts)
         )
-        self.query_one("#runs-empty").display = not self.all_runs
+        empty = self.query_one("#runs-empty", Static)
+        empty.display = not visible
+        if not self.all_runs:
+            empty.update(NO_RUNS)
+        elif self.by_env and not any(r.kind == "eval" for r in self.all_runs):
+            empty.update("No eval runs to group by environment. Press [b]e[/b] to list every run.")
+        elif not visible:
+            empty.update("No run matches these filters. Press [b]escape[/b] to clear them.")
         self._sync_row_state()
 
     @on(VirtualTable.Highlighted, "#runs-table")
@@ -177,6 +193,7 @@ class RunsScreen(WorkbenchScreen):
         state = (
             dismissable(run),
             f"{run.status}: {error}" if run is not None and error is not None else None,
+            row_hint(run),
         )
         if state == self._row_state:
             return
@@ -187,7 +204,7 @@ class RunsScreen(WorkbenchScreen):
         if run is not None and error is not None:
             hint.update(Text.assemble((f"{run.status}: ", STATUS_RICH["failed"]), error))
         else:
-            hint.update(HINT)
+            hint.update(state[2])
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "dismiss_launch":
@@ -200,6 +217,24 @@ class RunsScreen(WorkbenchScreen):
     @property
     def current(self) -> RunInfo | None:
         return self.query_one(RunsTable).current
+
+    def forget(self, run: RunInfo) -> None:
+        """Drop a row whose run folder or launch record is gone (the cursor goes to the next row)."""
+        self._generation += 1
+        visible = self.query_one(RunsTable).runs
+        at = next((i for i, r in enumerate(visible) if r.key == run.key), None)
+        rest = [r for r in visible if r.key != run.key]
+        select = rest[min(at, len(rest) - 1)].key if at is not None and rest else None
+        self.all_runs = [r for r in self.all_runs if r.key != run.key]
+        self._render_runs(select)
+
+    def launched(self, launch: Launch) -> None:
+        """Follow a child started here: its row is selected once it appears, whatever the filters."""
+        self._follow_pid = launch.pid
+        self.kind = self.status = None
+        self.query_text = ""
+        self.by_env = False
+        self.refresh_runs()
 
     # ----- navigation --------------------------------------------------------------------
     @on(RunsTable.Opened)
@@ -272,79 +307,12 @@ class RunsScreen(WorkbenchScreen):
     def action_launch(self, tab: str | None = None) -> None:
         """`l`: the Launch screen (on `tab`: configs, eval, train or gepa — the palette's Launch ...)."""
 
-        def launched(launch: object) -> None:
+        def started(launch: object) -> None:
             if isinstance(launch, Launch):
                 self.notify(f"started: {launch.command}", title="launched")
-                self._follow_pid = launch.pid
-                self.kind = self.status = None
-                self.query_text = ""
-                self.refresh_runs()
+                self.launched(launch)
 
-        self.open("launch", tab=tab, callback=launched)
-
-    def action_stop(self) -> None:
-        """`x`: Ctrl-C the run under the cursor, once confirmed (it keeps what it finished)."""
-        run = self.current
-        if run is None:
-            return
-        pid = run.pid
-        if not run.is_live or not pid:
-            self.notify(f"not running ({run.status})", severity="warning")
-            return
-        self.confirm_stop(pid, f"{run.kind} {run.env}")
-
-    def action_dismiss_launch(self) -> None:
-        """`d`: forget a launch that ended before it wrote a run folder — its row, and its record
-        and output log in outputs/tui/launches/ — once confirmed (the log is all that says why it
-        failed). A run folder or a live process is never touched."""
-        run = self.current
-        launch = launch_of(run) if run is not None and dismissable(run) else None
-        if run is None or launch is None:
-            self.action_cannot_dismiss()
-            return
-        log = launch.log
-        shown = log.relative_to(self.wb.root) if log.is_relative_to(self.wb.root) else log
-        what = f"{run.status} {run.kind} launch ({run.env}, {run.model})"
-
-        def answered(yes: object) -> None:
-            if yes is True:
-                self.dismiss_launch(run, launch)
-
-        self.open(
-            "confirm",
-            f"Dismiss the {what}? Its record and its output log ({shown}) are deleted.",
-            title="Dismiss launch",
-            yes="Dismiss",
-            no="Keep",
-            callback=answered,
-        )
-
-    def dismiss_launch(self, run: RunInfo, launch: Launch) -> None:
-        """Delete the launch's record and log, and its row (the cursor goes to the next row)."""
-        try:
-            self.wb.launcher.dismiss(launch.id)
-        except (OSError, ValueError) as exc:
-            self.notify(f"not dismissed: {exc}", severity="warning")
-            return
-        self._generation += 1
-        visible = self.query_one(RunsTable).runs
-        at = next((i for i, r in enumerate(visible) if r.key == run.key), None)
-        rest = [r for r in visible if r.key != run.key]
-        select = rest[min(at, len(rest) - 1)].key if at is not None and rest else None
-        self.all_runs = [r for r in self.all_runs if r.key != run.key]
-        self._render_runs(select)
-        self.notify(f"dismissed the {run.status} {run.kind} launch {launch.id}", title="dismissed")
-
-    def action_cannot_dismiss(self) -> None:
-        """`d` on a row it does not apply to: say what it is for."""
-        run = self.current
-        if run is None:
-            return
-        why = "it is still starting" if run.is_launch else "it has a run folder (d never deletes runs)"
-        self.notify(
-            f"d dismisses a launch that ended before it wrote a run folder; not this row: {why}",
-            severity="warning",
-        )
+        self.open("launch", tab=tab, callback=started)
 
     # ----- marks and compare --------------------------------------------------------------
     def action_mark(self) -> None:
@@ -393,15 +361,31 @@ class RunsScreen(WorkbenchScreen):
         self.query_text = ""
         self._render_runs()
 
+    def action_group_by_env(self) -> None:
+        """`e`: the best eval per model on each environment (finished first, then reward), or back."""
+        self.by_env = not self.by_env
+        self._render_runs()
+
     def _require(self, kinds: tuple[str, ...], what: str) -> RunInfo | None:
         run = self.current
         if run is None:
             return None
         if run.kind not in kinds or run.is_launch:
             state = " that is still starting" if run.is_launch else ""
-            self.notify(f"{what}: not available for a {run.kind} run{state}", severity="warning")
+            self.notify(f"{what}: not available for {a_run(run.kind)}{state}", severity="warning")
             return None
         return run
+
+
+def row_hint(run: RunInfo | None) -> str:
+    """The hint line for the row under the cursor: its lifecycle keys where they apply."""
+    if run is None or run.is_launch:
+        return HINT
+    if run.kind == "gepa" and not run.is_live:
+        return GEPA_HINT
+    if run.status in RESUMABLE:
+        return RESUME_HINT
+    return HINT
 
 
 def rollouts_file(run: RunInfo) -> tuple[Path, str] | None:

@@ -286,15 +286,12 @@ class VirtualTable(ScrollView, can_focus=True):
 
     # ----- drawing ---------------------------------------------------------------------------
     def header_labels(self) -> list[str]:
-        """Column labels, the sorted one marked ▲ (ascending) or ▼ (descending)."""
+        """Column labels, the sorted one followed by ▲ (ascending) or ▼ (descending). A label that
+        fills its column keeps every letter: its arrow goes into the space after the column
+        (`_line`), never over the label's last letter."""
         labels = [label for label, _ in self.columns]
         if self.sort_column is not None and self.sort_column < len(labels):
-            arrow = "▼" if self.sort_reverse else "▲"
-            width = self.columns[self.sort_column][1]
-            label = labels[self.sort_column]
-            labels[self.sort_column] = (
-                (label[: max(width - 1, 0)] + arrow) if len(label) >= width else label + arrow
-            )
+            labels[self.sort_column] += "▼" if self.sort_reverse else "▲"
         return labels
 
     def render_line(self, y: int) -> Strip:
@@ -302,7 +299,7 @@ class VirtualTable(ScrollView, can_focus=True):
         base = self.rich_style
         if y == 0:
             header = self.get_component_rich_style("virtual-table--header")
-            return self._line(self.header_labels(), base + header, width)
+            return self._line(self.header_labels(), base + header, width, spill=self.sort_column)
         row = self.scroll_offset.y + y - 1
         if row >= len(self.rows):
             return Strip.blank(width, base)
@@ -311,14 +308,18 @@ class VirtualTable(ScrollView, can_focus=True):
         )
         return self._line(self.rows[row], style, width)
 
-    def _line(self, cells: Sequence[Cell], style: Style, width: int) -> Strip:
+    def _line(self, cells: Sequence[Cell], style: Style, width: int, spill: int | None = None) -> Strip:
+        """One line of cells, each cut to its column. Column `spill` may run one cell into the
+        space after it (a header label with its sort arrow)."""
         line = Text(no_wrap=True)
+        last = len(self.columns) - 1
         for position, ((_, column_width), cell) in enumerate(zip(self.columns, cells, strict=False)):
             piece = cell.copy() if isinstance(cell, Text) else Text(str(cell))
-            piece.truncate(column_width, overflow="ellipsis", pad=True)
+            spills = position == spill and piece.cell_len > column_width
+            piece.truncate(column_width + spills, overflow="ellipsis", pad=True)
             line.append(" ")
             line.append_text(piece)
-            if position < len(self.columns) - 1:
+            if position < last and not spills:
                 line.append(" ")
         segments = Segment.apply_style(line.render(self.app.console), style)
         return (
