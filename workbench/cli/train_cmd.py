@@ -135,6 +135,7 @@ def train(
     )
     if result.speaks:
         console.print(f"{result.status} at step {result.last_step} · [dim]{result.run_dir}[/]")
+        print_took(result.run_dir)
         print_outcome(result.run_dir)
         if result.status == "stopped":
             err_console.print(
@@ -213,6 +214,27 @@ app.command(
     help="Train from a config (the default: `workbench train CONFIG` means `workbench train run CONFIG`).",
 )(train)
 app.command("export")(export)
+
+
+def print_took(run_dir: Path) -> None:
+    """How long the run took against its estimate at the start (metadata.json's `estimate`)."""
+    from workbench.cli.render import console
+    from workbench.store.runs import TrainRun, read_run_metadata
+    from workbench.train.estimate import duration
+
+    try:
+        meta = read_run_metadata(run_dir, "train")
+    except (OSError, ValueError):
+        return
+    estimate = meta.estimate if isinstance(meta, TrainRun) else None
+    if estimate is None or estimate.actual_s is None:
+        return
+    took = estimate.actual_s
+    shown = f"{took:.0f} s" if took < 90 else f"{int(took // 60)} min {took % 60:.0f} s"
+    console.print(
+        f"took {shown} (estimated {duration(estimate.seconds)}, {estimate.basis})"
+        + (f" [dim]{estimate.error:+.0%}[/]" if estimate.error is not None else "")
+    )
 
 
 def print_outcome(run_dir: Path) -> None:

@@ -23,6 +23,7 @@ from workbench.engine import run_rollouts
 from workbench.engine.retry import preflight
 from workbench.engine.sampling import sampling_for
 from workbench.engine.summary import RunningSummary
+from workbench.engine.timings import record_eval
 from workbench.envs.environment import Environment
 from workbench.envs.loader import load_environment
 from workbench.errors import ServerGone, UserError
@@ -342,4 +343,14 @@ async def _run_owned(
             )
         except OSError:  # no room even for that: readers see the process gone and call the run died
             pass
+        if status == "finished" and not done:  # a resumed run's seconds cover only part of it
+            record_eval(
+                run_id=run_dir.name,
+                env_id=config.env_id,
+                model=config.model,
+                client=client,
+                max_concurrent=config.max_concurrent,
+                summary=summary,
+                rollouts_s=elapsed,
+            )
     return EvalResult(run_dir, status, summary, r)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workbench.errors import UserError, redact_credentials, redact_values
 from workbench.store.files import iter_jsonl, read_json, write_json_atomic
+from workbench.store.timings import RunEstimate
 from workbench.workspace import RUN_FOLDERS, workspace_root
 
 SCHEMA_VERSION = 1
@@ -132,6 +133,9 @@ class TrainRun(RunMetadata):
     ranks: list[RankProcess] = Field(
         default_factory=list,
         description="Every trainer rank's process, in rank order (rank 0's pid is also `pid`); empty for one process.",
+    )
+    estimate: RunEstimate | None = Field(
+        None, description="Seconds and tokens estimated at the start, and the actual ones at the end."
     )
 
     def progress(self) -> tuple[int | None, int | None]:

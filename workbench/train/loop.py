@@ -61,6 +61,7 @@ from workbench.train.held_out import held_out_eval
 from workbench.train.metrics import MetricsLogger, NullMetricsLogger, step_line, truncate_metrics
 from workbench.train.optimize import NonFiniteLoss, train_on_samples
 from workbench.train.rl_step import rl_step
+from workbench.train.run_timer import RunTimer
 from workbench.train.schema import TrainConfig
 from workbench.train.service import TrainingFailed, TrainResult
 from workbench.train.setup import build_context, new_run_dir, refuse_server_mode_ranks
@@ -157,6 +158,7 @@ async def _train_in(
     launched: list[str],
     dist: DistInfo,
 ) -> TrainResult:
+    timer = RunTimer(config, dist)  # the run's estimate, and its timing for the next one's
     ctx, learner = build_context(config, run_dir, checkpoint, dist, launched_urls=launched)
     start_step = _restore(learner, checkpoint, reporter) if checkpoint is not None else 0
     if dist.is_main:  # rank 0 alone writes metrics, metadata and W&B
@@ -170,6 +172,7 @@ async def _train_in(
     )
     stop = _StopFlag(reporter)
     metadata = ctx.files.metadata
+    timer.begin(metadata, start_step)
     metadata.status, metadata.step = "running", start_step
     ctx.files.write_metadata(dist)
     history: list[dict[str, float]] = []
@@ -182,9 +185,10 @@ async def _train_in(
         if publisher is not None:
             await publisher.start(start_step, reporter.message)
         if start_step == 0 and config.eval.interval > 0 and config.on_policy:
-            logger.log(0, await held_out_eval(ctx, learner.policy))
+            logger.log(0, await timer.held_out(held_out_eval(ctx, learner.policy)))
         stopping = dist.any(stop.requested)
         startup.release()  # the command's start-up is over (workbench/startup.py)
+        timer.steps_begin()
         while step < config.max_steps and not stopping:
             step += 1
             metrics = await (
@@ -193,7 +197,7 @@ async def _train_in(
             if _evaluates(config, step):
                 if publisher is not None:
                     await publisher.wait()  # evaluate this step's weights
-                metrics.update(await held_out_eval(ctx, learner.policy))
+                metrics.update(await timer.held_out(held_out_eval(ctx, learner.policy)))
             logger.log(step, metrics)
             history.append({"step": step, **metrics})
             ctx.files.log.write(step_line(step, metrics, config.max_steps))
@@ -230,6 +234,7 @@ async def _train_in(
         logger.close()
         if ctx.teacher is not None:
             await ctx.teacher.close()
+        timer.finish(metadata, history, status)
         metadata.status, metadata.updated_at = status, now_iso()
         ctx.files.write_metadata(dist)
         ctx.files.log.write(f"{status} at step {step}")

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from workbench.config.plan import Plan, PlanSection
+from workbench.train.estimate import estimate_text
 from workbench.train.placement import (
     inference_placement,
     launch_backend,
@@ -204,6 +205,7 @@ def build_plan(
     else:
         steps.add("per step", f"{c.batch_size} demonstrations")
         steps.add("data", c.sft.data_path or "the environments' reference answers")
+    steps.add("estimate", estimate_text(c, nproc=nproc))  # on this machine, from outputs/timings.jsonl
     if c.on_policy:
         steps.add("trajectory strategy", TRAJECTORY_STRATEGY_TEXT[c.trajectory_strategy])
     steps.add(
