@@ -142,7 +142,7 @@ async def test_d_dismisses_a_failed_launch_once_confirmed_and_it_stays_gone_afte
             "…"
         )  # one line
         await pilot.press("question_mark")
-        assert isinstance(app.screen, KeysScreen) and ("d", "Dismiss", "screen") in app.screen.rows
+        assert isinstance(app.screen, KeysScreen) and ("d", "Dismiss", "Runs") in app.screen.rows
         await pilot.press("escape")
 
         # on a failed run folder: its error's first line in the hint; `d` is not offered, and refuses

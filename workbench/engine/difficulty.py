@@ -1,9 +1,12 @@
 """The one difficulty rule: can a group of rollouts teach RL anything?
 
 Group-relative RL learns only from groups whose rollouts disagree. A group whose within-group
-reward std is below `min_std` (or exactly zero: every advantage is 0) carries no signal: it is
-*too easy* when its rollouts mostly succeed (mean >= 0.5), *too hard* when they mostly fail.
-A group with signal is still too easy/hard when its mean is outside [min_reward, max_reward].
+reward std is below `min_std` (or exactly zero: every advantage is 0) carries no signal, and its
+mean says why: *too hard* when its rollouts all (nearly) fail (mean <= FLAT_HARD), *too easy* when
+they all (nearly) succeed (mean >= FLAT_EASY), and plain *no signal* in between (every rollout got
+the same partial reward: more samples or a finer reward would help, an easier or harder example
+would not). A group with signal is still too easy/hard when its mean is outside
+[min_reward, max_reward].
 
 Used by the eval summary and the TUI's variance view (the default rule) and by training's online
 difficulty filter (`difficulty_filter` in the config), so all three agree on what a group is.
@@ -16,13 +19,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-Difficulty = Literal["too easy", "in range", "too hard"]
-DIFFICULTIES: tuple[Difficulty, ...] = ("too easy", "in range", "too hard")
+Difficulty = Literal["too easy", "in range", "no signal", "too hard"]
+DIFFICULTIES: tuple[Difficulty, ...] = ("too easy", "in range", "no signal", "too hard")
 
 # Within-group std below this carries almost no signal (the first bucket edge of the eval
 # summary's std histogram).
 SIGNAL_STD = 0.05
 ZERO_STD = 1e-6  # float noise: a group this flat scored every rollout the same
+# A flat group's mean at or below FLAT_HARD is a failure every time (too hard), at or above
+# FLAT_EASY a success every time (too easy); between them it is "no signal" (issue 35: a flat group
+# at mean 0.35 used to be called too hard).
+FLAT_HARD = 0.1
+FLAT_EASY = 0.9
 
 
 class Scored(Protocol):
@@ -50,7 +58,9 @@ class DifficultyRule:
     def classify(self, group: Scored) -> Difficulty:
         std = group.std
         if std <= ZERO_STD or std < self.min_std:
-            return "too easy" if group.mean >= 0.5 else "too hard"
+            if group.mean <= FLAT_HARD:
+                return "too hard"
+            return "too easy" if group.mean >= FLAT_EASY else "no signal"
         if group.mean > self.max_reward:
             return "too easy"
         if group.mean < self.min_reward:
@@ -76,7 +86,7 @@ def run_verdict(mean_reward: float) -> str:
 
 
 def difficulty_counts(groups: Iterable[Scored], rule: DifficultyRule = DEFAULT_RULE) -> dict[Difficulty, int]:
-    """How many groups are too easy, in range and too hard under `rule`."""
+    """How many groups are too easy, in range, without signal and too hard under `rule`."""
     counts: dict[Difficulty, int] = dict.fromkeys(DIFFICULTIES, 0)
     for group in groups:
         counts[rule.classify(group)] += 1

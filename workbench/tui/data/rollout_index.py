@@ -64,21 +64,36 @@ class RolloutFilter:
     def active(self) -> bool:
         return self != RolloutFilter()
 
-    def describe(self) -> str:
+    def parts(self) -> list[tuple[str, str]]:
+        """(the key that toggles or sets it, what it keeps) of each filter that is on."""
         parts = [
-            name
-            for name, on in (
-                ("errors", self.errors),
-                ("truncated", self.truncated),
-                ("zero-variance", self.zero_variance),
+            (key, name)
+            for key, name, on in (
+                ("e", "errors", self.errors),
+                ("t", "truncated", self.truncated),
+                ("z", "zero-variance", self.zero_variance),
             )
             if on
         ]
         if self.reward_min is not None or self.reward_max is not None:
-            parts.append(f"reward {_fmt_bound(self.reward_min)}..{_fmt_bound(self.reward_max)}")
+            parts.append(("r", f"reward {_fmt_bound(self.reward_min)}..{_fmt_bound(self.reward_max)}"))
         if self.search:
-            parts.append(f"/{self.search}")
-        return ", ".join(parts) or "none"
+            parts.append(("/", f"/{self.search}"))
+        return parts
+
+    def describe(self) -> str:
+        """The filters that are on, joined by "+" (a group must pass all of them), or "none"."""
+        return " + ".join(name for _, name in self.parts()) or "none"
+
+    def explain_empty(self) -> str:
+        """Why a filtered list is empty, and how to get groups back."""
+        parts = self.parts()
+        keys = ", ".join(f"{key} ({name})" for key, name in parts)
+        every = "every filter" if len(parts) > 1 else "the filter"
+        return (
+            f"No group passes {every}: {self.describe()}. Filters combine: a group must pass all "
+            f"of them. Turn one off with {keys}; a clears them all."
+        )
 
 
 def _fmt_bound(value: float | None) -> str:

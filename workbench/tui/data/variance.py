@@ -2,7 +2,7 @@
 environment is ready for RL.
 
 Groups are judged by the engine's one difficulty rule (`engine.difficulty`: too easy / in range
-/ too hard), and the buckets and run verdict are the ones `workbench eval run` prints
+/ no signal / too hard), and the buckets and run verdict are the ones `workbench eval run` prints
 (`engine.summary`), so the TUI, the CLI and training's difficulty filter agree.
 
 `index_variance_report` builds the report from a `RolloutIndex`'s group rows (mean, std, flags
@@ -49,7 +49,7 @@ def bucket_labels() -> list[str]:
 
 
 def difficulty(group: Scored) -> Difficulty:
-    """'too easy' | 'in range' | 'too hard' for one group, by the engine's default rule."""
+    """'too easy' | 'in range' | 'no signal' | 'too hard' for one group, by the engine's default rule."""
     return DEFAULT_RULE.classify(group)
 
 
@@ -58,7 +58,7 @@ class VarianceReport:
     """Everything the Reward variance screen shows."""
 
     histogram: list[tuple[str, int]]  # (bucket label, groups) in bucket order
-    shares: dict[Difficulty, float]  # too easy / in range / too hard -> fraction of groups
+    shares: dict[Difficulty, float]  # too easy / in range / no signal / too hard -> fraction of groups
     counts: dict[Difficulty, int]
     by_variance: Sequence[VarianceRow]  # highest within-group std first, then by example id
     # engine.summary.summarize of the same groups: all of it from `variance_report`; from

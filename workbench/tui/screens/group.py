@@ -1,6 +1,7 @@
 """Group: every rollout of one example in one table — reward, each reward function, length,
-turns, stop condition, error — with the highlighted rollout's conversation below it. Enter
-opens that rollout in the Rollouts view (the screen closes with its rollout index)."""
+turns, stop condition, error — with the highlighted rollout's conversation below it
+(`RolloutDetail`: `f` find, `m` markdown, `F` full screen). Enter opens that rollout in the
+Rollouts view (the screen closes with its rollout index)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
 from textual.widgets import Footer, Static
 
 from workbench.tui.data.rollout_index import RolloutIndex
 from workbench.tui.screens.base import WorkbenchScreen
-from workbench.tui.widgets.conversation import ConversationView, RewardBreakdown
 from workbench.tui.widgets.format import clip, num, reward_text
+from workbench.tui.widgets.labelled_table import LabelledTable
+from workbench.tui.widgets.rollout_detail import DetailActions, RolloutDetail
 from workbench.tui.widgets.virtual_table import Cell, Column, SortValue, VirtualTable
 from workbench.types import Group, Rollout
 
@@ -67,8 +68,9 @@ def rollout_cells(rollout: Rollout, functions: list[str]) -> tuple[tuple[Cell, .
     return cells, sort
 
 
-class GroupScreen(WorkbenchScreen):
-    BINDINGS = [Binding("tab", "focus_conversation", "Read conversation", show=False)]
+class GroupScreen(DetailActions, WorkbenchScreen):
+    # One key between the two places to read (Textual's tab would also stop at folds and bars).
+    BINDINGS = [Binding("tab", "switch_focus", "Table / conversation", show=False)]
 
     def __init__(self, index: RolloutIndex, example_id: int, *, title: str = "", position: int = 0) -> None:
         super().__init__()
@@ -89,10 +91,16 @@ class GroupScreen(WorkbenchScreen):
             + (f"\n{self.title_text}" if self.title_text else ""),
             classes="screen-title",
         )
-        yield VirtualTable(self.columns, id="group-table", open_label="Open rollout")
-        with Vertical(id="group-detail"):
-            yield RewardBreakdown(id="group-breakdown")
-            yield ConversationView(id="group-conversation")
+        yield LabelledTable(
+            self.columns,
+            id="group-table",
+            open_label="Open rollout",
+            where="rollouts table",
+            empty="no rollouts for this example",
+        )
+        yield RolloutDetail(
+            id="group-detail", breakdown_id="group-breakdown", conversation_id="group-conversation"
+        )
         yield Footer()
 
     def on_mount(self) -> None:
@@ -109,13 +117,21 @@ class GroupScreen(WorkbenchScreen):
     @on(VirtualTable.Highlighted, "#group-table")
     def _highlighted(self, event: VirtualTable.Highlighted) -> None:
         self.rollout = self.group.rollouts[event.index]
-        self.query_one(RewardBreakdown).show(self.rollout, len(self.group.rollouts))
-        self.query_one(ConversationView).rollout = self.rollout
+        self.detail.breakdown.show(self.rollout, len(self.group.rollouts))
+        self.detail.conversation.rollout = self.rollout
 
     @on(VirtualTable.Selected, "#group-table")
     def _selected(self, event: VirtualTable.Selected) -> None:
         event.stop()
         self.dismiss(self.group.rollouts[event.index].rollout_index)
 
-    def action_focus_conversation(self) -> None:
-        self.query_one(ConversationView).focus()
+    def action_switch_focus(self) -> None:
+        view = self.detail.conversation
+        if view.has_focus:
+            self.query_one(LabelledTable).focus()
+        else:
+            view.focus()
+
+    def action_back(self) -> None:
+        if not self.leave_full_screen():
+            super().action_back()

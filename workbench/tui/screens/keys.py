@@ -1,4 +1,15 @@
-"""`?`: every key of the current screen (and the global ones), in a modal table."""
+"""`?`: every key of the current screen and where it works, in a modal table.
+
+Where a key works (the third column):
+- the screen's name ("Rollouts"): anywhere on that screen, whatever has the focus;
+- a part of the screen ("groups table", "conversation", "table"): while that part has the focus
+  (tab or a click moves it); every part is listed, not only the focused one;
+- "every screen": the app's keys and those every screen shares (escape: back, tab: next part).
+
+One row per thing a key does in one place, with the key people know best when a binding has
+several (`j` for "down, j", `pgdn` for "pagedown, ctrl+f"); a key that a more specific
+binding takes over on this screen (Group's tab) is listed once, for what it does here.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +20,20 @@ from textual.app import ComposeResult
 from textual.binding import ActiveBinding, Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
 from textual.widgets import Static
 
+from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.conversation import ConversationView
+from workbench.tui.widgets.labelled_table import LabelledTable
 from workbench.tui.widgets.virtual_table import VirtualTable
 
-KEY_COLUMNS = (("key", 9), ("action", 44), ("where", 6))
+KEY_COLUMNS = (("key", 8), ("action", 34), ("where", 16))
 # Textual's own screen bindings that say nothing about this app.
 HIDDEN_ACTIONS = {"screen.copy_text", "screen.maximize", "screen.minimize", "command_palette"}
+EVERYWHERE = "every screen"
+# Classes whose keys every screen has (Textual's Screen: tab; WorkbenchScreen: escape).
+SHARED_SCREEN_CLASSES: tuple[type, ...] = (Screen, WorkbenchScreen)
 
 
 def screen_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
@@ -31,17 +49,16 @@ def screen_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
         if active.node is screen or active.node is screen.app:
             found.append((key, active))
             actions.add(binding.action)
-    for cls in type(screen).__mro__:
-        for binding in Binding.make_bindings(cls.__dict__.get("BINDINGS", [])):
-            if binding.description and binding.action not in actions and binding.action not in HIDDEN_ACTIONS:
-                _, name, params = parse_action(binding.action)
-                if screen.check_action(name, params):
-                    found.append((binding.key, ActiveBinding(screen, binding, True, binding.tooltip)))
-                    actions.add(binding.action)
+    for binding in _class_bindings(type(screen)):
+        if binding.description and binding.action not in actions and binding.action not in HIDDEN_ACTIONS:
+            _, name, params = parse_action(binding.action)
+            if screen.check_action(name, params):
+                found.append((binding.key, ActiveBinding(screen, binding, True, binding.tooltip)))
+                actions.add(binding.action)
     return found
 
 
-# A table's keys worth naming (cursor moves by arrow keys need no introduction).
+# A table's keys the command palette names (cursor moves by arrow keys need no command).
 TABLE_ACTIONS = {"sort", "reverse_sort", "first", "last"}
 
 
@@ -63,23 +80,127 @@ def table_bindings(screen: Screen) -> list[tuple[str, ActiveBinding]]:
     return list(found.values())
 
 
+def _class_bindings(cls: type, *, ours: bool = False) -> list[Binding]:
+    """The bindings `cls` declares and inherits, one per key as Textual merges them (the most
+    derived class's binding of a key wins), most derived class first; `ours`: only those this
+    app declares (a table's scroll-sideways keys from Textual's ScrollView need no list here)."""
+    seen: set[str] = set()
+    found: list[Binding] = []
+    for klass in cls.__mro__:
+        for binding in Binding.make_bindings(klass.__dict__.get("BINDINGS", [])):
+            if binding.key not in seen:
+                seen.add(binding.key)
+                if not ours or klass.__module__.startswith("workbench."):
+                    found.append(binding)
+    return found
+
+
+def _declared_by(cls: type, binding: Binding) -> type | None:
+    """The most derived class of `cls`'s MRO that declares `binding` (by key and action)."""
+    for klass in cls.__mro__:
+        for declared in Binding.make_bindings(klass.__dict__.get("BINDINGS", [])):
+            if declared.key == binding.key and declared.action == binding.action:
+                return klass
+    return None
+
+
+def where_of(widget: Widget) -> str:
+    """What `?` calls the part of the screen `widget` is."""
+    if isinstance(widget, LabelledTable):
+        return widget.where
+    if isinstance(widget, VirtualTable):
+        return "table"
+    if isinstance(widget, ConversationView):
+        return "conversation"
+    return (widget.id or type(widget).__name__).replace("-", " ").lower()
+
+
+def key_preference(key: str) -> tuple[int, int]:
+    """Which of a binding's keys to show: a plain character first (`j`, `g`), then a named key
+    without modifiers (`pagedown`), then one with (`ctrl+f`)."""
+    if len(key) == 1:
+        return (0, 0)
+    return (2, 0) if "+" in key else (1, 0)
+
+
+def _is_workbench_widget(widget: Widget) -> bool:
+    """A widget whose keys this app defines (Textual's own inputs and folds need no list here)."""
+    return any(
+        "BINDINGS" in klass.__dict__ and klass.__module__.startswith("workbench.")
+        for klass in type(widget).__mro__
+    )
+
+
+def _shown(widget: Widget) -> bool:
+    return all(node.display for node in widget.ancestors_with_self if isinstance(node, Widget))
+
+
+def _widget_rows(screen: Screen) -> list[tuple[str, str, str, str]]:
+    """(key, description, where, action) of every shown part of the screen that has keys."""
+    rows: list[tuple[str, str, str, str]] = []
+    focused_keys = {
+        key: active for key, active in screen.active_bindings.items() if active.node is screen.focused
+    }
+    for widget in screen.query("*"):
+        if not (widget.focusable or widget is screen.focused) or not _shown(widget):
+            continue
+        if not _is_workbench_widget(widget):
+            continue
+        for binding in _class_bindings(type(widget), ours=True):
+            if not binding.description or binding.system:
+                continue
+            _, name, params = parse_action(binding.action)
+            if widget.check_action(name, params) is False:
+                continue
+            description = binding.description
+            if widget is screen.focused and binding.key in focused_keys:  # instance labels (Enter)
+                description = focused_keys[binding.key].binding.description
+            elif binding.key == "enter" and isinstance(widget, LabelledTable):
+                description = widget.open_label
+            rows.append((binding.key, description, where_of(widget), f"{id(widget)}:{binding.action}"))
+    return rows
+
+
 def key_rows(screen: Screen, key_display: Callable[[Binding], str]) -> list[tuple[str, str, str]]:
-    """(key, what it does, where) for each described key of `screen`, screen keys first, then
-    the focused table's, then the global ones."""
-    order = {"screen": 0, "table": 1, "global": 2}
-    rows = [
-        (
-            key_display(active.binding),
-            active.binding.description,
-            "global" if active.node is screen.app else "screen",
-        )
-        for _, active in screen_bindings(screen)
+    """(key, what it does, where) for each described key of `screen`: the screen's own keys,
+    then each part's (in screen order), then the keys of every screen."""
+    name = type(screen).__name__.removesuffix("Screen") or "screen"
+    candidates: list[tuple[str, str, str, str]] = []  # (key, description, where, action)
+    for _, active in screen_bindings(screen):
+        binding = active.binding
+        if active.node is screen.app:
+            where = EVERYWHERE
+        else:
+            declared = _declared_by(type(screen), binding)
+            where = EVERYWHERE if declared in SHARED_SCREEN_CLASSES else name
+        candidates.append((binding.key, binding.description, where, f"{where}:{binding.action}"))
+    candidates += _widget_rows(screen)
+    return [
+        (key_display(Binding(key, "", "")), description, where)
+        for key, description, where in _one_row_each(candidates, name)
     ]
-    rows += [
-        (key_display(active.binding), active.binding.description, "table")
-        for _, active in table_bindings(screen)
-    ]
-    return sorted(rows, key=lambda row: order[row[2]])
+
+
+def _one_row_each(candidates: list[tuple[str, str, str, str]], name: str) -> list[tuple[str, str, str]]:
+    """One row per (place, action): the best known of its keys; and never one key for one thing
+    twice in one place. Ordered: the screen's keys, the parts', then every screen's."""
+    best: dict[str, tuple[str, str, str]] = {}
+    order: list[str] = []
+    for key, description, where, action in candidates:
+        if action not in best:
+            order.append(action)
+            best[action] = (key, description, where)
+        elif key_preference(key) < key_preference(best[action][0]):
+            best[action] = (key, description, best[action][2])
+    rows: list[tuple[str, str, str]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for action in order:
+        row = best[action]
+        if row not in seen:
+            seen.add(row)
+            rows.append(row)
+    rank = {name: 0, EVERYWHERE: 2}
+    return sorted(rows, key=lambda row: rank.get(row[2], 1))  # stable: parts keep screen order
 
 
 class KeysScreen(ModalScreen[None]):
@@ -96,6 +217,11 @@ class KeysScreen(ModalScreen[None]):
         with Vertical(id="keys-box") as box:
             box.border_title = f"Keys · {self.title_text}"
             yield VirtualTable(KEY_COLUMNS, id="keys-table", open_label="Close")
+            yield Static(
+                f"where: {self.title_text} = anywhere on it; a part (table, conversation) = while it "
+                "has the focus (tab)",
+                classes="hint",
+            )
             yield Static("ctrl+p or : command palette (every action by name) · escape: close", classes="hint")
 
     def on_mount(self) -> None:

@@ -1,6 +1,9 @@
 """Rollouts: the groups of a rollouts file (eval results, or one training step's samples) with
-mean and std of reward, and the selected rollout's full conversation and reward breakdown.
-Enter on a group opens the Group view (all its rollouts in one table); `#` jumps to an example.
+mean and std of reward, the run's reward distribution and pass@k (`RewardPanel`, `d`), and the
+selected rollout's full conversation and reward breakdown (`RolloutDetail`: find in it with `f`,
+markdown with `m`, full screen with `F`). Enter on a group opens the Group view (all its rollouts
+in one table); `#` jumps to an example. Filters combine (a group must pass all of them); when
+they leave no group, the table says which are on and how to turn them off.
 
 Opening is lazy (`RolloutIndex`): only byte offsets and light rollouts are read up front, the
 conversation of one rollout is read when it is shown. Filters and search run in a thread.
@@ -9,7 +12,6 @@ conversation of one rollout is read when it is shown. Filters and search run in 
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import time
 from dataclasses import replace
@@ -24,14 +26,17 @@ from textual.timer import Timer
 from textual.widgets import Footer, Static
 
 from workbench.store.files import read_json
+from workbench.tui.data.gc_hold import hold_gc_freeze, release_gc_freeze
+from workbench.tui.data.reward_stats import PASS_THRESHOLD, reward_stats, run_pass_threshold
 from workbench.tui.data.rollout_index import GroupRow, RolloutFilter, RolloutIndex, parse_reward_range
 from workbench.tui.data.runs import RunInfo, run_from_metadata
 from workbench.tui.data.training import step_rollout_files
 from workbench.tui.screens.base import WorkbenchScreen
-from workbench.tui.widgets.conversation import ConversationView, RewardBreakdown
 from workbench.tui.widgets.format import num
 from workbench.tui.widgets.groups_table import GroupsTable
 from workbench.tui.widgets.prompt_bar import PromptBar
+from workbench.tui.widgets.reward_panel import RewardPanel
+from workbench.tui.widgets.rollout_detail import DetailActions, RolloutDetail
 from workbench.types import Rollout
 
 # While the cursor runs down the groups (a held key repeats every ~30 ms), the conversation is
@@ -39,43 +44,8 @@ from workbench.types import Rollout
 # the table line alone is cheap. A single move draws at once.
 SETTLE_S = 0.06
 
-_freeze_holders = 0  # open Rollouts screens that keep the objects of their opening frozen
-_frozen_before = False  # whether something else (start-up's release) had frozen objects first
 
-
-def _hold_gc_freeze() -> None:
-    """Take what is alive now (modules, the app, this screen's index and table rows: about
-    90,000 objects that live at least as long as the screen) out of the cyclic collector's
-    full passes.
-
-    Drawing frames allocates, so Python runs a full collection every few dozen cursor steps,
-    and walking those objects takes 20-50 ms on a slow machine: a frame over 100 ms every so
-    often. Frozen objects are still freed by reference counting; only cycles among them wait
-    for `_release_gc_freeze`. Kept for a user-visible need (issue 32; benchmarks/tui_open_run.py,
-    10,000 rollouts, two runs each on 2 shared, loaded cores): opening 0.58 s with the freeze,
-    1.02-1.11 s without (target 0.5 s); single steps p95 83-135 ms with, 147-203 ms without."""
-    global _freeze_holders, _frozen_before
-    if _freeze_holders == 0:
-        _frozen_before = gc.get_freeze_count() > 0
-    gc.collect(1)  # the young garbage (cheap): not frozen along with the rest
-    gc.freeze()
-    _freeze_holders += 1
-
-
-def _release_gc_freeze() -> None:
-    """The last Rollouts screen closed: the collector sees its objects again. gc can only unfreeze
-    everything, so a freeze made before the screens opened (start-up's, workbench/startup.py) is
-    made again over what is still alive once the screens' garbage is collected."""
-    global _freeze_holders
-    _freeze_holders -= 1
-    if _freeze_holders == 0:
-        gc.unfreeze()
-        if _frozen_before:
-            gc.collect()
-            gc.freeze()
-
-
-class RolloutsScreen(WorkbenchScreen):
+class RolloutsScreen(DetailActions, WorkbenchScreen):
     BINDINGS = [
         Binding("right_square_bracket", "rollout(1)", "Next rollout"),
         Binding("left_square_bracket", "rollout(-1)", "Prev rollout"),
@@ -90,6 +60,7 @@ class RolloutsScreen(WorkbenchScreen):
         Binding("a", "clear_filters", "Clear filters", show=False),
         Binding("y", "copy", "Copy JSON"),
         Binding("v", "variance", "Variance"),
+        Binding("d", "reward_panel", "Reward panel", show=False),
         Binding("full_stop", "step(1)", "Next step", show=False),
         Binding("comma", "step(-1)", "Prev step", show=False),
     ]
@@ -118,20 +89,22 @@ class RolloutsScreen(WorkbenchScreen):
         self._live: Timer | None = None
         self._moved_at = 0.0  # when the cursor last moved to another group (time.monotonic)
         self._settle: Timer | None = None
-        self._gc_frozen = False  # holds a `_hold_gc_freeze` (released on unmount)
+        self._gc_frozen = False  # holds a `hold_gc_freeze` (released on unmount)
+        self._pass_threshold = PASS_THRESHOLD  # a correct rollout's least reward (pass@k)
 
     def compose(self) -> ComposeResult:
         yield Static(id="rollouts-title", classes="screen-title")
         with Horizontal(id="rollouts-body"):
-            yield GroupsTable(id="groups")
-            with Vertical(id="rollout-detail"):
-                yield RewardBreakdown(id="breakdown")
-                yield ConversationView(id="conversation")
+            with Vertical(id="rollouts-left"):
+                yield GroupsTable(id="groups")
+                yield RewardPanel(id="reward-panel")
+            yield RolloutDetail(id="rollout-detail", breakdown_id="breakdown", conversation_id="conversation")
         yield PromptBar(id="rollouts-prompt")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(GroupsTable).focus()
+        self.query_one(RewardPanel).fit(self.app.size.height)
         self._update_title()
         self.reload(first=True)
         if self.run is not None and self.run.is_live:
@@ -140,7 +113,7 @@ class RolloutsScreen(WorkbenchScreen):
     def on_unmount(self) -> None:
         if self._gc_frozen:
             self._gc_frozen = False
-            _release_gc_freeze()
+            release_gc_freeze()
 
     # ----- loading -----------------------------------------------------------------------
     def follow(self) -> None:
@@ -166,31 +139,46 @@ class RolloutsScreen(WorkbenchScreen):
             if not (changed or first):
                 return
             groups = await asyncio.to_thread(self.index.filtered, self.filter)
+            if first:  # the environment's pass threshold, as the eval's summary recorded it
+                self._pass_threshold = await asyncio.to_thread(run_pass_threshold, self.path)
+            stats = await asyncio.to_thread(reward_stats, self.index, self._pass_threshold)
+        if not self.closing:
+            self.query_one(RewardPanel).show(stats)
         self._show_groups(groups, self.focus_example if first else None)
         if first:
             self.loaded = True
             if not self._gc_frozen and not self.closing:
                 self._gc_frozen = True
-                _hold_gc_freeze()
+                hold_gc_freeze()
 
     @work(group="rollouts")
     async def apply_filter(self) -> None:
         async with self._lock:
             groups = await asyncio.to_thread(self.index.filtered, self.filter)
         self._show_groups(groups, None)
-        if not groups:
-            self.notify("no groups match these filters (a clears them)", severity="warning")
+        if not groups and self.filter.active:
+            self.notify(
+                f"no group passes {self.filter.describe()} (a clears the filters)", severity="warning"
+            )
 
     def _show_groups(self, groups: list[GroupRow], select: int | None) -> None:
         if self.closing:
             return
         table = self.query_one(GroupsTable)
         self._shown = len(groups)
+        if self.filter.active and self.index.groups():
+            table.empty = self.filter.explain_empty()
+        else:
+            table.empty = (
+                "no groups yet: the run has not finished one"
+                if self.run and self.run.is_live
+                else "no groups in this file"
+            )
         table.show(groups, select)
         if not groups:
             self.group, self.rollout = None, None
-            self.query_one(RewardBreakdown).show(None)
-            self.query_one(ConversationView).rollout = None
+            self.detail.breakdown.show(None)
+            self.detail.conversation.rollout = None
         self._update_title()
 
     def _update_title(self) -> None:
@@ -203,8 +191,9 @@ class RolloutsScreen(WorkbenchScreen):
         )
         body = f"{self.label}: {len(groups)} groups · {len(self.index)} rollouts · mean {num(self.index.reward_mean)}"
         shown = f" · showing {self._shown}" if self.filter.active else ""
+        filters = "filters (all must hold)" if len(self.filter.parts()) > 1 else "filter"
         self.query_one("#rollouts-title", Static).update(
-            f"{head}\n{body} · filter: {self.filter.describe()}{shown}"
+            f"{head}\n{body} · {filters}: {self.filter.describe()}{shown}"
         )
 
     # ----- showing one rollout --------------------------------------------------------------
@@ -233,7 +222,7 @@ class RolloutsScreen(WorkbenchScreen):
             indices = [self.index.rollout_index_at(self.group, i) for i in range(self.group.size)]
             self.position = indices.index(rollout_index) if rollout_index in indices else 0
             self._show_rollout()
-            self.query_one(ConversationView).focus()
+            self.detail.conversation.focus()
 
         title = (
             f"{self.run.kind} · {self.run.env} · {self.run.model_label} · {self.label}"
@@ -264,8 +253,8 @@ class RolloutsScreen(WorkbenchScreen):
     def _draw_rollout(self) -> None:
         self._settle = None
         if self.rollout is not None and self.group is not None and not self.closing:
-            self.query_one(RewardBreakdown).show(self.rollout, self.group.size)
-            self.query_one(ConversationView).rollout = self.rollout
+            self.detail.breakdown.show(self.rollout, self.group.size)
+            self.detail.conversation.rollout = self.rollout
 
     def action_rollout(self, step: int) -> None:
         if self.group is None:
@@ -351,6 +340,16 @@ class RolloutsScreen(WorkbenchScreen):
                 self.select_example(example_id)
 
         self.open("variance", self.path, run=self.run, label=self.label, index=self.index, callback=chosen)
+
+    def action_reward_panel(self) -> None:
+        self.query_one(RewardPanel).toggle()
+
+    def on_resize(self) -> None:
+        self.query_one(RewardPanel).fit(self.size.height)
+
+    def action_back(self) -> None:
+        if not self.leave_full_screen():
+            super().action_back()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "step":

@@ -1,5 +1,5 @@
 """Reward variance: the histogram of within-group reward std, the share of groups too easy / in
-range / too hard, and examples sorted by variance — is this environment ready for RL?
+range / without signal / too hard, and examples sorted by variance — is this environment ready for RL?
 Enter on an example closes the screen with its id (the caller shows its rollouts). Built from
 the rollout index's numbers (`index_variance_report`), so it opens as fast as Rollouts does."""
 
@@ -15,17 +15,18 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Static
 
-from workbench.engine.difficulty import SIGNAL_STD
+from workbench.engine.difficulty import DIFFICULTIES, FLAT_EASY, FLAT_HARD, SIGNAL_STD
 from workbench.tui.data.rollout_index import RolloutIndex
 from workbench.tui.data.runs import RunInfo
 from workbench.tui.data.variance import VarianceReport, difficulty, index_variance_report
 from workbench.tui.screens.base import WorkbenchScreen
 from workbench.tui.widgets.format import num, reward_text
 from workbench.tui.widgets.histogram import BarChart
+from workbench.tui.widgets.labelled_table import LabelledTable
 from workbench.tui.widgets.prompt_bar import PromptBar
 from workbench.tui.widgets.virtual_table import VirtualTable
 
-DIFFICULTY_STYLE = {"too easy": "yellow", "in range": "green", "too hard": "red"}
+DIFFICULTY_STYLE = {"too easy": "yellow", "in range": "green", "no signal": "magenta", "too hard": "red"}
 
 
 class VarianceScreen(WorkbenchScreen):
@@ -54,10 +55,12 @@ class VarianceScreen(WorkbenchScreen):
             with Vertical(id="variance-left"):
                 yield BarChart(id="std-histogram", bar_width=18)
                 yield Static(id="variance-shares")
-            yield VirtualTable(
-                (("example", 7), ("mean", 5), ("std", 5), ("verdict", 8)),
+            yield LabelledTable(
+                (("example", 7), ("mean", 5), ("std", 5), ("verdict", 9)),
                 id="variance-table",
                 open_label="Show in Rollouts",
+                where="examples table",
+                empty="no groups in this run yet",
             )
         yield PromptBar(id="variance-prompt")
         yield Footer()
@@ -105,10 +108,15 @@ class VarianceScreen(WorkbenchScreen):
         text = Text()
         text.append(f"{report.num_groups} groups", style="bold")
         text.append(f" · mean reward {num(report.summary.get('reward_mean'))}\n")
-        for kind in ("too easy", "in range", "too hard"):
+        for kind in DIFFICULTIES:
             text.append(f"{kind:>9} ", style=DIFFICULTY_STYLE[kind])
             text.append(f"{report.shares[kind]:>4.0%}  ({report.counts[kind]})\n")
-        text.append(f"std < {SIGNAL_STD:g}: no learning signal\n", style="dim")
+        # The rule in one line, so "no signal" is never read as a verdict on difficulty.
+        text.append(
+            f"std < {SIGNAL_STD:g}: too hard at mean <= {FLAT_HARD:g}, too easy at >= {FLAT_EASY:g}, "
+            "else no signal (same reward every time)\n",
+            style="dim",
+        )
         zero = report.summary.get("zero_variance_frac")
         if zero is not None:
             text.append(f"zero-variance groups {zero:.0%}\n")

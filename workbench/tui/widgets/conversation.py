@@ -1,192 +1,100 @@
 """A rollout's full conversation — system, user, assistant, tool calls and tool results — and its
-reward breakdown (total, each reward function, logged metrics, flags, usage).
+reward breakdown (total, each reward function, logged metrics, flags, usage). The blocks it is
+drawn with live in `message_blocks`.
 
 A thinking model's turn shows its thinking (`reasoning_content`) folded: one dim line,
 "▸ thinking (N words)", that opens on click or Enter (`h` opens or folds them all), since the
 answer is what a reader compares across rollouts and the thinking can be pages long.
+
+Message text is shown as written, or rendered as markdown (`set_markdown`: headings, lists,
+emphasis, code blocks; LaTeX math stays its source text, e.g. `$x^2$`, as a terminal cannot
+typeset it). `find(query)` highlights a query in what the blocks draw and scrolls to each match
+in turn (`n`/`N`); the query stays while other rollouts are shown, so one can look for a word
+across a group (see `workbench.tui.widgets.find`).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from rich.console import Group as RichGroup
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.reactive import reactive
-from textual.visual import VisualType
-from textual.widget import Widget
-from textual.widgets import Collapsible, Static
+from textual.widgets import Static
 
+from workbench.tui.widgets.find import locate
 from workbench.tui.widgets.format import reward_color
+from workbench.tui.widgets.message_blocks import (
+    AnswerText,
+    FindableText,
+    MessageBlock,
+    ThinkingFold,
+    ThinkingTurn,
+    content_text,
+    message_block,
+    render_body,
+    tool_call_names,
+    update_static,
+)
 from workbench.types import Rollout
 
-
-def content_text(content: Any) -> str:
-    """OpenAI message content as text (a string, or a list of parts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", p)) if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
-
-
-def _arguments(raw: Any) -> str:
-    """Tool-call arguments pretty-printed when they are JSON."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return raw
-    return json.dumps(raw, ensure_ascii=False)
-
-
-def message_body(message: dict[str, Any]) -> Text:
-    body = Text(content_text(message.get("content")))
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", {}) if isinstance(call, dict) else {}
-        if body:
-            body.append("\n")
-        body.append("→ ", style="bold")
-        body.append(str(function.get("name", "?")), style="bold")
-        body.append(f"({_arguments(function.get('arguments', ''))})")
-    if not body:
-        body = Text("(empty)", style="dim italic")
-    return body
-
-
-def message_title(message: dict[str, Any], tool_names: dict[str, str] | None = None) -> str:
-    """The block title: the role, and for tool traffic which tool (a result names its call's tool)."""
-    role = str(message.get("role", "?"))
-    if role == "tool":
-        call_id = message.get("tool_call_id")
-        name = message.get("name") or (tool_names or {}).get(str(call_id)) or call_id
-        return f"tool ← {name}" if name else "tool"
-    if role == "assistant" and message.get("tool_calls"):
-        return "assistant · tool call"
-    return role
-
-
-def tool_call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
-    """Tool-call id -> tool name, from the assistant messages' tool calls."""
-    names = {}
-    for message in messages:
-        for call in message.get("tool_calls") or []:
-            if isinstance(call, dict) and call.get("id"):
-                names[str(call["id"])] = str((call.get("function") or {}).get("name", "?"))
-    return names
-
-
-def _classes(message: dict[str, Any], in_prompt: bool) -> str:
-    role = str(message.get("role", "other"))
-    role_class = role if role in ("system", "user", "assistant", "tool") else "other"
-    return f"message -{role_class}" + (" -prompt" if in_prompt else "")
-
-
-def _same_text(a: object, b: object) -> bool:
-    """Both are Rich Text that draws the same (`Text.__eq__` ignores the base style)."""
-    return isinstance(a, Text) and isinstance(b, Text) and a == b and a.style == b.style
-
-
-def update_static(widget: Static, content: VisualType) -> None:
-    """Show `content` in `widget`, laying the screen out again only when its height changes.
-
-    `Static.update` asks for a layout by default: the whole screen is arranged again, every
-    scroll view on it (the groups table among them) repaints its scroll bars, and the layout
-    waits for a frame of its own. Moving the Rollouts cursor one row mostly shows text of the
-    same height (another answer to a prompt of the same shape): repainting this widget where
-    it is draws the same, for a fraction of the frame."""
-    if _same_text(content, widget.content):
-        return  # the same text (the system prompt of every rollout): nothing to redraw
-    region = widget.content_region
-    widget.update(content, layout=False)
-    if (
-        not region.width
-        or widget.get_content_height(widget.container_size, widget.app.size, region.width) != region.height
-    ):
-        widget.refresh(layout=True)
-
-
-def _set_border_titles(widget: Widget, title: str, subtitle: str | None) -> None:
-    """Set border titles only when they change: each assignment repaints the widget."""
-    if widget.border_title != title:
-        widget.border_title = title
-    if widget.border_subtitle != subtitle:
-        widget.border_subtitle = subtitle
-
-
-class MessageBlock(Static):
-    """One chat message in a bordered block titled with its role."""
-
-    def __init__(
-        self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message_body(message), classes=_classes(message, in_prompt))
-        self.border_title = message_title(message, tool_names)
-        self.border_subtitle = "prompt" if in_prompt else None
-
-    def show(
-        self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None
-    ) -> None:
-        """Show another message in this block (see `ConversationView._update_in_place`)."""
-        update_static(self, message_body(message))
-        self.set_classes(_classes(message, in_prompt))  # a no-op when they are the same
-        _set_border_titles(self, message_title(message, tool_names), "prompt" if in_prompt else None)
-
-
-class ThinkingFold(Collapsible):
-    """A turn's thinking, folded to one line until opened."""
-
-    def __init__(self, thinking: str) -> None:
-        words = len(thinking.split())
-        super().__init__(
-            Static(thinking, classes="thinking-text"),
-            title=f"thinking ({words} word{'s' * (words != 1)})",
-            collapsed=True,
-            collapsed_symbol="▸",
-            expanded_symbol="▾",
-            classes="thinking",
-        )
-
-
-class ThinkingTurn(Vertical):
-    """An assistant turn that thought: the folded thinking above the answer, in one block."""
-
-    def __init__(
-        self, message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(classes=_classes(message, in_prompt))
-        self.message = message
-        self.border_title = message_title(message, tool_names)
-        if in_prompt:
-            self.border_subtitle = "prompt"
-
-    def compose(self) -> ComposeResult:
-        yield ThinkingFold(str(self.message["reasoning_content"]))
-        yield Static(message_body(self.message), classes="answer")
-
-
-def message_block(
-    message: dict[str, Any], *, in_prompt: bool, tool_names: dict[str, str]
-) -> Static | ThinkingTurn:
-    if message.get("reasoning_content"):
-        return ThinkingTurn(message, in_prompt=in_prompt, tool_names=tool_names)
-    return MessageBlock(message, in_prompt=in_prompt, tool_names=tool_names)
+# What other modules (and tests) import from here, from before the blocks moved out.
+__all__ = [
+    "ConversationView",
+    "MessageBlock",
+    "RewardBreakdown",
+    "ThinkingFold",
+    "ThinkingTurn",
+    "breakdown",
+    "content_text",
+    "update_static",
+]
 
 
 class ConversationView(VerticalScroll, can_focus=True):
     """Set `rollout` to show its conversation (prompt, then completion)."""
 
-    BINDINGS = [Binding("h", "toggle_thinking", "Thinking")]
+    BINDINGS = [
+        Binding("h", "toggle_thinking", "Thinking"),
+        # vim's keys as well as the arrows: the tables take j/k, so reading does too
+        Binding("j,down", "scroll_down", "Scroll down", show=False),
+        Binding("k,up", "scroll_up", "Scroll up", show=False),
+        Binding("pagedown,space", "page_down", "Page down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("g,home", "scroll_home", "Top", show=False),
+        Binding("G,end", "scroll_end", "Bottom", show=False),
+        # Only while a find is on; otherwise n/N fall through to the screen (Rollouts: next example).
+        Binding("n", "next_match(1)", "Next match", show=False),
+        Binding("N", "next_match(-1)", "Previous match", show=False),
+    ]
+
+    class Found(Message):
+        """What a find shows now: `current` (from 0) of `total` matches of `query`."""
+
+        def __init__(self, view: ConversationView, query: str, current: int, total: int) -> None:
+            super().__init__()
+            self.view = view
+            self.query = query
+            self.current = current
+            self.total = total
+
+        @property
+        def control(self) -> ConversationView:
+            return self.view
 
     # No repaint of the view itself when the rollout changes: its blocks repaint what changed
     # (a repaint of the whole view would redraw every block, changed or not).
     rollout: reactive[Rollout | None] = reactive(None, repaint=False)
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.markdown = False
+        self.query_text = ""  # the find's query ("" : no find)
+        self.matches: list[tuple[FindableText, int, int]] = []  # (block, occurrence in it, its line)
+        self.current = 0  # the match shown, an index into `matches`
 
     def compose(self) -> ComposeResult:
         rollout = self.rollout
@@ -195,9 +103,9 @@ class ConversationView(VerticalScroll, can_focus=True):
             return
         names = tool_call_names([*rollout.prompt, *rollout.completion])
         for message in rollout.prompt:
-            yield message_block(message, in_prompt=True, tool_names=names)
+            yield message_block(message, in_prompt=True, tool_names=names, markdown=self.markdown)
         for message in rollout.completion:
-            yield message_block(message, in_prompt=False, tool_names=names)
+            yield message_block(message, in_prompt=False, tool_names=names, markdown=self.markdown)
         if not rollout.completion:
             yield Static("(no completion)", classes="empty")
 
@@ -205,6 +113,8 @@ class ConversationView(VerticalScroll, can_focus=True):
         if not self._update_in_place(rollout):
             await self.recompose()
         self.scroll_home(animate=False)
+        if self.query_text:
+            self.call_after_refresh(self._refind, True)
 
     def _update_in_place(self, rollout: Rollout | None) -> bool:
         """Show `rollout` in the blocks already mounted when it has the same shape (the common
@@ -222,8 +132,77 @@ class ConversationView(VerticalScroll, can_focus=True):
             return False
         names = tool_call_names([m for m, _ in messages])
         for block, (message, in_prompt) in zip(blocks, messages, strict=True):
-            block.show(message, in_prompt=in_prompt, tool_names=names)
+            block.show(message, in_prompt=in_prompt, tool_names=names, markdown=self.markdown)
         return True
+
+    # ----- markdown ----------------------------------------------------------------------------
+    def set_markdown(self, on: bool) -> None:
+        """Render message text as markdown (or show it as written)."""
+        if on == self.markdown:
+            return
+        self.markdown = on
+        for block in self.query(FindableText):
+            if isinstance(block, (MessageBlock, AnswerText)):
+                block.set_base(render_body(block.message, on))
+        for turn in self.query(ThinkingTurn):
+            turn.markdown = on
+        if self.query_text:
+            self.call_after_refresh(self._refind, False)
+
+    # ----- find --------------------------------------------------------------------------------
+    def find(self, query: str) -> None:
+        """Highlight `query` and scroll to its first match ("" ends the find). The matches are
+        counted once the blocks are laid out (`Found` says how many)."""
+        self.query_text = query
+        self.current = 0
+        self.call_after_refresh(self._refind, True)
+
+    def _refind(self, jump: bool) -> None:
+        """Find the matches at the blocks' present widths; `jump`: go to the first, else keep
+        the one shown (as near as the new matches allow)."""
+        query = self.query_text
+        fallback = max(self.scrollable_content_region.width - 6, 10)  # a folded block has no width yet
+        self.matches = []
+        for block in self.query(FindableText):
+            found = locate(self.app.console, block.base, block.content_region.width or fallback, query)
+            self.matches += [(block, occurrence, line) for occurrence, line in enumerate(found.lines)]
+        self.current = 0 if jump else min(self.current, max(len(self.matches) - 1, 0))
+        self._highlight()
+        if self.matches:
+            self._scroll_to_current()
+
+    def _highlight(self) -> None:
+        shown = self.matches[self.current] if self.matches else None
+        holding = {block for block, _, _ in self.matches}
+        for block in self.query(FindableText):
+            if block in holding:
+                block.highlight(self.query_text, shown[1] if shown and shown[0] is block else None)
+            else:
+                block.highlight("", None)
+        self.post_message(self.Found(self, self.query_text, self.current, len(self.matches)))
+
+    def action_next_match(self, step: int) -> None:
+        if not self.matches:
+            self.notify(f"no match for {self.query_text!r} in this rollout", severity="warning")
+            return
+        self.current = (self.current + step) % len(self.matches)
+        self._highlight()
+        self._scroll_to_current()
+
+    def _scroll_to_current(self) -> None:
+        block, _, line = self.matches[self.current]
+        fold = next((node for node in block.ancestors if isinstance(node, ThinkingFold)), None)
+        if fold is not None and fold.collapsed:
+            fold.collapsed = False  # the match is in folded thinking: open it, then scroll
+            self.call_after_refresh(self._scroll_to_current)
+            return
+        # where the match's line is in the view's scrollable content, centred when it can be
+        top = block.region.y - self.scrollable_content_region.y + round(self.scroll_y) + block.gutter.top
+        self.scroll_to(y=max(0, top + line - self.scrollable_content_region.height // 2), animate=False)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.query_text:  # lines wrap elsewhere now: the matches' lines move
+            self.call_after_refresh(self._refind, False)
 
     def action_toggle_thinking(self) -> None:
         """Open every fold when any is closed, else close them all."""
@@ -236,6 +215,8 @@ class ConversationView(VerticalScroll, can_focus=True):
         # The key (and its footer hint) only where there is thinking to show.
         if action == "toggle_thinking":
             return bool(self.query(ThinkingFold))
+        if action == "next_match":  # listed, but the key goes on to the screen until a find is on
+            return True if self.query_text else None
         return True
 
 

@@ -1,7 +1,7 @@
 """The per-example groups list of a rollouts file: example id, rollouts, mean and std of
 reward, and flags (E errors, T truncated, 0 zero variance). Virtual: thousands of groups cost
 nothing until they scroll into view. Sortable by any column (`o`/`O`); rows are keyed by
-example id, so `select_example` jumps to one."""
+example id, so `select_example` jumps to one. With no rows it says why (`empty`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from textual.message import Message
 
 from workbench.tui.data.rollout_index import GroupRow, group_flags
 from workbench.tui.widgets.format import reward_text
+from workbench.tui.widgets.labelled_table import LabelledTable
 from workbench.tui.widgets.virtual_table import VirtualTable
 
 COLUMNS = (("example", 7), ("n", 3), ("mean", 5), ("std", 5), ("flags", 5))
 
 
-class GroupsTable(VirtualTable):
+class GroupsTable(LabelledTable):
     """Shows `GroupRow`s; posts `Highlighted(group)` as the cursor moves and `Chosen` on Enter."""
 
     class _GroupMessage(Message):
@@ -35,7 +36,7 @@ class GroupsTable(VirtualTable):
         """Enter on a group."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(COLUMNS, id=id, open_label="Open group")
+        super().__init__(COLUMNS, id=id, open_label="Open group", where="groups table", empty="no groups yet")
         self.groups: list[GroupRow] = []
 
     @property

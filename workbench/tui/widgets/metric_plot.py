@@ -1,13 +1,32 @@
-"""One training curve (or a few on shared axes) drawn in the terminal with textual-plotext."""
+"""One training curve (or a few on shared axes) drawn in the terminal with textual-plotext.
+
+Several curves are told apart by a legend in the title line ("reward 0.45  ━ mean  ━ std"), each
+mark in its curve's colour, never by plotext's legend: that one is drawn inside the plot area
+and, in a narrow chart (a 100-column monitor), covers the curves it names.
+"""
 
 from __future__ import annotations
 
+from typing import cast
+
+from rich.color import Color
+from rich.style import Style
+from rich.text import Text
 from textual import events
+from textual.app import RenderResult
 from textual_plotext import PlotextPlot
 
 from workbench.tui.widgets.format import clip
 
 Line = tuple[str, list[float], list[float]]  # (legend label, steps, values)
+# Curve colours in order, as RGB (plotext draws them exactly, and the legend marks match).
+LINE_COLORS: tuple[tuple[int, int, int], ...] = ((0, 175, 255), (255, 135, 0), (95, 215, 95), (215, 95, 215))
+LEGEND_MARK = "━"
+
+
+def legend_text(labels: list[str]) -> str:
+    """The legend part of the title line: a coloured mark before each curve's label."""
+    return "  ".join(f"{LEGEND_MARK} {label}" for label in labels)
 
 
 class MetricPlot(PlotextPlot):
@@ -39,15 +58,32 @@ class MetricPlot(PlotextPlot):
             label, _, values = self.lines[0]
             latest = f" {values[-1]:.4g}"
         title = f"{self.title}{latest}" if self.lines else f"{self.title} (no data yet)"
+        if len(self.lines) > 1:
+            title = f"{title}  {legend_text([label for label, _, _ in self.lines])}"
         plt.title(clip(title, max(self.size.width - 4, 8)) if self.size.width else title)
-        for label, steps, values in self.lines:
+        for number, (_, steps, values) in enumerate(self.lines):
             marker = "braille" if len(steps) > 1 else "dot"
-            plt.plot(steps, values, marker=marker, label=label if len(self.lines) > 1 else None)
+            plt.plot(steps, values, marker=marker, color=LINE_COLORS[number % len(LINE_COLORS)])
         steps = sorted({s for _, xs, _ in self.lines for s in xs})
         if steps:
             ticks: list[float] = list(step_ticks(steps))  # ints: plotext labels them "2", not "2.0"
             plt.xticks(ticks)
         self.refresh()
+
+    def render(self) -> RenderResult:
+        """The plot, with the title line's legend marks in their curves' colours."""
+        text = cast(Text, super().render())
+        if len(self.lines) > 1:
+            first_line = text.plain.split("\n", 1)[0]
+            at = 0
+            for number, (label, _, _) in enumerate(self.lines):
+                found = first_line.find(f"{LEGEND_MARK} {label}", at)
+                if found < 0:
+                    break  # clipped off the title line
+                rgb = LINE_COLORS[number % len(LINE_COLORS)]
+                text.stylize(Style(color=Color.from_rgb(*rgb), bold=True), found, found + 1)
+                at = found + 1
+        return text
 
 
 def step_ticks(steps: list[float], most: int = 4) -> list[int]:

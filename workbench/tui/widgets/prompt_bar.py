@@ -16,13 +16,19 @@ class PromptBar(Input):
     BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
 
     class Answered(Message):
-        def __init__(self, purpose: str, value: str) -> None:
+        def __init__(self, purpose: str, value: str, bar: PromptBar | None = None) -> None:
             super().__init__()
             self.purpose = purpose
             self.value = value
+            self.bar = bar
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, compact=True)
+        @property
+        def control(self) -> PromptBar | None:
+            """The bar that asked (so `@on(PromptBar.Answered, "#id")` picks one bar's answers)."""
+            return self.bar
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes, compact=True)
         self.purpose = ""
         self.display = False
         self._return_to: Widget | None = None
@@ -39,7 +45,7 @@ class PromptBar(Input):
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
         self._close()
-        self.post_message(self.Answered(self.purpose, self.value))
+        self.post_message(self.Answered(self.purpose, self.value, self))
 
     def action_cancel(self) -> None:
         self._close()
