@@ -117,7 +117,7 @@ def read_dry_run(output: str, returncode: int, checked: str, shown: str) -> DryR
     if NO_DRY_RUN in text:
         return DryRun("unsupported")
     errors = [line.removeprefix("error:").strip() for line in lines if line.startswith("error:")]
-    problems = [Problem(e, error_line(e, shown)) for e in errors] or [
+    problems = [Problem(_without_place(e, shown), error_line(e, shown)) for e in errors] or [
         Problem(next((line for line in reversed(lines) if line.strip()), f"exited with code {returncode}"))
     ]
     plan = "\n".join(line for line in lines if not line.startswith("error:")).strip()
@@ -130,3 +130,8 @@ def error_line(message: str, shown: str) -> int | None:
     """The line a message points at in the config: `CONFIG:LINE: ...` (the config loader's way)."""
     match = re.search(rf"{re.escape(shown)}:(\d+)", message)
     return int(match.group(1)) if match else None
+
+
+def _without_place(message: str, shown: str) -> str:
+    """The message without its leading `CONFIG:LINE:` (the pane names the line itself)."""
+    return re.sub(rf"^{re.escape(shown)}(:\d+)?:\s*", "", message)

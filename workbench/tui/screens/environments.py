@@ -23,6 +23,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Log, Markdown, Static
 
+from workbench.store.results import RESULTS
 from workbench.tui.data.environments import (
     ENV_LIST_ARGS,
     EnvEntry,
@@ -218,7 +219,11 @@ class EnvironmentsScreen(WorkbenchScreen):
         if run is None:
             self.notify("no eval of this environment yet: press ⏎ to run one", severity="warning")
             return
-        self.open("rollouts", run.path, run=run)
+        results = run.path / RESULTS
+        if not results.is_file():
+            self.notify("its newest eval has no rollouts yet", severity="warning")
+            return
+        self.open("rollouts", results, run=run, label="results")
 
     def action_new(self) -> None:
         if self._busy():
