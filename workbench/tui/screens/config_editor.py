@@ -105,7 +105,7 @@ class ConfigEditorScreen(WorkbenchScreen):
                 language=self._toml(),
                 show_line_numbers=True,
                 soft_wrap=False,
-                tab_behavior="indent",
+                tab_behavior="focus",  # escape leaves the screen (after asking), tab the editor
             )
             with VerticalScroll(id="editor-check"):
                 yield Static(id="check-verdict")
