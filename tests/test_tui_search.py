@@ -15,9 +15,10 @@ from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.group import GroupScreen
 from workbench.tui.screens.rollouts import RolloutsScreen
 from workbench.tui.screens.runs import RunsScreen
-from workbench.tui.widgets.conversation import ConversationView, MessageBlock
+from workbench.tui.widgets.conversation import ConversationView, MessageBlock, ThinkingFold
 from workbench.tui.widgets.find import Highlighted, find_spans
 from workbench.tui.widgets.groups_table import GroupsTable
+from workbench.tui.widgets.message_blocks import FindableText
 from workbench.tui.widgets.rollout_detail import RolloutDetail
 from workbench.types import Group, Rollout
 
@@ -228,3 +229,36 @@ async def test_group_view_reads_a_rollout_the_same_way(workspace: Path):
         assert group.maximized is group.query_one(RolloutDetail)
         await pilot.press("escape", "escape")
         assert app.screen is not group
+
+
+async def test_a_match_in_folded_thinking_opens_the_fold(workspace: Path):
+    writer = ResultsWriter(workspace / "run")
+    thinking = " ".join(["first I think about words"] * 30 + ["then the needle appears"])
+    writer.write_group(
+        Group(
+            0,
+            [
+                Rollout(
+                    0,
+                    0,
+                    prompt=[{"role": "user", "content": "question"}],
+                    completion=[
+                        {"role": "assistant", "content": "the answer", "reasoning_content": thinking}
+                    ],
+                    reward=1.0,
+                )
+            ],
+        )
+    )
+    writer.close()
+    app = WorkbenchApp(workspace, poll_s=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_file(pilot, app, workspace / "run" / "results.jsonl")
+        view = screen.query_one(ConversationView)
+        fold = screen.query_one(ThinkingFold)
+        await wait_for(pilot, lambda: fold.collapsed)
+        await pilot.press("f", *"needle", "enter")
+        await wait_for(pilot, lambda: len(view.matches) == 1 and not fold.collapsed)
+        text = fold.query_one(FindableText)
+        await wait_for(pilot, lambda: "needle" in text_of(text))
+        assert isinstance(text.content, Highlighted) and text.content.current == 0

@@ -139,17 +139,19 @@ class RolloutsScreen(DetailActions, WorkbenchScreen):
             if not (changed or first):
                 return
             groups = await asyncio.to_thread(self.index.filtered, self.filter)
-            if first:  # the environment's pass threshold, as the eval's summary recorded it
-                self._pass_threshold = await asyncio.to_thread(run_pass_threshold, self.path)
-            stats = await asyncio.to_thread(reward_stats, self.index, self._pass_threshold)
-        if not self.closing:
-            self.query_one(RewardPanel).show(stats)
         self._show_groups(groups, self.focus_example if first else None)
         if first:
             self.loaded = True
             if not self._gc_frozen and not self.closing:
                 self._gc_frozen = True
                 hold_gc_freeze()
+        # the reward panel after the groups: opening a big run shows its groups first
+        async with self._lock:
+            if first:  # the environment's pass threshold, as the eval's summary recorded it
+                self._pass_threshold = await asyncio.to_thread(run_pass_threshold, self.path)
+            stats = await asyncio.to_thread(reward_stats, self.index, self._pass_threshold)
+        if not self.closing:
+            self.query_one(RewardPanel).show(stats)
 
     @work(group="rollouts")
     async def apply_filter(self) -> None:
