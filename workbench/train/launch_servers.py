@@ -6,7 +6,8 @@ stop them with the run — on any machine.
 Where vLLM runs (installed, a CUDA GPU visible) this is one `vllm serve` (`train/vllm.py`, log
 `<run>/vllm.log`); elsewhere N `workbench serve MODEL --enable-lora` replicas (N and the rule
 for it: `placement.py`), each in its own process group with its log in
-`<run>/inference/replica_<i>.log`, found by the URL it announces and health-checked (GET /health).
+`<run>/inference/replica_<i>.log` (a resumed run sets the earlier session's aside), found by the
+URL it announces and health-checked (GET /health).
 `<run>/inference/replicas.json` records every server's pid (= process group id), URL and log
 as soon as it starts, so anyone can check that none is left behind.
 
@@ -26,6 +27,7 @@ import asyncio
 import contextlib
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +99,7 @@ async def _launch_replicas(
     # Started from this (the event loop's) thread; --parent-pid makes each exit with this process.
     command = replica_command(config, model=model, parent_pid=os.getpid())
     folder = run_dir / INFERENCE_DIR
+    _set_aside_logs(folder, count)
     servers: list[ManagedServer] = []
     stack.callback(_stop_all, servers)  # registered first: whatever started is stopped, however we leave
     for index in range(count):
@@ -124,6 +127,18 @@ async def _launch_replicas(
     reporter.message(f"inference replicas ready: {', '.join(urls)}")
     _share_cores_with(count)
     return LaunchedInference(urls, _as_launched(config, count))
+
+
+def _set_aside_logs(folder: Path, count: int) -> None:
+    """A resumed run's replicas start with empty logs; an earlier session's are renamed
+    `replica_<i>.<time>.log` (kept: they may say why that session ended). A replica's URL is read
+    from its log, and the first announcement in an appended log would be the earlier session's
+    replica, long gone: the new one was then never found (a resume waited out the startup timeout)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for index in range(count):
+        log = folder / replica_log_name(index)
+        if log.exists():
+            log.rename(log.with_name(f"{log.stem}.{stamp}{log.suffix}"))
 
 
 def _share_cores_with(replicas: int) -> None:

@@ -56,6 +56,7 @@ from workbench.train.distributed import (
     close,
     init_distributed,
     load_optimizer_state,
+    resume_hint,
 )
 from workbench.train.held_out import held_out_eval
 from workbench.train.metrics import MetricsLogger, NullMetricsLogger, step_line, truncate_metrics
@@ -210,14 +211,15 @@ async def _train_in(
             await publisher.wait()  # the servers end on the final weights
         status = "stopped" if step < config.max_steps else "finished"
     except WeightSyncError as exc:
-        last = list_checkpoints(run_dir)
-        where = f"; resume from the last checkpoint with --resume {run_dir}" if last else ""
+        where = _resume_line(run_dir, dist, "; it launches new servers" if launched else "")
         metadata.error = f"weight update failed at step {step}: {exc}"
         raise TrainingFailed(
             f"training stopped at step {step}: no inference server took the new weights ({exc}){where}"
         ) from exc
     except ServerGone as exc:
-        where = f"; resume with --resume {run_dir} once a server is back" if list_checkpoints(run_dir) else ""
+        where = _resume_line(
+            run_dir, dist, "; it launches new servers" if launched else " once a server is back"
+        )
         metadata.error = f"inference server gone at step {step}: {exc}"
         raise TrainingFailed(
             f"training stopped at step {step}: the inference server stopped answering ({exc}){where}"
@@ -239,6 +241,16 @@ async def _train_in(
         ctx.files.write_metadata(dist)
         ctx.files.log.write(f"{status} at step {step}")
     return TrainResult(run_dir, status, step, history, speaks=dist.is_main, world_size=dist.world_size)
+
+
+def _resume_line(run_dir: Path, dist: DistInfo, servers: str) -> str:
+    """How a run that lost its servers continues: the command (with as many ranks as it had) and
+    the checkpoint it starts from; the step that failed was not checkpointed, so nothing of it
+    is kept. Empty before the first checkpoint (a new run starts over)."""
+    last = list_checkpoints(run_dir)
+    if not last:
+        return ""
+    return f"; {resume_hint(run_dir, dist.world_size)} continues from {last[-1].name}{servers}"
 
 
 def _restore(learner: Learner, checkpoint: Path, reporter: Reporter) -> int:
