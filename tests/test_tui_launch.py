@@ -148,7 +148,7 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
             assert app.launcher.is_running(launch)
             await pilot.press("x")  # asks first; "n" keeps it running
             assert isinstance(app.screen, ConfirmScreen)
-            assert f"Stop eval reverse-text (pid {launch.pid})?" in app.screen.question
+            assert f"Stop eval reverse-text {run.short_id} (pid {launch.pid})?" in app.screen.question
             await pilot.press("n")
             assert not isinstance(app.screen, ConfirmScreen) and app.launcher.is_running(launch)
             await pilot.press("x", "y")

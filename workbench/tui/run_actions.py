@@ -63,8 +63,9 @@ class RunActions(WorkbenchScreen):
         Binding("R", "resume", "Resume run", show=False),
         Binding("A", "archive", "Archive run", show=False),
         Binding("D", "delete", "Delete run", show=False),
-        Binding("V", "gepa('verify')", "GEPA: verify best prompt", show=False),
-        Binding("P", "gepa('apply')", "GEPA: apply best prompt", show=False),
+        # not "GEPA: ..." — the palette's "gepa" must find "Launch GEPA run" first
+        Binding("V", "gepa('verify')", "Verify the best prompt", show=False),
+        Binding("P", "gepa('apply')", "Apply the best prompt", show=False),
     ]
 
     def __init__(self) -> None:
@@ -255,13 +256,13 @@ class RunActions(WorkbenchScreen):
         if run.kind == "train" and not run.is_launch:
             self.confirm_stop(
                 pid,
-                f"training {run.env} ({run.short_id})",
+                f"training {run.env} {run.short_id}",
                 consequence="It finishes this step and writes a checkpoint.",
                 stopping="training finishes this step, writes a checkpoint and stops",
                 grace_s=grace,
             )
         else:
-            self.confirm_stop(pid, f"{run.kind} {run.env} ({run.short_id})", grace_s=grace)
+            self.confirm_stop(pid, f"{run.kind} {run.env} {run.short_id}", grace_s=grace)
 
     def action_dismiss_launch(self) -> None:
         """`d`: forget a launch that ended before it wrote a run folder — its row, and its record

@@ -247,7 +247,7 @@ class TrainMonitorScreen(WorkbenchScreen):
         step_s = sum(times[-10:]) / len(times[-10:]) if times else None
         self.confirm_stop(
             pid,
-            f"training {self.run.env} ({self.run.short_id})",
+            f"training {self.run.env} {self.run.short_id}",
             consequence="It finishes this step and writes a checkpoint.",
             stopping="training finishes this step, writes a checkpoint and stops",
             grace_s=stop_grace("train", self.run.path, self.wb.launcher.stop_grace_s, step_s or 0.0),
