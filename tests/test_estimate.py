@@ -242,3 +242,34 @@ def test_a_real_run_records_estimate_and_actual_and_the_next_estimate_uses_it(ti
     assert timing.model_label == "tiny" and timing.step_s > 0 and timing.startup_s > 0
     again = run_cli("train", str(path), *overrides, "--dry-run", cwd=ws)
     assert "(from your earlier run of tiny on reverse-text)" in again.stdout
+
+
+def test_the_estimate_row_is_read_from_a_dry_run():
+    from workbench.tui.screens.launch import estimate_row
+
+    plan = (
+        "Steps\n  total       2,560 rollouts\n  estimate    about 45 seconds, 92k tokens (from your eval)  \n"
+    )
+    assert estimate_row(plan) == "about 45 seconds, 92k tokens (from your eval)"
+    assert estimate_row("error: no such config") is None
+
+
+async def test_the_launcher_shows_a_training_configs_estimate(tiny_workspace: Path):
+    from tests.tui_data import text_of, wait_for
+    from workbench.tui.app import WorkbenchApp
+
+    config_file = tiny_workspace / "configs" / "rl" / "est.toml"
+    config_file.parent.mkdir(parents=True)
+    config_file.write_text(
+        "# workbench train configs/rl/est.toml\n" + CONFIG.format(model="tiny", max_tokens=96)
+    )
+    append_timing(train_timing(Path("tiny"), model_label="tiny"))
+    app = WorkbenchApp(tiny_workspace, poll_s=0.3)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("l", "ctrl+t")
+        shown = app.screen.query_one("#launch-estimate")
+        await wait_for(pilot, lambda: "from your" in text_of(shown))
+        assert (
+            "estimate: about 50 seconds, 51k tokens (from your earlier run of tiny on reverse-text)"
+            in text_of(shown)
+        )

@@ -12,11 +12,13 @@ their checkpoints, and the endpoints (the `model_picker` screen); f4 opens the h
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -33,6 +35,7 @@ from workbench.tui.launcher import (
     gepa_args,
     list_configs,
     set_args,
+    start_task,
     with_args,
 )
 from workbench.tui.screens.base import WorkbenchScreen
@@ -40,6 +43,14 @@ from workbench.tui.screens.base import WorkbenchScreen
 TABS = ("configs", "eval", "train", "gepa")
 MODEL_FIELDS = ("eval-model", "gepa-model", "gepa-reflection")  # the fields a picker fills
 DSPY_OPTIMIZERS = ("miprov2", "bootstrap")  # the optimizers that need the dspy extra
+ESTIMATE_DELAY_S = 0.5  # after the last change to the form: typing never starts a dry run per key
+ESTIMATE_ROW = re.compile(r"^\s*estimate\s{2,}(\S.*?)\s*$", re.MULTILINE)  # train/plan.py's row
+
+
+def estimate_row(dry_run_output: str) -> str | None:
+    """The 'estimate' row of a training dry run's plan ('about 3 minutes, 250k tokens (from ...)')."""
+    found = ESTIMATE_ROW.search(dry_run_output)
+    return found.group(1) if found else None
 
 
 def optimizer_choices() -> list[tuple[str, str]]:
@@ -114,6 +125,7 @@ class LaunchScreen(WorkbenchScreen):
         self.initial_env = env  # the Eval and GEPA forms start on this environment
         self.confirming: LaunchSpec | None = None  # the command shown for confirmation
         self.pristine: dict[str, Any] = {}  # every field's value as the form opened: what "edited" means
+        self._wanted: list[str] | None = None  # the training command whose estimate is shown
 
     def compose(self) -> ComposeResult:
         configs = list_configs(self.wb.root)
@@ -203,6 +215,7 @@ class LaunchScreen(WorkbenchScreen):
                 yield from self._field("more args", "gepa-extra", "", "e.g. -b http://127.0.0.1:8000/v1")
                 yield Button("Launch GEPA (ctrl+s)", id="gepa-launch", variant="primary", compact=True)
         yield Static(id="launch-preview", classes="preview")
+        yield Static(id="launch-estimate", classes="preview")  # a training run's, from its dry run
         with Vertical(id="launch-confirm") as box:
             box.border_title = "Start this?"
             yield Static(id="confirm-command")
@@ -344,8 +357,31 @@ class LaunchScreen(WorkbenchScreen):
             spec = self.current_spec()
             text = f"$ {spec.command}" if spec else "pick a config"
         except ValueError as exc:
-            text = f"[red]{exc}[/]"
+            spec, text = None, f"[red]{exc}[/]"
         self.query_one("#launch-preview", Static).update(text)
+        self._wanted = spec.args if spec is not None and spec.kind == "train" else None
+        self.query_one("#launch-estimate", Static).update("estimate: …" if self._wanted else "")
+        if self._wanted:
+            wanted = self._wanted
+            self.set_timer(
+                ESTIMATE_DELAY_S, lambda: self._estimate(wanted) if wanted == self._wanted else None
+            )
+
+    @work(group="estimate", thread=True, exit_on_error=False)
+    def _estimate(self, args: list[str]) -> None:
+        """How long the run would take here: the estimate row of its dry run, in a child (the TUI
+        imports no trainer; the estimate reads outputs/timings.jsonl: workbench/train/estimate.py)."""
+        output = ""
+        try:
+            proc = start_task(self.wb.launcher, [*args, "--dry-run"], columns=400)  # one row, unwrapped
+            output = proc.communicate(timeout=120)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        except OSError:
+            pass
+        row = estimate_row(output) or "unavailable (the dry run says why: f4 opens the config)"
+        if args == self._wanted and self.is_mounted:
+            self.app.call_from_thread(self.query_one("#launch-estimate", Static).update, f"estimate: {row}")
 
     @on(Input.Changed)
     @on(Select.Changed)
