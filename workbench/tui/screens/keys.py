@@ -218,9 +218,7 @@ class KeysScreen(ModalScreen[None]):
             box.border_title = f"Keys · {self.title_text}"
             yield VirtualTable(KEY_COLUMNS, id="keys-table", open_label="Close")
             yield Static(
-                f"where: {self.title_text} = anywhere on it; a part (table, conversation) = while it "
-                "has the focus (tab)",
-                classes="hint",
+                f"where: {self.title_text} = anywhere here · a part = while focused (tab)", classes="hint"
             )
             yield Static("ctrl+p or : command palette (every action by name) · escape: close", classes="hint")
 
