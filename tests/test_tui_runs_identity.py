@@ -19,6 +19,7 @@ from tests.tui_data import VariedClient, install_test_envs, make_eval, make_trai
 from workbench.inference.echo import EchoClient
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.data.runs import best_per_model, short_id
+from workbench.tui.run_actions import a_run
 from workbench.tui.screens.rollouts import RolloutsScreen
 from workbench.tui.widgets.runs_table import RunsTable, clip_label, layout
 from workbench.tui.widgets.virtual_table import VirtualTable
@@ -97,6 +98,11 @@ def row_of(table: RunsTable, path: Path) -> str:
 def test_short_ids_and_labels_keep_what_tells_runs_apart():
     assert short_id("20260102-040507-1a2b") == "1a2b" and short_id(TRAIN) == "abcd"
     assert short_id("my-experiment") == "my-experiment"  # a name the user chose: all of it
+    assert [a_run(kind) for kind in ("eval", "train", "gepa")] == [
+        "an eval run",
+        "a training run",
+        "a GEPA run",
+    ]
     label = f"{TRAIN} step 20"
     assert clip_label(label, 21) == "reverse…-abcd step 20"  # the step and both ends of the run name
     assert clip_label("first step 6", 10) == "fi… step 6" and clip_label("tiny", 10) == "tiny"
