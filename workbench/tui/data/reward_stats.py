@@ -10,9 +10,6 @@ pass^k = C(c, k) / C(n, k) is the chance that all k are correct; avg@n the mean 
 examples' mean rewards. Here k runs over 1..n, n the run's rollouts per example (its most common
 group size); the summary lists k = 1, 2, 4, ... and n, with the same values. Groups a server
 failure spoiled are no result and are left out, as the summary leaves them out.
-
-(The formula is written here rather than imported from `engine.summary`: importing the `engine`
-package loads the whole engine, transformers with it, and Rollouts must open fast.)
 """
 
 from __future__ import annotations
@@ -25,9 +22,11 @@ from pathlib import Path
 
 import orjson
 
+# The summary's own estimator: `engine.summary` is torch-free and the engine package loads lazily.
+from workbench.engine.summary import DEFAULT_PASS_THRESHOLD, pass_at_k
 from workbench.tui.data.rollout_index import GroupRow, RolloutIndex
 
-PASS_THRESHOLD = 0.5  # verifiers' default: a rollout with reward >= this passes
+PASS_THRESHOLD = DEFAULT_PASS_THRESHOLD  # verifiers' default: a rollout with reward >= this passes
 HISTOGRAM_BINS = 5
 
 
@@ -75,11 +74,6 @@ def reward_histogram(rewards: Sequence[float], bins: int = HISTOGRAM_BINS) -> li
 
 def _label(value: float) -> str:
     return f"{round(value, 3):g}"
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The chance that k of n rollouts, c of them correct, include a correct one (k <= n)."""
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def pass_at_k_of(
