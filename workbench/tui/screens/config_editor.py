@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,7 @@ class ConfigEditorScreen(WorkbenchScreen):
         self.result: DryRun | None = None  # the newest finished dry run
         self.problems: list[Problem] = []  # syntax problem, else the dry run's
         self.checking = False
+        self.check_command = ""  # the dry run that checks this config, as a user would type it
         self._timer: Timer | None = None
         self._generation = 0  # bumped by every edit: a check of older text is dropped
         self._proc: subprocess.Popen[str] | None = None  # the dry run in flight
@@ -235,6 +237,8 @@ class ConfigEditorScreen(WorkbenchScreen):
         text = self.query_one(ConfigTextArea).text
         problem = syntax_problem(text)
         spec = run_spec(self.path, self.wb.root)
+        args = dry_run_args(spec, self.shown_path) if spec is not None else None
+        self.check_command = shlex.join(["workbench", *args]) if args else ""
         if problem is not None:
             self.result, self.problems, self.checking = None, [problem], False
         elif spec is None:
@@ -311,6 +315,8 @@ class ConfigEditorScreen(WorkbenchScreen):
                 "unsupported": ("·", "dim"),
             }[self.result.verdict]
             verdict.append(f"{mark} {self.result.summary}", style=style)
+        if self.check_command:
+            verdict.append(f"\n$ {self.check_command}", style="dim")
         self.query_one("#check-verdict", Static).update(verdict)
         problems = Text()
         for problem in self.problems:

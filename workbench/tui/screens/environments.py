@@ -43,10 +43,6 @@ from workbench.tui.widgets.virtual_table import VirtualTable
 
 COLUMNS = (("environment", 18), ("kind", 13), ("origin", 9), ("last eval", 9))
 LIST_TIMEOUT_S = 300  # describing every environment imports each; a slow disk may take a while
-HINT = (
-    "[b]⏎[/b] evaluate · [b]n[/b] new (env init) · [b]i[/b] install · "
-    "[b]r[/b] last eval's rollouts · [b]ctrl+r[/b] reload"
-)
 
 
 class EnvironmentsScreen(WorkbenchScreen):
@@ -77,7 +73,6 @@ class EnvironmentsScreen(WorkbenchScreen):
                 yield Static(id="env-summary")
                 yield Markdown(id="env-readme")
         yield Log(id="env-task-log", max_lines=2000)
-        yield Static(HINT, id="envs-hint", classes="hint")
         yield PromptBar(id="envs-prompt")
         yield Footer()
 
