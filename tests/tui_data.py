@@ -318,6 +318,8 @@ def train_metrics(step: int) -> dict[str, float]:
         "train/loss": 0.5 / step,
         "policy/entropy": 1.5 - 0.1 * step,
         "policy/kl": 0.001 * step,
+        "policy/mismatch_kl": 2e-4 * step,
+        "policy/mismatch_kl_max": 6e-4 * step,
         "rollout/mean_length": 20.0 + step,
         "time/step": 2.0,
         "train/learning_rate": 1e-3,

@@ -17,7 +17,16 @@ CURVES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("reward", (("reward/mean", "mean"), ("reward/std", "std"), ("eval/reward_mean", "eval"))),
     ("loss", (("train/loss", "loss"),)),
     ("entropy", (("policy/entropy", "entropy"),)),
-    ("KL", (("policy/kl", "kl"),)),
+    # KL to the reference (the penalty's) and trainer vs sampler on the sampled tokens (prime-rl's
+    # mismatch_kl): a tokenization or weight-sync bug shows here before it shows as worse learning.
+    (
+        "KL",
+        (
+            ("policy/kl", "ref"),
+            ("policy/mismatch_kl", "mismatch"),
+            ("policy/mismatch_kl_max", "mismatch max"),
+        ),
+    ),
     ("completion length", (("rollout/mean_length", "tokens"),)),
     ("seconds / step", (("time/step", "s"),)),
 )
