@@ -163,7 +163,10 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
                 timeout=180,
             )
             log_text = Path(launch.log_path).read_text()
-            assert "Traceback" not in log_text and "-R latest" in log_text  # the CLI's own stop message
+            resume = log_text.replace("\n", "").split("eval run -R ")[-1]  # the CLI's stop message
+            assert (
+                "Traceback" not in log_text and resume.startswith("environments/") and run.path.name in resume
+            )
 
 
 async def test_quitting_the_tui_never_kills_a_run(workspace: Path):

@@ -107,8 +107,7 @@ def run(
         result = run_eval(config, RichReporter(verbose=verbose), resume=resume)
     except KeyboardInterrupt:
         err_console.print(
-            "[yellow]stopped: every finished group is saved. Resume with "
-            f"`workbench eval run {config.env_id} -m {config.model} -R latest`[/]"
+            f"[yellow]stopped: every finished group is saved. Resume with `workbench eval run {resume_args(config)}`[/]"
         )
         raise typer.Exit(130) from None
     console.print(summary_table(result.summary, f"{config.env_id} · {config.model}"))
@@ -118,6 +117,23 @@ def run(
             f"{server_failures(result.summary)}; not a finished result. "
             f"Once the server answers: workbench eval run -R {result.run_dir}"
         )
+
+
+def resume_args(config: EvalConfig) -> str:
+    """`-R <the run folder>` of the run just stopped (the newest of its env and model): the folder
+    itself, since `-m outputs/runs/latest -R latest` would mean another run once a newer training
+    run exists."""
+    from workbench.evaluate.service import find_resume_dir
+
+    try:
+        folder = find_resume_dir("latest", config)
+    except UserError:
+        return f"{config.env_id} -m {config.model} -R latest"
+    try:
+        folder = folder.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"-R {folder}"
 
 
 def sweep(config: EvalConfig, checkpoints: str | None, *, include_base: bool, verbose: bool) -> None:
