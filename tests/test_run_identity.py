@@ -9,6 +9,9 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+from tests.test_eval_run import run_cli
 from tests.tui_data import install_test_envs, make_train_run, write_checkpoint
 from workbench.cli.train_cmd import stopped_line
 from workbench.evaluate import EvalConfig, run_eval
@@ -95,3 +98,47 @@ def test_a_run_stopped_before_its_first_checkpoint_does_not_claim_one(workspace:
     assert f"--resume {run}" in line
     write_checkpoint(run, 3, 0.4)
     assert stopped_line(run, 3, 1).startswith("stopped with a checkpoint (step 3); continue with")
+
+
+TINY_RL = """model = "{model}"
+max_steps = 1
+batch_size = 4
+rollouts_per_example = 2
+micro_batch_size = 4
+seed = 1
+[sampling]
+max_tokens = 16
+[[env]]
+id = "reverse-text"
+[lora]
+r = 4
+alpha = 8
+[checkpointing]
+save_every_n_steps = 1
+[eval]
+interval = 0
+[wandb]
+mode = "disabled"
+"""
+
+
+@pytest.mark.slow
+def test_training_from_a_run_keeps_the_checkpoint_it_started_from(tiny_workspace: Path):
+    """`model = <a run folder>` means its newest checkpoint when the run starts; a resume starts from
+    that same checkpoint after the source run has trained on."""
+
+    def train(name: str, model: str, *extra: str) -> None:
+        config = tiny_workspace / f"{name}.toml"
+        config.write_text(TINY_RL.format(model=model))
+        args = ["--resume", f"runs/{name}"] if extra else [str(config), "--set", f"output_dir='runs/{name}'"]
+        done = run_cli("train", *args, *extra, cwd=tiny_workspace)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    train("first", "tiny")
+    train("second", "runs/first")
+    meta = read_run_metadata(tiny_workspace / "runs" / "second", "train")
+    assert meta.resolved_model is not None and meta.resolved_model.label == "first step 1"
+    train("first", "tiny", "--set", "max_steps=2")  # the source run trains on: step 2 is its newest
+    train("second", "runs/first", "--set", "max_steps=2")
+    resumed = read_run_metadata(tiny_workspace / "runs" / "second", "train")
+    assert resumed.step == 2 and resumed.resolved_model == meta.resolved_model

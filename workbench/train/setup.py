@@ -95,7 +95,7 @@ def build_context(
     import torch
 
     from workbench.inference.local_client import LocalClient
-    from workbench.inference.resolve import resolve_model_path
+    from workbench.inference.resolve import describe_model, resolve_model_path
     from workbench.models.hub import require_hub_model
     from workbench.train.config import config_for_saving, save_resolved_config
 
@@ -110,7 +110,13 @@ def build_context(
         torch.use_deterministic_algorithms(True, warn_only=True)
     env = load_envs(config) if config.env else None  # a bad env or model fails before the run folder exists
     eval_envs = load_eval_envs(config)
-    source = resolve_model_path(config.model)
+    # What `model` names, resolved once when the run starts and kept: `outputs/runs/latest` (or a
+    # run folder) means its newest checkpoint *now*; a resume must start from that same one.
+    saved = read_saved(run_dir, "train")
+    resolved = (
+        saved.resolved_model if saved is not None and saved.resolved_model else describe_model(config.model)
+    )
+    source = resolve_model_path(resolved.path if resolved is not None else config.model)
     if isinstance(source, str):  # a hub id: cached, or the hub answers; one line otherwise
         require_hub_model(source)
     if dist.is_main:  # rank 0 alone writes the run folder, and owns it while it runs
@@ -159,8 +165,9 @@ def build_context(
         config=config_for_saving(config),
         world_size=dist.world_size,
         ranks=[RankProcess(rank=r, pid=pid, host=host) for r, (pid, host) in enumerate(dist.processes)],
+        resolved_model=resolved,
     )
-    if (saved := read_saved(run_dir, "train")) is not None:
+    if saved is not None:
         metadata.created_at = saved.created_at or metadata.created_at
     sft_data = SFTData.from_config(config, env, policy.tokenizer) if config.mode == "sft" else None
     if config.on_policy and env is None:
