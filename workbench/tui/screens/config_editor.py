@@ -265,6 +265,8 @@ class ConfigEditorScreen(WorkbenchScreen):
                 return
             proc = start_task(self.wb.launcher, args, columns=columns)
             self._proc = proc
+            if generation != self._generation:  # edited while it started: `_schedule` missed it
+                proc.kill()
             try:
                 output, _ = proc.communicate(timeout=DRY_RUN_TIMEOUT_S)
             except subprocess.TimeoutExpired:
