@@ -74,7 +74,8 @@ def child_env(
     if visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices
     # N processes each using every core oversubscribe the CPU (torchrun sets 1 for the same reason)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    if not env.get("OMP_NUM_THREADS", "").strip():  # the user's own wins (set empty, it is unset)
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     return env
 
 

@@ -156,7 +156,7 @@ def replica_threads(count: int) -> dict[str, str]:
     """Torch threads per CPU replica: the cores shared by the replicas and the trainer. Each
     process would otherwise start one thread per core, and N+1 processes of busy-waiting
     threads on the same cores slow every one of them. A user's own OMP_NUM_THREADS wins."""
-    if "OMP_NUM_THREADS" in os.environ:
+    if os.environ.get("OMP_NUM_THREADS", "").strip():  # set empty, it means nothing to OpenMP
         return {}
     return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (count + 1)))}
 
