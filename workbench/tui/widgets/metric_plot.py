@@ -7,6 +7,7 @@ and, in a narrow chart (a 100-column monitor), covers the curves it names.
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 from rich.color import Color
@@ -60,7 +61,10 @@ class MetricPlot(PlotextPlot):
         title = f"{self.title}{latest}" if self.lines else f"{self.title} (no data yet)"
         if len(self.lines) > 1:
             title = f"{title}  {legend_text([label for label, _, _ in self.lines])}"
-        plt.title(clip(title, max(self.size.width - 4, 8)) if self.size.width else title)
+        # plotext drops a title wider than its canvas: the widget less the y-axis labels, which
+        # grow for small values (a mismatch KL's "0.00600┤" against a reward's "0.50┤").
+        margin = max(4, y_label_width([v for _, _, values in self.lines for v in values]))
+        plt.title(clip(title, max(self.size.width - margin, 8)) if self.size.width else title)
         for number, (_, steps, values) in enumerate(self.lines):
             marker = "braille" if len(steps) > 1 else "dot"
             plt.plot(steps, values, marker=marker, color=LINE_COLORS[number % len(LINE_COLORS)])
@@ -84,6 +88,18 @@ class MetricPlot(PlotextPlot):
                 text.stylize(Style(color=Color.from_rgb(*rgb), bold=True), found, found + 1)
                 at = found + 1
         return text
+
+
+def y_label_width(values: list[float]) -> int:
+    """About how wide plotext writes the y-axis labels for `values`, as seen in its charts: two
+    decimals ("0.50", "26.00"), three digits after the leading zeros of a small value ("0.00600")."""
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    high = max(finite, default=1.0) or 1.0
+    sign = 1 if any(v < 0 for v in values) else 0
+    if high >= 1:
+        return sign + len(str(int(high))) + 3
+    zeros = max(0, -math.floor(math.log10(high)) - 1)
+    return sign + 2 + (zeros + 3 if zeros else 2)
 
 
 def step_ticks(steps: list[float], most: int = 4) -> list[int]:
