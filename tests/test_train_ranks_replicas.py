@@ -276,3 +276,37 @@ def test_a_replica_dying_mid_run_leaves_its_requests_to_the_other_and_the_last_o
     new_ranks, new_replicas = _processes(run_dir)
     assert len(new_replicas) == 2  # launched again, as many as before
     assert [p for p in new_ranks + new_replicas if _training_process(p)] == []
+
+
+def test_a_resume_with_another_number_of_ranks_says_so(tmp_path: Path) -> None:
+    from workbench.cli.train_cmd import resume_layout_notes
+
+    write_run_metadata(tmp_path, TrainRun(run_id="r", status="failed", world_size=2))
+    [note] = resume_layout_notes(tmp_path, 1)
+    assert note == (
+        f"{tmp_path} trained with 2 trainer process(es) and resumes with 1 (each step still trains "
+        "the whole batch); --nproc 2 keeps its layout"
+    )
+    assert resume_layout_notes(tmp_path, 2) == [] and resume_layout_notes(None, 1) == []
+    write_run_metadata(tmp_path, TrainRun(run_id="r", status="failed"))  # one process, as before
+    assert resume_layout_notes(tmp_path, 1) == []
+
+
+def test_replica_counts_launched_on_a_cpu_are_not_called_ignored() -> None:
+    from workbench.train.plan import machine_notes
+    from workbench.train.schema import TrainConfig
+
+    launched = TrainConfig(
+        env=[{"id": "reverse-text"}],
+        inference={"mode": "server", "launch": True, "data_parallel_size": 2, "gpu_ids": [0, 1]},
+    )
+    notes = machine_notes(launched, gpu_count=0)  # what a resumed launch's saved config says, and more
+    assert not any("data_parallel_size" in note for note in notes)  # it sizes the replicas here
+    assert notes == [
+        "inference.gpu_ids = [0, 1]: no CUDA GPU on this machine; the launched `workbench serve` replicas "
+        "stand in for them, as processes on the CPU"
+    ]
+    remote = launched.model_copy(
+        update={"inference": launched.inference.model_copy(update={"launch": False})}
+    )  # servers started elsewhere: these keys do nothing here
+    assert any(n.startswith("inference.data_parallel_size = 2 is ignored") for n in machine_notes(remote, 0))

@@ -109,6 +109,7 @@ def train(
             raise UserError("--resume-step continues a run: give the run folder with --resume RUN")
         overrides = [*(overrides or []), f"checkpointing.resume_step={resume_step}"]
     train_config, notes = load_train_config(path, overrides or [])
+    notes += resume_layout_notes(resume, nproc)
     blockers = run_blockers(train_config, resuming=resume is not None) + rank_blockers(train_config, nproc)
     plan = build_plan(train_config, [*notes, *model_notes(train_config.model)], blockers, nproc=nproc)
     if dry_run:
@@ -157,6 +158,24 @@ def stopped_line(run_dir: Path, last_step: int, world_size: int) -> str:
     if saved:
         return f"stopped with a checkpoint (step {checkpoint_step(saved[-1])}); continue with {hint}"
     return f"stopped at step {last_step} before any checkpoint was written; {hint} starts it over"
+
+
+def resume_layout_notes(resume: Path | None, nproc: int) -> list[str]:
+    """A resume with another number of trainer processes than the run had (its metadata.json says
+    how many): allowed, each step still trains the whole batch, but worth a line."""
+    if resume is None:
+        return []
+    from workbench.store.runs import TrainRun, read_saved
+    from workbench.train.distributed import launched_world_size
+
+    saved = read_saved(resume, "train")
+    now = nproc if nproc > 1 else launched_world_size()  # a --nproc rank runs without --nproc
+    if not isinstance(saved, TrainRun) or saved.world_size == now:
+        return []
+    return [
+        f"{resume} trained with {saved.world_size} trainer process(es) and resumes with {now} (each step "
+        f"still trains the whole batch); --nproc {saved.world_size} keeps its layout"
+    ]
 
 
 def export(

@@ -55,7 +55,17 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
         if v != "float32"
     }
     if count == 0:
-        notes = [
+        notes = []
+        if inf.mode == "server" and inf.launch:
+            # launched on a CPU, these size the `workbench serve` replicas (placement.replica_count);
+            # a launch saves data_parallel_size, so "ignored" would be said, wrongly, on every resume
+            set_keys.pop("inference.data_parallel_size", None)
+            if (ids := set_keys.pop("inference.gpu_ids", None)) is not None:
+                notes.append(
+                    f"inference.gpu_ids = {_fmt(ids)}: no CUDA GPU on this machine; the launched "
+                    "`workbench serve` replicas stand in for them, as processes on the CPU"
+                )
+        notes += [
             f"{k} = {_fmt(v)} is ignored: no CUDA GPU on this machine (everything runs on the CPU)"
             for k, v in set_keys.items()
         ]
