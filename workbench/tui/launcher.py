@@ -375,10 +375,14 @@ class Launcher:
         (this session's, whatever the outcome; earlier sessions' when they failed — a config error
         stays listed, with its error, until its record is deleted), so a launch shows up at once.
         `every`: the launch records when the caller has read them already (`_all`)."""
-        run_pids = {r.pid for r in runs if r.pid}
+        folders = {r.pid: r.path for r in runs if r.pid}
         rows = []
         for launch in self._all() if every is None else every:
-            if launch.pid in run_pids:
+            folder = folders.get(launch.pid)
+            if folder is not None:
+                self._link(launch, folder)
+                continue
+            if launch.extra.get("run"):  # its folder appeared; since resumed (other pid), archived or deleted
                 continue
             status, error = self.status_of(launch)
             if launch.id not in self._session and status not in ("starting", "failed"):
@@ -400,6 +404,17 @@ class Launcher:
                 )
             )
         return rows
+
+    def _link(self, launch: Launch, folder: Path) -> None:
+        """Remember in the launch's record the run folder it wrote: once a resume (another process)
+        owns that folder, or it is archived or deleted, the ended launch must not come back as a
+        row of its own (its pid no longer names any run)."""
+        if launch.extra.get("run") == str(folder):
+            return
+        with self._lock:  # `dismiss` deletes records under it: a dismissed record is never saved again
+            launch.extra["run"] = str(folder)
+            if (self.folder / f"{launch.id}.json").is_file():
+                self._save(launch)
 
     def rows(self, runs: list[RunInfo]) -> list[RunInfo]:
         """Every row of the Runs screen, newest first: the runs (`RunCatalog.scan`) and the pending
