@@ -127,3 +127,21 @@ def test_the_plan_says_how_many_ranks_where_they_run_and_how_a_step_is_split() -
     assert "per rank" not in single and single["trainer"].startswith(
         "rank 0 = this `workbench train` process"
     )
+
+
+def test_ranks_that_cannot_each_have_a_gpu_are_refused_before_the_dry_run_says_fine() -> None:
+    from workbench.train.placement import rank_gpu_blockers
+    from workbench.train.schema import TrainConfig
+
+    config = TrainConfig(env=[{"id": "reverse-text"}])
+    assert rank_gpu_blockers(config, 2, 1) == [
+        "--nproc 2: this machine has 1 GPU(s) and each process needs its own"
+    ]
+    placed = config.model_copy(update={"trainer_gpu_ids": [3]})
+    assert rank_gpu_blockers(placed, 2, 4) == [
+        "--nproc 2: trainer_gpu_ids lists 1 GPU(s) and each process needs its own"
+    ]
+    assert (
+        rank_gpu_blockers(config, 2, 0) == [] and rank_gpu_blockers(config, 2, None) == []
+    )  # CPU: processes
+    assert rank_gpu_blockers(config, 1, 1) == [] and rank_gpu_blockers(placed, 1, 4) == []

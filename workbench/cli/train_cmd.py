@@ -102,6 +102,8 @@ def train(
         run_blockers,
         run_train,
     )
+    from workbench.train.placement import rank_gpu_blockers
+    from workbench.train.plan import cuda_gpu_count
 
     path = config_source(config, resume)
     if resume_step is not None:
@@ -111,6 +113,7 @@ def train(
     train_config, notes = load_train_config(path, overrides or [])
     notes += resume_layout_notes(resume, nproc)
     blockers = run_blockers(train_config, resuming=resume is not None) + rank_blockers(train_config, nproc)
+    blockers += rank_gpu_blockers(train_config, nproc, cuda_gpu_count())
     plan = build_plan(train_config, [*notes, *model_notes(train_config.model)], blockers, nproc=nproc)
     if dry_run:
         print_plan(plan)

@@ -131,6 +131,21 @@ def trainer_visible_devices(config: TrainConfig) -> str | None:
     return ",".join(map(str, config.trainer_gpu_ids)) if config.trainer_gpu_ids else None
 
 
+def rank_gpu_blockers(config: TrainConfig, nproc: int, gpu_count: int | None) -> list[str]:
+    """Why --nproc N ranks cannot be placed on this machine's GPUs (one GPU each, from
+    trainer_gpu_ids when set): the launcher refuses the same (train.service), the dry run says it
+    first. None on a CPU, where ranks are processes."""
+    if nproc <= 1 or not gpu_count:
+        return []
+    if nproc > gpu_count:
+        return [f"--nproc {nproc}: this machine has {gpu_count} GPU(s) and each process needs its own"]
+    if config.trainer_gpu_ids and nproc > len(config.trainer_gpu_ids):
+        return [
+            f"--nproc {nproc}: trainer_gpu_ids lists {len(config.trainer_gpu_ids)} GPU(s) and each process needs its own"
+        ]
+    return []
+
+
 def trainer_placement(config: TrainConfig, gpu_count: int | None, nproc: int = 1) -> str:
     """Where the trainer's ranks run: `nproc` is --nproc (torchrun's ranks are placed by
     whoever starts them, so a plan without --nproc says what N ranks would do)."""
