@@ -17,7 +17,7 @@ from typing import Any
 
 from workbench.errors import UserError
 from workbench.store.runs import now_iso
-from workbench.store.timings import EvalTiming, append_timing, this_machine
+from workbench.store.timings import EvalTiming, append_timing, machine_load, this_machine
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ def record_eval(
                 model_key=identity.key,
                 model_label=identity.label,
                 params=identity.params,
+                load=machine_load(),
                 env_id=env_id,
                 local=local,
                 rollouts=rollouts,

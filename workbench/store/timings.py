@@ -44,6 +44,15 @@ def this_machine() -> str:
     return f"{socket.gethostname()} · {os.cpu_count() or 0} CPUs · {count} GPUs"
 
 
+def machine_load() -> float | None:
+    """The 1-minute load average (runnable tasks, this run's own included), None where the
+    platform has none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
 class _Timing(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -55,6 +64,7 @@ class _Timing(BaseModel):
     model_key: str = Field(description="What decides its speed: the base model's folder, or a hub id.")
     model_label: str = Field(description="A short name for messages ('tiny').")
     params: int | None = Field(None, description="The base model's parameters, when known.")
+    load: float | None = Field(None, description="The machine's load average while it ran (machine_load).")
 
 
 class TrainTiming(_Timing):

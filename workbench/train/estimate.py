@@ -27,41 +27,72 @@ eval it is in the calibration ratio, measured on reverse-text), difficulty-filte
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.engine.timings import ModelIdentity, identify_model
-from workbench.store.timings import EvalTiming, RunEstimate, TrainTiming, read_timings, this_machine
+from workbench.store.timings import (
+    EvalTiming,
+    RunEstimate,
+    TrainTiming,
+    machine_load,
+    read_timings,
+    this_machine,
+)
 from workbench.train.schema import TRAIN_SAMPLING_DEFAULTS, TrainConfig
 
 RECENT = 3  # measured runs used, newest first: a machine's speed drifts (load, updates, thermals)
 SPEED_EVALS = 10  # evals the fastest is taken from
 
-# ----- calibration: ratios measured on the tiny model, this repo's README run --------------------
-# Measured with `python benchmarks/estimate_accuracy.py --calibrate` (2 shared cores, load ~2 from
-# other jobs): the README sequence (eval run reverse-text -m tiny -n 64 -r 2, then
-# configs/rl/reverse-text.toml with max_steps=20) repeated, each ratio the median over the runs of
-# (the training run's measured part) / (the eval's seconds per generated token x that part's
-# tokens). They carry what an eval does not show: LoRA layers generating, a step's batch of 128
-# against eval's 32 in flight, completions lengthening as RL learns the answer format.
-GEN_PER_EVAL_TOKEN = 1.0  # a step's rollout wait / (batch x eval completion tokens x s/token)
-TRAIN_PER_EVAL_TOKEN = {
-    True: 0.1,
-    False: 0.2,
-}  # training pass / (batch x (prompt + completion) x s/token); LoRA: True
-HELD_OUT_PER_EVAL_TOKEN = 1.0  # one held-out evaluation / (its rollouts x completion x s/token)
+# ----- calibration: measured on the tiny model on this repo's machine (2 shared CPU cores) ---------
+# Ratios of a training run's parts to an eval's seconds per generated token ("s/token") times that
+# part's tokens, for the README sequence: `eval run reverse-text -m tiny -n 64 -r 2` (128 rollouts,
+# 32 in flight, 22 completion and 122 prompt tokens each), then configs/rl/reverse-text.toml with
+# max_steps=20 (LoRA r 16, 128 rollouts a step, held-out eval of 128 rollouts before the first step
+# and at steps 10 and 20). On the idle-ish machine (load ~2 from other jobs) such evals took 0.4 to
+# 0.9 s (0.14-0.32 ms a token: 0.2 ms is the typical one used below) and three training runs
+# 41-44 s: a median step of 1.75-1.79 s, of which 0.83-1.0 s waiting for rollouts, 4.7-5.6 s
+# start-up, 1.3-1.5 s per held-out eval, 0.014 s between steps. `python
+# benchmarks/estimate_accuracy.py --calibrate N` prints these ratios for N new pairs. They carry
+# what an eval does not show: LoRA layers generating, a step's 128 rollouts in flight against the
+# eval's 32, completions lengthening as RL learns the answer format (22 -> 36 tokens on average).
+# Full fine-tuning (lora.enabled = false, 8-step runs back to back with LoRA ones, same load): its
+# rollouts took 0.6x as long (no adapter layers), its training pass 0.7-1.0x (tiny's weights are few).
+GEN_PER_EVAL_TOKEN = {
+    True: 1.7,
+    False: 1.0,
+}  # step's rollout wait / (batch x completion x s/token); key: LoRA
+TRAIN_PER_EVAL_TOKEN = {True: 0.22, False: 0.2}  # training pass / (batch x (prompt + completion) x s/token)
+HELD_OUT_PER_EVAL_TOKEN = 2.5  # one held-out evaluation / (its rollouts x completion x s/token)
 STARTUP_S = 5.0  # run start to step 1, baseline eval excluded (model, LoRA, envs, W&B offline)
-BETWEEN_STEPS_S = 0.05  # checkpoints (LoRA: a few MB), metadata, run.log, per step
-# The prior (no measurement of the model here): seconds per generated token at eval's default
-# concurrency = PRIOR_S_PER_TOKEN + PRIOR_S_PER_TOKEN_PER_PARAM x parameters; two points measured
-# with `eval run reverse-text -n 64 -r 2` on this machine: tiny (0.67M parameters) and
-# smollm2-135m (135M).
-PRIOR_S_PER_TOKEN = 2e-4
-PRIOR_S_PER_TOKEN_PER_PARAM = 1e-10
+BETWEEN_STEPS_S = 0.015  # checkpoints (LoRA: a few MB), metadata, run.log, per step
+# The prior (no measurement of the model here): s/token at eval's 32 in flight =
+# PRIOR_S_PER_TOKEN + PRIOR_S_PER_TOKEN_PER_PARAM x parameters. tiny (0.67M parameters): 0.2 ms,
+# overhead-bound (above). smollm2-135m: 18 ms a token with OMP_WAIT_POLICY=PASSIVE at load 5 on the
+# 2 cores, tiny 0.3-0.8 ms at the same moment; the 40% of the CPU it got makes ~7 ms idle.
+PRIOR_S_PER_TOKEN = 1.7e-4
+PRIOR_S_PER_TOKEN_PER_PARAM = 5e-11
 PRIOR_PROMPT_TOKENS = 128  # an unmeasured environment's prompt (reverse-text's is 122)
-LOAD_S_PER_PARAM = 1e-8  # start-up added per parameter (reading and wrapping the weights)
+# Loading smollm2-135m and wrapping it in LoRA took 7.2 s at load 5 (~3 s idle): 2.5e-8 s a parameter.
+LOAD_S_PER_PARAM = 2.5e-8
+# An eval more than this many times slower than the prior for its model's size is taken to say how
+# busy the machine was, not how fast it is: on these 2 shared cores, with other jobs running, the
+# tiny model's evals took 1-11 ms a token (OpenMP threads busy-waiting starve the eval's small
+# batches: with OMP_WAIT_POLICY=PASSIVE the same evals took 0.3-0.8 ms) while the training runs
+# beside them slowed 2-3x, not 10-50x. Faster than the prior is always believed (a faster machine, a GPU).
+PRIOR_BAND = 4.0
+# A busy machine: a CPU-bound run gets its share of the cores, so it takes (others + its own load) /
+# cores times as long once that exceeds 1. Records keep the load average they ran under; an estimate
+# scales each measurement from its load to the load now. OWN_LOAD: what a run adds itself (the
+# README's training run used 36 CPU-s in 41 s with 2 torch threads; its eval 8.7 CPU-s in 13 s).
+# The calibration above ran at load averages of 2.0-2.4 on 2 cores: CALIBRATION_SLOWDOWN. Checked
+# against 10 README pairs at load averages of 5-6 (others' ~4.5-5): runs took 86-164 s (median
+# ~100) where idle ones took 44 s; the rule gives x2.5-2.7 (110-120 s).
+OWN_LOAD = 1.0
+CALIBRATION_SLOWDOWN = 1.1
 
 
 @dataclass(frozen=True)
@@ -110,6 +141,28 @@ class Parts:
     def tokens(self, w: Workload) -> int:
         return round(w.steps * w.batch * self.completion_tokens) if w.on_policy else 0
 
+    def scaled(self, factor: float) -> Parts:
+        """The same run on a machine `factor` times slower (its tokens unchanged)."""
+        return Parts(
+            self.startup * factor,
+            self.held_out_each * factor,
+            self.wait * factor,
+            self.train * factor,
+            self.between * factor,
+            self.completion_tokens,
+        )
+
+
+def slowdown(others: float) -> float:
+    """How many times longer a CPU-bound run takes beside `others` runnable tasks (1 while a core
+    is free for it). On a GPU machine the CPUs matter less: there the rule overstates."""
+    return max(1.0, (others + OWN_LOAD) / (os.cpu_count() or 1))
+
+
+def slowdown_then(load: float | None) -> float:
+    """The slowdown a recorded run had: its load average less its own part (1 when unrecorded)."""
+    return 1.0 if load is None else slowdown(max(0.0, load - OWN_LOAD))
+
 
 def estimate_train(
     config: TrainConfig,
@@ -118,9 +171,13 @@ def estimate_train(
     nproc: int = 1,
     root: Path | None = None,
     identity: ModelIdentity | None = None,
+    load: float | None = None,
 ) -> RunEstimate:
-    """The estimate for `config` (from `start_step`: a resumed run) on this machine."""
+    """The estimate for `config` (from `start_step`: a resumed run) on this machine, whose load
+    average (other tasks than this run) is `load` (default: now)."""
     identity = identity or identify_model(config.model)
+    now = slowdown(load if load is not None else machine_load() or 0.0)
+    busy = f"; x{now:.1f} for the machine's load now" if now >= 1.3 else ""
     w = Workload.of(config, start_step)
     machine = this_machine()
     mine = [t for t in read_timings(root) if t.machine == machine and t.model_key == identity.key]
@@ -136,7 +193,8 @@ def estimate_train(
     if runs:
         n = len(runs)
         basis = f"from your {'earlier run' if n == 1 else f'{n} earlier runs'} of {identity.label} on {'+'.join(envs)}"
-        return _median([_from_run(r, w) for r in runs], w, basis, rough=False)
+        parts = [_from_run(r, w).scaled(now / slowdown_then(r.load)) for r in runs]
+        return _median(parts, w, basis + busy, rough=False)
     evals = [t for t in mine if isinstance(t, EvalTiming) and t.local][-SPEED_EVALS:]
     if evals:
         # The fastest eval is the machine's speed: other load only ever slows a measurement, and
@@ -147,11 +205,28 @@ def estimate_train(
         same_env = [t for t in evals if t.env_id in envs][-RECENT:]
         envs_seen = "+".join(sorted({t.env_id for t in evals}))
         what = f"{'eval' if len(evals) == 1 else f'{len(evals)} evals'} of {identity.label} on {envs_seen}"
-        parts = _from_eval(fastest.seconds_per_token, fastest.params, same_env, w, config)
-        return _median([parts], w, f"from your {what}", rough=False)
+        speed = fastest.seconds_per_token / slowdown_then(fastest.load)  # as on an idle machine
+        prior = prior_seconds_per_token(identity.params)
+        factor = now / CALIBRATION_SLOWDOWN
+        if identity.params and speed > PRIOR_BAND * prior:
+            basis = (
+                f"lengths from your {what}; speed from the model's size: "
+                f"{'that eval' if len(evals) == 1 else 'the fastest'} ran {speed / prior:.0f}x slower, "
+                "slowed by other work"
+            )
+            at_prior = _from_eval(prior, identity.params, same_env, w, config).scaled(factor)
+            return _median([at_prior], w, basis + busy, rough=False)
+        measured = _from_eval(speed, identity.params, same_env, w, config).scaled(factor)
+        return _median([measured], w, f"from your {what}{busy}", rough=False)
     size = f"{token_count(identity.params)} parameters" if identity.params else "size unknown"
-    parts = _prior(identity.params, w, config)
-    return _median([parts], w, f"no measurements yet: rough, from the model's size ({size})", rough=True)
+    prior_parts = _from_eval(prior_seconds_per_token(identity.params), identity.params, [], w, config)
+    basis = f"no measurements yet, rough: from the model's size, {size}{busy}"
+    return _median([prior_parts.scaled(now / CALIBRATION_SLOWDOWN)], w, basis, rough=True)
+
+
+def prior_seconds_per_token(params: int | None) -> float:
+    """Seconds per generated token a model of this size takes at eval's concurrency (`PRIOR_*`)."""
+    return PRIOR_S_PER_TOKEN + PRIOR_S_PER_TOKEN_PER_PARAM * (params or 0)
 
 
 def _from_run(r: TrainTiming, w: Workload) -> Parts:
@@ -186,16 +261,11 @@ def _from_eval(
     return _parts(s_token, length, prompt, params, w, c)
 
 
-def _prior(params: int | None, w: Workload, c: TrainConfig) -> Parts:
-    s_token = PRIOR_S_PER_TOKEN + PRIOR_S_PER_TOKEN_PER_PARAM * (params or 0)
-    return _parts(s_token, w.max_tokens / 2, PRIOR_PROMPT_TOKENS, params, w, c)
-
-
 def _parts(
     s_token: float, length: float, prompt: float, params: int | None, w: Workload, c: TrainConfig
 ) -> Parts:
     """A run's parts from the seconds per generated token an eval measured (or the prior gives)."""
-    wait = GEN_PER_EVAL_TOKEN * w.batch * length * s_token if w.on_policy else 0.0
+    wait = GEN_PER_EVAL_TOKEN[c.lora.enabled] * w.batch * length * s_token if w.on_policy else 0.0
     train = TRAIN_PER_EVAL_TOKEN[c.lora.enabled] * w.batch * (prompt + length) * s_token
     held_out = HELD_OUT_PER_EVAL_TOKEN * w.held_out_rollouts * length * s_token
     startup = STARTUP_S + LOAD_S_PER_PARAM * (params or 0)

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from workbench.engine.timings import ModelIdentity, identify_model
 from workbench.store.runs import TrainRun, now_iso
-from workbench.store.timings import TrainTiming, append_timing, this_machine
+from workbench.store.timings import TrainTiming, append_timing, machine_load, this_machine
 from workbench.train.distributed import DistInfo
 from workbench.train.estimate import Workload, estimate_train
 from workbench.train.schema import TrainConfig
@@ -36,6 +36,7 @@ class RunTimer:
         self.held_out_s: list[float] = []  # every held-out evaluation, the baseline's included
         self.start_step = 0
         self.identity: ModelIdentity | None = None
+        self.loads: list[float] = []  # load averages sampled while it runs (at evals and the ends)
 
     def begin(self, metadata: TrainRun, start_step: int) -> None:
         """Estimate the run (its remaining steps, when resumed) into its metadata."""
@@ -52,6 +53,7 @@ class RunTimer:
         began = time.monotonic()
         result = await evaluation
         spent = time.monotonic() - began
+        self._sample_load()
         self.held_out_s.append(spent)
         if self.steps_started is None:
             self.baseline_s += spent
@@ -59,6 +61,11 @@ class RunTimer:
 
     def steps_begin(self) -> None:
         self.steps_started = time.monotonic()
+        self._sample_load()
+
+    def _sample_load(self) -> None:
+        if (load := machine_load()) is not None:
+            self.loads.append(load)
 
     def finish(self, metadata: TrainRun, history: Sequence[Metrics], status: str) -> None:
         """The actual seconds and tokens beside the estimate; this session's timing appended to
@@ -66,6 +73,7 @@ class RunTimer:
         if not self.dist.is_main:
             return
         ended = time.monotonic()
+        self._sample_load()
         with contextlib.suppress(Exception):
             if metadata.estimate is not None:
                 metadata.estimate.actual_s = ended - self.started
@@ -96,6 +104,7 @@ class RunTimer:
             model_key=identity.key,
             model_label=identity.label,
             params=identity.params,
+            load=statistics.fmean(self.loads) if self.loads else None,
             env_ids=[e.id for e in c.env],
             mode=c.mode,
             lora=c.lora.enabled,
