@@ -44,6 +44,7 @@ CHECKPOINT_COLUMNS = (
     ("size", 9),
     ("evaluated", 9),
 )
+EVALS_TITLE = "Evals of these checkpoints and the base model · space: mark · c: compare"
 EVAL_COLUMNS = (("✓", 1), ("model", 13), ("status", 8), ("progress", 9), ("reward", 6), ("started", 11))
 
 
@@ -143,11 +144,7 @@ class CheckpointsScreen(WorkbenchScreen):
             yield VirtualTable(CHECKPOINT_COLUMNS, id="ckpt-table", open_label="Evaluate")
             yield MetricPlot("sweep reward (base at step 0) · s: sweep", id="sweep-plot")
         yield Static(id="sweep-status", classes="hint")
-        yield Static(
-            "Evals of these checkpoints and the base model · space: mark · c: compare",
-            id="evals-title",
-            classes="section-title",
-        )
+        yield Static(EVALS_TITLE, id="evals-title", classes="section-title")
         yield VirtualTable(EVAL_COLUMNS, id="ckpt-evals", open_label="Open eval")
         yield Footer()
 
@@ -260,12 +257,15 @@ class CheckpointsScreen(WorkbenchScreen):
                 for label, run in self.evals
             ],
         )
+        title = self.query_one("#evals-title", Static)
         if not self.checkpoints:
-            self.query_one("#evals-title", Static).update(Text("no complete checkpoints yet", style="dim"))
+            title.update(Text("no complete checkpoints yet", style="dim"))
         elif not self.evals:
-            self.query_one("#evals-title", Static).update(
+            title.update(
                 Text("no evals of these checkpoints yet · e: evaluate one · s: sweep them all", style="dim")
             )
+        else:  # the first evals arrived (a sweep): "no evals yet" must not stay above them
+            title.update(EVALS_TITLE)
 
     def _current_eval(self) -> RunInfo | None:
         index = self.query_one("#ckpt-evals", VirtualTable).cursor_index
@@ -331,8 +331,12 @@ class CheckpointsScreen(WorkbenchScreen):
         if len(chosen) != 2:
             self.notify("mark exactly two evals with space, then press c", severity="warning")
             return
-        (label_a, a), (label_b, b) = sorted(
-            chosen, key=lambda item: item[1].created_at.timestamp() if item[1].created_at else 0
+        (label_a, a), (label_b, b) = sorted(  # older as A; a sweep's evals start within a second: by step
+            chosen,
+            key=lambda item: (
+                item[1].created_at.timestamp() if item[1].created_at else 0,
+                _step_order(item[0]),
+            ),
         )
         self.open("compare", a, b, labels=(label_a, label_b))
 
