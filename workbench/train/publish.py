@@ -206,7 +206,9 @@ class WeightPublisher:
             await self.clock.fail(error)
             raise error
         for server, error in failed.items():
-            self.client.drop(self._member(server))
+            member = self._member(server)
+            self.client.drop(member)
+            await member.close()  # its connections: a request still on it fails over to the others
             self.log(
                 f"server {server.base_url} dropped from the pool: weight update for step {step} failed ({error})"
             )

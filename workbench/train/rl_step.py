@@ -37,7 +37,7 @@ from pathlib import Path
 
 import orjson
 
-from workbench.store.checkpoints import list_checkpoints
+from workbench.errors import ServerGone
 from workbench.train.batches import StepBatch
 from workbench.train.context import Learner, TrainContext
 from workbench.train.distill import distill
@@ -45,7 +45,6 @@ from workbench.train.distributed import gather_groups, generation_weights
 from workbench.train.optimize import StepStats, adapt_kl_beta, train_on_samples
 from workbench.train.publish import publish_weights
 from workbench.train.samples import Sample, groups_to_samples
-from workbench.train.service import TrainingFailed
 from workbench.train.step_metrics import (
     Metrics,
     StepTimes,
@@ -71,7 +70,7 @@ async def rl_step(ctx: TrainContext, learner: Learner, step: int) -> Metrics:
     batch = await generate(ctx, learner, step)
     wait_s = time.perf_counter() - started
     everyone = gather_groups(ctx.dist, batch.all_groups)  # every rank's groups: the metrics use these
-    stop_if_no_server_answered(everyone, step, ctx.files.run_dir)
+    stop_if_no_server_answered(everyone, step)
     if ctx.dist.is_main:
         write_rollouts(ctx.files.run_dir, step, everyone)
 
@@ -151,15 +150,11 @@ async def optimize(ctx: TrainContext, learner: Learner, samples: list[Sample]) -
     return stats
 
 
-def stop_if_no_server_answered(groups: list[Group], step: int, run_dir: Path) -> None:
+def stop_if_no_server_answered(groups: list[Group], step: int) -> None:
     """Every rollout failed after the engine's retries: the servers are gone, training on nothing
-    would only burn steps."""
+    would only burn steps. The run loop turns it into the stop line with the resume command."""
     if groups and all(g.infrastructure_failures for g in groups):
-        where = f"; resume with --resume {run_dir} once a server is back" if list_checkpoints(run_dir) else ""
-        raise TrainingFailed(
-            f"training stopped at step {step}: no inference server answered "
-            f"(every rollout failed after retries){where}"
-        )
+        raise ServerGone("no inference server answered (every rollout failed after retries)")
 
 
 def write_rollouts(run_dir: Path, step: int, groups: list[Group]) -> None:
