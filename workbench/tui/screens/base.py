@@ -96,7 +96,7 @@ class WorkbenchScreen(Screen[object]):
         self.open(
             "confirm",
             f"Stop {what} (pid {pid})? {consequence} "
-            f"If it is still running {grace:g} s after the Ctrl-C, it gets SIGTERM.",
+            f"If it is still running {grace:.3g} s after the Ctrl-C, it gets SIGTERM.",
             title="Stop run",
             yes="Stop",
             no="Keep running",
