@@ -45,12 +45,32 @@ def this_machine() -> str:
 
 
 def machine_load() -> float | None:
-    """The 1-minute load average (runnable tasks, this run's own included), None where the
-    platform has none (Windows)."""
+    """How many other tasks want the CPUs now, besides this process: the 1-minute load average, or
+    fewer where fewer tasks are runnable this instant (Linux: /proc/loadavg's fourth field counts
+    them, less this process's own running threads, e.g. its OpenMP workers). The average alone
+    lags: a minute after a burst of other work ends it still says busy while a run would have the
+    machine to itself. None without a load average (Windows)."""
     try:
-        return os.getloadavg()[0]
+        average = os.getloadavg()[0]
     except (OSError, AttributeError):
         return None
+    try:
+        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return average
+    return max(0.0, min(average, running - _own_running_threads()))
+
+
+def _own_running_threads() -> int:
+    """This process's threads that are running or runnable (at least the caller's)."""
+    count = 0
+    for task in Path("/proc/self/task").glob("*/stat"):
+        try:
+            state = task.read_text().rsplit(")", 1)[1].split()[0]  # the field after "(name)"
+        except (OSError, IndexError):
+            continue
+        count += state == "R"
+    return max(count, 1)
 
 
 class _Timing(BaseModel):
@@ -64,7 +84,7 @@ class _Timing(BaseModel):
     model_key: str = Field(description="What decides its speed: the base model's folder, or a hub id.")
     model_label: str = Field(description="A short name for messages ('tiny').")
     params: int | None = Field(None, description="The base model's parameters, when known.")
-    load: float | None = Field(None, description="The machine's load average while it ran (machine_load).")
+    load: float | None = Field(None, description="Other tasks wanting the CPUs while it ran (machine_load).")
 
 
 class TrainTiming(_Timing):

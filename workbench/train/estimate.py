@@ -10,19 +10,24 @@ pass + checkpoints and bookkeeping). Each part comes from the best measurement t
    part (scaled by rollouts x completion tokens) and its training part (scaled by trained
    tokens), their start-up and their held-out evaluation time per rollout. The newest three
    runs are used, each gives an estimate, the median is the answer.
-2. Else evals of the same model on this machine (`workbench eval run`): their seconds per
-   generated token, turned into a step's parts by ratios measured on the tiny model
-   (`GEN_PER_EVAL_TOKEN` and the others below).
+2. Else evals of the same model on this machine (`workbench eval run`): the fastest one's
+   seconds per generated token, turned into a step's parts by ratios measured on the tiny model
+   (`GEN_PER_EVAL_TOKEN` and the others below), with the completion and prompt lengths of the
+   evals on the same environments. An eval far slower than its model's size says (`PRIOR_BAND`)
+   measured a busy machine, not a slow one: its lengths are used, the prior's speed.
 3. Else a prior from the model's size (parameters read from its safetensors headers), labelled
    rough: seconds per generated token grow with the parameters (`PRIOR_*`).
+
+Every measurement is scaled from the machine's load average when it was taken to the load now
+(`slowdown`): on a shared machine that alone moves a run by 2-3x.
 
 Tokens are the completion tokens the training steps sample (held-out evaluation not counted):
 steps x batch_size x the mean completion length measured (else half of max_tokens).
 
-What is not modelled: a machine busier or idler than when it was measured (on a laptop or a
-shared box that alone moves a run by tens of percent: the estimate says "about"), completions
-that lengthen or shorten as the policy learns (measured runs of the same env carry it; from an
-eval it is in the calibration ratio, measured on reverse-text), difficulty-filter oversampling.
+What is not modelled: load that changes during the run, completions that lengthen or shorten as
+the policy learns (measured runs of the same env carry it; from an eval it is in the calibration
+ratio, measured on reverse-text), difficulty-filter oversampling, checkpoint size (a full
+fine-tuning checkpoint of a large model takes seconds to write: it is in measured runs only).
 """
 
 from __future__ import annotations
@@ -84,15 +89,15 @@ LOAD_S_PER_PARAM = 2.5e-8
 # batches: with OMP_WAIT_POLICY=PASSIVE the same evals took 0.3-0.8 ms) while the training runs
 # beside them slowed 2-3x, not 10-50x. Faster than the prior is always believed (a faster machine, a GPU).
 PRIOR_BAND = 4.0
-# A busy machine: a CPU-bound run gets its share of the cores, so it takes (others + its own load) /
-# cores times as long once that exceeds 1. Records keep the load average they ran under; an estimate
-# scales each measurement from its load to the load now. OWN_LOAD: what a run adds itself (the
-# README's training run used 36 CPU-s in 41 s with 2 torch threads; its eval 8.7 CPU-s in 13 s).
-# The calibration above ran at load averages of 2.0-2.4 on 2 cores: CALIBRATION_SLOWDOWN. Checked
-# against 10 README pairs at load averages of 5-6 (others' ~4.5-5): runs took 86-164 s (median
-# ~100) where idle ones took 44 s; the rule gives x2.5-2.7 (110-120 s).
+# A busy machine: a CPU-bound run gets its share of the cores, so it takes (other tasks + its own
+# load) / cores times as long once that exceeds 1 (`slowdown`). Records keep the other tasks' load
+# they ran beside (store.timings.machine_load) and an estimate scales each measurement from it to
+# the load now. OWN_LOAD: what a run adds itself (the README's training run used 36 CPU-s in 41 s
+# with 2 torch threads; its eval 8.7 CPU-s in 13 s). The calibration above ran beside at most one
+# other busy task (load averages 2.0-2.4 with the run's own): no slowdown on 2 cores. Checked on
+# the README pair at load averages of 5-6 with tasks runnable throughout: runs took 86-164 s
+# (median ~100) where idle ones took 44 s; the rule gives x2.5-3.
 OWN_LOAD = 1.0
-CALIBRATION_SLOWDOWN = 1.1
 
 
 @dataclass(frozen=True)
@@ -160,8 +165,8 @@ def slowdown(others: float) -> float:
 
 
 def slowdown_then(load: float | None) -> float:
-    """The slowdown a recorded run had: its load average less its own part (1 when unrecorded)."""
-    return 1.0 if load is None else slowdown(max(0.0, load - OWN_LOAD))
+    """The slowdown a recorded run had (1 when its load is not recorded)."""
+    return 1.0 if load is None else slowdown(load)
 
 
 def estimate_train(
@@ -207,21 +212,20 @@ def estimate_train(
         what = f"{'eval' if len(evals) == 1 else f'{len(evals)} evals'} of {identity.label} on {envs_seen}"
         speed = fastest.seconds_per_token / slowdown_then(fastest.load)  # as on an idle machine
         prior = prior_seconds_per_token(identity.params)
-        factor = now / CALIBRATION_SLOWDOWN
         if identity.params and speed > PRIOR_BAND * prior:
             basis = (
                 f"lengths from your {what}; speed from the model's size: "
                 f"{'that eval' if len(evals) == 1 else 'the fastest'} ran {speed / prior:.0f}x slower, "
                 "slowed by other work"
             )
-            at_prior = _from_eval(prior, identity.params, same_env, w, config).scaled(factor)
+            at_prior = _from_eval(prior, identity.params, same_env, w, config).scaled(now)
             return _median([at_prior], w, basis + busy, rough=False)
-        measured = _from_eval(speed, identity.params, same_env, w, config).scaled(factor)
+        measured = _from_eval(speed, identity.params, same_env, w, config).scaled(now)
         return _median([measured], w, f"from your {what}{busy}", rough=False)
     size = f"{token_count(identity.params)} parameters" if identity.params else "size unknown"
     prior_parts = _from_eval(prior_seconds_per_token(identity.params), identity.params, [], w, config)
     basis = f"no measurements yet, rough: from the model's size, {size}{busy}"
-    return _median([prior_parts.scaled(now / CALIBRATION_SLOWDOWN)], w, basis, rough=True)
+    return _median([prior_parts.scaled(now)], w, basis, rough=True)
 
 
 def prior_seconds_per_token(params: int | None) -> float:

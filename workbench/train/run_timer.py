@@ -36,7 +36,10 @@ class RunTimer:
         self.held_out_s: list[float] = []  # every held-out evaluation, the baseline's included
         self.start_step = 0
         self.identity: ModelIdentity | None = None
-        self.loads: list[float] = []  # load averages sampled while it runs (at evals and the ends)
+        self.loads: list[float] = []  # other tasks' load, sampled while it runs (at evals and the ends)
+        # The load the estimate scales to, taken before the run starts helpers of its own (W&B's
+        # service process, data loading) that machine_load would count as other work.
+        self.load_before = machine_load()
 
     def begin(self, metadata: TrainRun, start_step: int) -> None:
         """Estimate the run (its remaining steps, when resumed) into its metadata."""
@@ -46,7 +49,11 @@ class RunTimer:
         with contextlib.suppress(Exception):  # an estimate is a courtesy, never a reason to stop
             self.identity = identify_model(self.config.model)
             metadata.estimate = estimate_train(
-                self.config, start_step=start_step, nproc=self.dist.world_size, identity=self.identity
+                self.config,
+                start_step=start_step,
+                nproc=self.dist.world_size,
+                identity=self.identity,
+                load=self.load_before,
             )
 
     async def held_out(self, evaluation: Awaitable[T]) -> T:
