@@ -25,18 +25,20 @@ from workbench.store.timings import (
 )
 from workbench.train.config import load_train_config
 from workbench.train.estimate import (
-    BETWEEN_STEPS_S,
-    GEN_PER_EVAL_TOKEN,
-    HELD_OUT_PER_EVAL_TOKEN,
-    LOAD_S_PER_PARAM,
-    STARTUP_S,
-    TRAIN_PER_EVAL_TOKEN,
     Workload,
     describe,
     duration,
     estimate_train,
     prior_seconds_per_token,
     token_count,
+)
+from workbench.train.estimate_calibration import (
+    BETWEEN_STEPS_S,
+    GEN_PER_EVAL_TOKEN,
+    HELD_OUT_PER_EVAL_TOKEN,
+    LOAD_S_PER_PARAM,
+    STARTUP_S,
+    TRAIN_PER_EVAL_TOKEN,
 )
 from workbench.train.schema import TrainConfig
 
