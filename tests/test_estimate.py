@@ -19,6 +19,7 @@ from workbench.store.timings import (
     EvalTiming,
     TrainTiming,
     append_timing,
+    machine_load,
     read_timings,
     this_machine,
     timings_path,
@@ -136,6 +137,14 @@ def test_timings_round_trip_and_unreadable_lines_are_skipped(workspace: Path):
     append_timing(ev)
     assert read_timings() == [run, ev]
     assert ev.seconds_per_token == pytest.approx(1.28 / (128 * 20))
+
+
+def test_the_machines_load_is_at_most_its_load_average():
+    """The instant's runnable tasks only ever lower it (a finished burst of work is not load)."""
+    before = os.getloadavg()[0]
+    load = machine_load()
+    if load is not None:  # the average moves every 5 s: either reading bounds it
+        assert 0.0 <= load <= max(before, os.getloadavg()[0])
 
 
 def test_parameters_are_read_from_safetensors_headers_without_torch(tmp_path: Path):
