@@ -332,7 +332,9 @@ async def test_monitor_curves_update_live(workspace: Path, monkeypatch):
             train_metrics(6)["train/loss"]
         )
         kl = {label: values for label, _, values in screen.query_one("#plot-3", MetricPlot).lines}
-        assert kl["mismatch"][-1] == pytest.approx(train_metrics(6)["policy/mismatch_kl"])  # trainer vs sampler
+        assert kl["mismatch"][-1] == pytest.approx(
+            train_metrics(6)["policy/mismatch_kl"]
+        )  # trainer vs sampler
         assert kl["mismatch max"][-1] == pytest.approx(train_metrics(6)["policy/mismatch_kl_max"])
         eta = text_of(screen.query_one("#monitor-eta"))
         assert "step 6/10" in eta and "2.0 s/step" in eta and "ETA 8s" in eta
