@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from workbench.config.bounds import Bounded
+from workbench.config.optimizers import OptimizerName
 from workbench.config.secrets import key_variable_name
 
 # How much a reflection may write: a whole new system prompt, not one answer line.
@@ -116,7 +117,7 @@ class GepaConfig(Bounded):
         default_factory=dict,
         description=f"Reflection sampling settings as JSON, e.g. temperature; max_tokens defaults to {DEFAULT_REFLECTION_MAX_TOKENS}.",
     )
-    optimizer: Literal["gepa", "miprov2", "bootstrap"] = Field(
+    optimizer: OptimizerName = Field(
         "gepa",
         description="Which optimizer searches: 'gepa' (reflection + Pareto frontier), or DSPy's 'miprov2' (instructions from -M plus few-shot demos, Bayesian search) or 'bootstrap' (few-shot demos from the model's own good rollouts, random search); the DSPy ones need the dspy extra.",
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import subprocess
-import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +24,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
-from workbench.gepa.config import GepaConfig
+from workbench.config.optimizers import DSPY_OPTIMIZERS, OPTIMIZERS
 from workbench.tui.launcher import (
     Launch,
     LaunchSpec,
@@ -42,7 +41,6 @@ from workbench.tui.screens.base import WorkbenchScreen
 
 TABS = ("configs", "eval", "train", "gepa")
 MODEL_FIELDS = ("eval-model", "gepa-model", "gepa-reflection")  # the fields a picker fills
-DSPY_OPTIMIZERS = ("miprov2", "bootstrap")  # the optimizers that need the dspy extra
 ESTIMATE_DELAY_S = 0.5  # after the last change to the form: typing never starts a dry run per key
 ESTIMATE_ROW = re.compile(r"^\s*estimate\s{2,}(\S.*?)\s*$", re.MULTILINE)  # train/plan.py's row
 
@@ -54,9 +52,9 @@ def estimate_row(dry_run_output: str) -> str | None:
 
 
 def optimizer_choices() -> list[tuple[str, str]]:
-    """(label, value) of each optimizer `gepa run --optimizer` takes, from GepaConfig's own field;
+    """(label, value) of each optimizer `gepa run --optimizer` takes (GepaConfig's own list);
     a DSPy one says when the dspy extra is not installed."""
-    names = typing.get_args(GepaConfig.model_fields["optimizer"].annotation)
+    names = OPTIMIZERS
     has_dspy = importlib.util.find_spec("dspy") is not None
     return [
         (f"{name} (needs the dspy extra)" if name in DSPY_OPTIMIZERS and not has_dspy else name, name)
