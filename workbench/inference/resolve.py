@@ -18,7 +18,7 @@ from workbench.store.checkpoints import (
     CHECKPOINTS,
     STEP_PREFIX,
     checkpoint_step,
-    list_checkpoints,
+    newest_checkpoint,
     resolve_latest_run,
     training_run_checkpoint,
 )
@@ -74,7 +74,10 @@ def describe_model(model: str) -> ResolvedModel | None:
     except UserError:
         return None
     if path is not None and (path / CHECKPOINTS).is_dir() and not (path / "config.json").is_file():
-        path = next(reversed(list_checkpoints(path)), None)
+        try:
+            path = newest_checkpoint(path)  # a newer damaged one: loading says what is wrong
+        except UserError:
+            return None
     if path is None or not path.exists():
         return None
     path = path.resolve()

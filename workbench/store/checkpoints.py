@@ -118,8 +118,16 @@ def require_intact(checkpoint: Path) -> Path:
     """`checkpoint` when its files are all there as written (contents checked); UserError saying
     what is damaged otherwise."""
     if (problem := checkpoint_problem(checkpoint, hashes=True)) is not None:
-        raise UserError(f"checkpoint {checkpoint} is damaged: {problem}")
+        raise UserError(f"checkpoint {_relative(checkpoint)} is damaged: {problem}")
     return checkpoint
+
+
+def _relative(path: Path) -> Path:
+    """`path` from the working directory when it is under it (as the user would name it)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 def read_step_info(checkpoint: Path) -> dict[str, Any]:
@@ -138,24 +146,30 @@ def resolve_latest_run(path: Path) -> Path:
     return path
 
 
+def newest_checkpoint(run_dir: Path) -> Path:
+    """The newest complete checkpoint of training run folder `run_dir` (its files checked by size,
+    not hashed). UserError when there is none, or when a newer one was written whole (it has a
+    manifest or trainer state) but is damaged now: loading an older one instead would mislead,
+    so the error says which one and what is wrong."""
+    checkpoints = list_checkpoints(run_dir)
+    newest = checkpoints[-1] if checkpoints else None
+    for folder, why in reversed(damaged_checkpoints(run_dir)):
+        written = (folder / MANIFEST).is_file() or (folder / STATE_JSON).is_file()
+        if written and (newest is None or checkpoint_step(folder) > checkpoint_step(newest)):
+            older = f"; name an older one: -m {_relative(newest)}" if newest else ""
+            raise UserError(f"checkpoint {_relative(folder)} is damaged: {why}{older}")
+    if newest is None:
+        raise UserError(f"training run {run_dir} has no complete checkpoint yet")
+    return newest
+
+
 def training_run_checkpoint(path: Path) -> Path:
     """A training run folder means its newest complete checkpoint, and `<runs>/latest` the
     newest run that has one (`-m outputs/runs/latest` after `workbench train`). Any other path
     is returned as given."""
     path = resolve_latest_run(path)
     if (path / CHECKPOINTS).is_dir() and not (path / "config.json").is_file():
-        checkpoints = list_checkpoints(path)
-        newest = checkpoints[-1] if checkpoints else None
-        # A newer folder that was written whole (it has a manifest or trainer state) but is damaged
-        # now: loading an older one instead would mislead, so say which one and what is wrong.
-        for folder, why in reversed(damaged_checkpoints(path)):
-            written = (folder / MANIFEST).is_file() or (folder / STATE_JSON).is_file()
-            if written and (newest is None or checkpoint_step(folder) > checkpoint_step(newest)):
-                older = f"; name an older one: -m {newest}" if newest else ""
-                raise UserError(f"checkpoint {folder} is damaged: {why}{older}")
-        if newest is None:
-            raise UserError(f"training run {path} has no complete checkpoint yet")
-        return require_intact(newest)
+        return require_intact(newest_checkpoint(path))
     if (path / STATE_JSON).is_file() or (path / MANIFEST).is_file():  # one checkpoint folder
         return require_intact(path)
     return path
