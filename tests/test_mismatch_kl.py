@@ -53,7 +53,7 @@ def test_colocated_float32_mismatch_mean_and_max_stay_at_arithmetic_noise(tiny_w
     assert any(m["policy/mismatch_kl_max"] > m["policy/mismatch_kl"] for m in steps)  # a max, not a copy
 
 
-@pytest.mark.slow  # ~40 s: two trainer processes
+@pytest.mark.extended  # two trainer processes, ~15-40 s; `python -m pytest -m ''` runs it
 def test_two_ranks_log_the_step_wide_mismatch_once(tiny_workspace: Path):
     config = tiny_workspace / "rl.toml"
     config.write_text(

@@ -108,6 +108,7 @@ def test_tokens_in_gives_one_exact_sample_per_rollout(
         assert row["mismatch_kl/all/mean"] < 1e-3 and row["mismatch_kl/all/max"] < 1e-3
 
 
+@pytest.mark.extended  # the fallback itself is proven fast in test_tokens_in_http; -m '' runs this
 def test_a_server_without_the_route_trains_through_chat_and_says_so_once(
     tiny_qwen_workspace: Path, qwen_server: ServerProcess
 ) -> None:

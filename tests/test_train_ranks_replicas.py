@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.marks import by_default
 from tests.test_train_launch_replicas import (
     PROCESS_DEATH_S,
     RUN_START_S,
@@ -190,7 +191,7 @@ def test_two_ranks_and_one_replica_make_the_update_of_one_rank_and_one_replica(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rank", [1, 0])
+@pytest.mark.parametrize("rank", by_default([1, 0], [1]))  # rank 0's death: extended (-m '')
 def test_kill_9_of_a_rank_stops_every_process_and_resume_continues_the_run(
     tiny_workspace: Path, rank: int
 ) -> None:
@@ -227,7 +228,7 @@ def test_kill_9_of_a_rank_stops_every_process_and_resume_continues_the_run(
     assert [p for p in new_ranks + new_replicas if _training_process(p)] == []
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # 50 s of the suite's 8-minute budget; `python -m pytest -m ''` runs it
 def test_a_replica_dying_mid_run_leaves_its_requests_to_the_other_and_the_last_one_stops_the_run(
     tiny_workspace: Path,
 ) -> None:
@@ -313,7 +314,7 @@ def test_replica_counts_launched_on_a_cpu_are_not_called_ignored() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
+@pytest.mark.parametrize("lora", by_default([True, False], [True]), ids=["lora", "full"])
 def test_rank_0_publishes_each_step_s_weights_to_the_replica_the_next_step_samples_from(
     tiny_workspace: Path, lora: bool
 ) -> None:
