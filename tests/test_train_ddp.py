@@ -15,6 +15,7 @@ import pytest
 
 from tests import cli
 from tests.held_env import held_env_toml
+from tests.marks import by_default
 from tests.servers import wait_until
 from tests.test_train import adapter_tensors, train
 
@@ -92,7 +93,8 @@ def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+# DDP's equivalence runs by default in test_train_ranks_replicas (server mode): fsdp here.
+@pytest.mark.parametrize("strategy", by_default(["ddp", "fsdp"], ["fsdp"]))
 def test_two_processes_make_the_same_update_as_one(tiny_workspace: Path, strategy: str):
     config = tiny_workspace / "sft.toml"
     config.write_text(SFT)
@@ -125,7 +127,7 @@ def test_two_processes_make_the_same_update_as_one(tiny_workspace: Path, strateg
 
 
 # both by default: FSDP's RL path differs from DDP's (no shared-prompt passes: optimize.py)
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("strategy", by_default(["ddp", "fsdp"], ["ddp"]))
 def test_rl_two_processes_global_batch_and_rank0_writes(tiny_workspace: Path, strategy: str):
     """RL: each rank generates its groups (FSDP: with gathered weights); rank 0 writes them all."""
     config = tiny_workspace / "rl.toml"

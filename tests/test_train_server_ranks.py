@@ -35,7 +35,9 @@ def test_each_rank_keeps_its_slice_and_rank_0_keeps_the_counts() -> None:
     assert batch.groups == groups[:4]  # the whole batch is left as it was
 
 
-@pytest.mark.slow
+# Covered by default by test_train_ranks_replicas (2 ranks + launched replicas: the same update as
+# 1 rank, kill -9 of a rank leaves nothing behind); this one runs with -m ''.
+@pytest.mark.extended
 def test_two_trainer_ranks_train_on_launched_replicas_and_leave_nothing_behind(tiny_workspace: Path) -> None:
     result = subprocess.run(  # trainer ranks: real processes
         [
