@@ -256,7 +256,8 @@ class OpenAIServer:
     async def not_found(self, request: web.Request) -> web.Response:
         return error_response(404, f"no route for {request.method} {request.path}", code="not_found")
 
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+    async def read_body(self, request: web.Request) -> dict[str, Any] | web.Response:
+        """The request's JSON object, or the error response to send instead."""
         try:
             body = orjson.loads(await request.read())
         except ConnectionResetError:  # the client left mid-request (a Ctrl-C'd eval): nobody to answer
@@ -265,18 +266,33 @@ class OpenAIServer:
             return error_response(400, f"request body is not valid JSON: {exc}")
         if not isinstance(body, dict):
             return error_response(400, "request body must be a JSON object")
-        model = body.get("model")
+        return body
+
+    def served_adapter(self, model: object) -> str | None | web.Response:
+        """The runtime LoRA adapter a request's `model` names (None: the base model), or the
+        error response for a model this server does not serve."""
         if model is not None and not isinstance(model, str):
             return error_response(400, "'model' must be a string", param="model")
-        adapter = model if model is not None and model in self.lora_paths else None
-        if model is not None and adapter is None and model not in self.model_names:
-            served = ", ".join(sorted(self.model_names | set(self.lora_paths)))
-            return error_response(
-                404,
-                f"The model `{model}` does not exist (served: {served}).",
-                param="model",
-                code="model_not_found",
-            )
+        if model is None or model in self.model_names:
+            return None
+        if model in self.lora_paths:
+            return model
+        served = ", ".join(sorted(self.model_names | set(self.lora_paths)))
+        return error_response(
+            404,
+            f"The model `{model}` does not exist (served: {served}).",
+            param="model",
+            code="model_not_found",
+        )
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self.read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        model = body.get("model")
+        adapter = self.served_adapter(model)
+        if isinstance(adapter, web.Response):
+            return adapter
         stream = body.get("stream") is True
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
@@ -316,14 +332,9 @@ class OpenAIServer:
         distillation teacher uses vLLM's: a prompt of token ids with `echo: true` and `logprobs`
         returns each prompt token's logprob (`choices[0].logprobs.token_logprobs`, the first
         null) and generates nothing."""
-        try:
-            body = orjson.loads(await request.read())
-        except ConnectionResetError:  # the client left mid-request: nobody to answer
-            return web.Response(status=499)
-        except orjson.JSONDecodeError as exc:
-            return error_response(400, f"request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return error_response(400, "request body must be a JSON object")
+        body = await self.read_body(request)
+        if isinstance(body, web.Response):
+            return body
         if not body.get("echo"):
             return await self.text_completions.answer(request, body)
         score = getattr(self.client, "prompt_logprobs", None)

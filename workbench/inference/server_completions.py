@@ -97,15 +97,9 @@ class TextCompletions:
         if not isinstance(backend, TextBackend):
             return error_response(400, "this backend cannot complete plain text: use /v1/chat/completions")
         model = body.get("model")
-        adapter = model if isinstance(model, str) and model in self.server.lora_paths else None
-        if model is not None and adapter is None and model not in self.server.model_names:
-            served = ", ".join(sorted(self.server.model_names | set(self.server.lora_paths)))
-            return error_response(
-                404,
-                f"The model `{model}` does not exist (served: {served}).",
-                param="model",
-                code="model_not_found",
-            )
+        adapter = self.server.served_adapter(model)
+        if isinstance(adapter, web.Response):
+            return adapter
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             return error_response(400, "'stream_options' must be an object", param="stream_options")

@@ -27,7 +27,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import orjson
 from aiohttp import web
 
 from workbench.errors import InferenceError
@@ -90,14 +89,9 @@ class TokenRoutes:
         return {("POST", GENERATE_ROUTE): self.generate}
 
     async def generate(self, request: web.Request) -> web.Response:
-        try:
-            body = orjson.loads(await request.read())
-        except ConnectionResetError:  # the client left mid-request: nobody to answer
-            return web.Response(status=499)
-        except orjson.JSONDecodeError as exc:
-            return error_response(400, f"request body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            return error_response(400, "request body must be a JSON object")
+        body = await self.server.read_body(request)
+        if isinstance(body, web.Response):
+            return body
         backend = self.server.client
         if not isinstance(backend, TokenBackend):
             return error_response(400, NOT_SUPPORTED)
@@ -105,12 +99,9 @@ class TokenRoutes:
             return error_response(400, "this server's /inference/v1/generate does not stream", param="stream")
         model = body.get("model")
         server = self.server
-        adapter = model if isinstance(model, str) and model in server.lora_paths else None
-        if model is not None and adapter is None and model not in server.model_names:
-            served = ", ".join(sorted(server.model_names | set(server.lora_paths)))
-            return error_response(
-                404, f"The model `{model}` does not exist (served: {served}).", param="model", code=404
-            )
+        adapter = server.served_adapter(model)
+        if isinstance(adapter, web.Response):
+            return adapter
         try:
             ids, sampling, logprobs = parse_generate(body)
         except BadRequest as exc:
