@@ -51,7 +51,11 @@ async def test_train_from_the_tui_then_evaluate_a_checkpoint(tiny_workspace: Pat
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("l")
         assert isinstance(app.screen, LaunchScreen)
-        await pilot.press("enter", "enter")  # the highlighted config: its command shown, then started
+        launcher = app.screen
+        await pilot.press("enter")  # the highlighted config: its command shown ...
+        await wait_for(pilot, lambda: launcher.confirming is not None)
+        await pilot.press("enter")  # ... then started
+        await wait_for(pilot, lambda: app.launcher.launches())
         launch = app.launcher.launches()[0]
         assert launch.args == ["train", "configs/rl/tiny-rl.toml"]
         table = app.screen.query_one(RunsTable)
