@@ -201,7 +201,9 @@ def max_difference(a: Path, b: Path) -> float:
     return max(float((wa[name] - wb[name]).abs().max()) for name in wa)
 
 
-@pytest.mark.slow  # 25 s on 2 idle cores, 55 s loaded: one process, then the SLURM template twice
+# Breadth (the SLURM template over two "nodes"): 25 s on 2 idle cores, 55 s loaded; runs with -m ''.
+# Two-process equivalence runs by default in test_train_ddp and test_train_ranks_replicas.
+@pytest.mark.extended
 def test_slurm_template_two_nodes_same_update_as_one_then_requeue_resumes(tiny_workspace: Path):
     config = tiny_workspace / "sft.toml"
     config.write_text(SFT)  # batch 5 over 2 ranks: uneven slices, so a per-rank normalization would show
