@@ -142,3 +142,21 @@ def test_training_from_a_run_keeps_the_checkpoint_it_started_from(tiny_workspace
     train("second", "runs/first", "--set", "max_steps=2")
     resumed = read_run_metadata(tiny_workspace / "runs" / "second", "train")
     assert resumed.step == 2 and resumed.resolved_model == meta.resolved_model
+
+
+def test_a_gepa_run_keeps_the_checkpoint_its_model_meant_at_launch(workspace: Path):
+    from workbench.gepa.config import GepaConfig
+    from workbench.gepa.service import launch_model
+    from workbench.store.runs import GepaRun
+
+    make_train_run(workspace, "first", steps=6, status="finished")
+    config = GepaConfig(env_id="reverse-words", model="outputs/runs/latest")
+    resolved = launch_model(config, None)
+    assert resolved is not None and resolved.label == "first step 6"
+    second = make_train_run(workspace, "second", steps=3, status="finished")
+    newer(second / "checkpoints" / "step_000003", 60)  # `latest` means another run now
+    saved = GepaRun(run_id="g", model=config.model, resolved_model=resolved)
+    assert launch_model(config, saved) == resolved  # a resume loads what the run started on
+    assert launch_model(config, None) is not None and launch_model(config, None).label == "second step 3"
+    served = config.model_copy(update={"api_base_url": "http://127.0.0.1:9/v1"})
+    assert launch_model(served, None) is None  # a server's model name is not a folder here

@@ -35,6 +35,7 @@ from workbench.gepa.scoring import Budget, Candidate, CandidateScorer
 from workbench.gepa.service import (
     GepaResult,
     datasets,
+    launch_model,
     make_clients,
     reflection_sampling_for,
     resolve_run_folder,
@@ -61,7 +62,7 @@ def run_dspy(config: GepaConfig, reporter: Reporter) -> GepaResult:
         config.num_trials,
     )
     sampling = sampling_for(config, envs.sampling_args)
-    policy, reflection = make_clients(config)
+    policy, reflection = make_clients(config, launch_model(config, None))
     clients = [policy] if reflection is policy or config.optimizer == "bootstrap" else [policy, reflection]
     loopback = None
     with AsyncBridge() as bridge:

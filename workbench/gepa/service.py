@@ -28,6 +28,7 @@ from workbench.store.lock import claim_run, releasing_claims
 from workbench.store.runs import (
     METADATA,
     GepaRun,
+    ResolvedModel,
     RunStatus,
     create_run_dir,
     locate_resume,
@@ -97,7 +98,7 @@ def run_gepa(
         )
     sampling = sampling_for(config, envs.sampling_args)
     reflection_sampling = reflection_sampling_for(config)
-    policy, reflection = make_clients(config)
+    policy, reflection = make_clients(config, launch_model(config, saved))
     clients = [policy] if reflection is policy else [policy, reflection]
     with AsyncBridge() as bridge:
         try:
@@ -335,12 +336,26 @@ def reflection_endpoint(config: GepaConfig) -> tuple[str | None, str | None]:
     return config.api_base_url, config.reflection_api_key_var or config.api_key_var
 
 
-def make_clients(config: GepaConfig) -> tuple[Client, Client]:
-    """(policy, reflection); one client when both are the same model on the same server."""
+def launch_model(config: GepaConfig, saved: GepaRun | None) -> ResolvedModel | None:
+    """The model folder `config.model` means, resolved once when the run starts (a resume keeps
+    it): `outputs/runs/latest` or a run folder is that run's newest checkpoint *then*. None for a
+    named model, a hub or endpoint id, or a model on a server (`-b`)."""
+    if saved is not None and saved.resolved_model is not None:
+        return saved.resolved_model
+    if config.api_base_url:
+        return None
+    from workbench.inference.resolve import describe_model
+
+    return describe_model(config.model)
+
+
+def make_clients(config: GepaConfig, resolved: ResolvedModel | None = None) -> tuple[Client, Client]:
+    """(policy, reflection); one client when both are the same model on the same server.
+    `resolved`: the folder the policy model was resolved to at launch (`launch_model`)."""
     from workbench.inference.resolve import make_client
 
     policy = make_client(
-        config.model,
+        resolved.path if resolved is not None else config.model,
         base_url=config.api_base_url,
         api_key_var=config.api_key_var,
         endpoints_file=config.endpoints_path,
@@ -388,6 +403,7 @@ def run_metadata(
         run_id=run_dir.name,
         env_id=config.env_id,
         model=config.model,
+        resolved_model=launch_model(config, saved),
         reflection_model=config.reflection_model_name,
         workbench_version=__version__,
         gepa_version=version("gepa"),
