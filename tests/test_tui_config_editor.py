@@ -79,7 +79,8 @@ async def test_a_config_is_checked_by_its_dry_run_and_problems_point_at_their_li
         area = screen.query_one(ConfigTextArea)
         assert area.language == "toml" and area.text == original
         assert screen.result is not None and screen.result.verdict == "valid"
-        assert "max_steps  60" in text_of(screen.query_one("#check-plan"))
+        plan = screen.query_one("#check-plan")  # laid out to the plan's height on a later refresh
+        await wait_for(pilot, lambda: "max_steps  60" in text_of(plan))
         assert "valid: a real run can start" in text_of(screen.query_one("#check-verdict"))
         # a typo, typed after `max_steps = 60` (line 4): the dry run names it, at line 5
         assert area.document.get_line(3).startswith("max_steps = 60")
