@@ -29,6 +29,21 @@ class ContinuationError(ValueError):
     """The chat template cannot be continued by tokens (no end-of-turn marker after a turn)."""
 
 
+def prompt_ids(
+    tokenizer: Any,
+    messages: Messages,
+    tools: list[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """Token ids of `messages` under the chat template, ready for the assistant's turn. Call with
+    the tokenizer guarded against concurrent use."""
+    text = tokenizer.apply_chat_template(
+        messages, tools=tools or None, tokenize=False, add_generation_prompt=True, **(template_kwargs or {})
+    )
+    # The template already wrote any BOS it wants; don't let the tokenizer add another.
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 def end_of_turn(tokenizer: Any) -> tuple[str, int]:
     """The marker that closes an assistant turn (`<|im_end|>` for ChatML): the tokenizer's eos."""
     text = tokenizer.eos_token

@@ -41,7 +41,7 @@ from typing import Any
 
 from workbench.errors import ContextLengthError, InferenceError
 from workbench.inference.adapters import AdapterError, AdapterSet
-from workbench.inference.chat_tokens import continuation_ids
+from workbench.inference.chat_tokens import continuation_ids, prompt_ids
 from workbench.inference.decode_engine import DecodeEngine
 from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch_hf
 from workbench.inference.lean_model import LeanModel
@@ -224,12 +224,8 @@ class LocalClient:
         ids = self._rendered.get(key)
         if ids is not None:
             return ids
-        text = self._tokenizer.apply_chat_template(
-            messages, tools=tools or None, tokenize=False, add_generation_prompt=True
-        )
         with self._tokenizer_lock:
-            # The template already wrote any BOS it wants; don't let the tokenizer add another.
-            ids = self._tokenizer.encode(text, add_special_tokens=False)
+            ids = prompt_ids(self._tokenizer, messages, tools)
         self._rendered.put(key, ids)
         return ids
 

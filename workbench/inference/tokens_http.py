@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from workbench.errors import InferenceError
-from workbench.inference.chat_tokens import continuation_ids
+from workbench.inference.chat_tokens import continuation_ids, prompt_ids
 from workbench.inference.openai_client import OpenAIClient, RoundRobinClient, error_for_status
 from workbench.inference.reasoning import prompt_ends_in_thinking, reasoning_message, think_token_ids
 from workbench.inference.server_tokens import GENERATE_ROUTE, NOT_SUPPORTED
@@ -106,15 +106,7 @@ class TokensInServer:
             return await self.server.chat(messages, sampling=sampling, tools=tools)
         try:
             with self._lock:
-                text = self.tokenizer.apply_chat_template(
-                    messages,
-                    tools=tools or None,
-                    tokenize=False,
-                    add_generation_prompt=True,
-                    **_template_kwargs(sampling),
-                )
-                # The template already wrote any BOS it wants; don't let the tokenizer add another.
-                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                ids = prompt_ids(self.tokenizer, messages, tools, _template_kwargs(sampling))
         except Exception as exc:  # a template error is the caller's input, not a transient fault
             raise InferenceError(f"could not apply the chat template: {exc}", transient=False) from exc
         return await self.generate(ids, sampling, parse_tools=bool(tools))
