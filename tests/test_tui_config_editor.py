@@ -92,7 +92,7 @@ async def test_a_config_is_checked_by_its_dry_run_and_problems_point_at_their_li
             (5, "unknown key 'max_stepz' (did you mean 'max_steps'?)")
         ]
         assert area.error_lines == {4}
-        assert "line 5:" in text_of(screen.query_one("#check-problems"))
+        await wait_for(pilot, lambda: "line 5:" in text_of(screen.query_one("#check-problems")))
         # every check file is removed once its dry run ends (a superseded one is killed first)
         await wait_for(pilot, lambda: not [p for p in config.parent.iterdir() if p.name.startswith(".")])
         assert config.read_text() == original  # checking never saves
@@ -105,7 +105,7 @@ async def test_a_config_is_checked_by_its_dry_run_and_problems_point_at_their_li
             pilot, lambda: screen.problems and screen.problems[0].message.startswith("invalid TOML")
         )
         assert screen.problems[0].line == 5 and screen.result is None and not screen.checking
-        assert "invalid TOML" in text_of(screen.query_one("#check-verdict"))
+        await wait_for(pilot, lambda: "invalid TOML" in text_of(screen.query_one("#check-verdict")))
         # undone: valid again, no marks
         area.load_text(original)
         await wait_for(pilot, lambda: checked(screen) and screen.result.verdict == "valid")

@@ -467,6 +467,9 @@ async def wait_for(pilot: Any, predicate: Any, timeout: float = 120.0, step: flo
         if time.monotonic() - started > timeout:
             raise AssertionError(f"condition not met within {timeout}s")
         await pilot.pause(step)
+    # The state a predicate reads may change before the screen shows it (a worker sets it, then
+    # posts the update): one more pause processes what is queued and lays the screen out.
+    await pilot.pause()
     return time.monotonic() - started
 
 
