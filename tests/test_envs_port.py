@@ -417,7 +417,7 @@ def test_ported_env_runs_on_workbench(name: str, ported_results: dict[str, dict[
 CLASSIC = [*PORTED, "continuation_quality"]
 
 
-@pytest.mark.parametrize("name", by_default(CLASSIC, ["reverse_text", "alphabet_sort", "tool_test"]))
+@pytest.mark.parametrize("name", by_default(CLASSIC, ["tool_test"]))
 def test_ported_env_through_the_cli(name: str, tmp_path: Path, tiny_model: Path):
     """`workbench eval run NAME -m tiny -n 2 -r 2` on each classic fixture ported by its imports,
     verifiers unimportable: Workbench's own engine, environment classes and tiny model."""

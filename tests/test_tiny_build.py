@@ -75,6 +75,7 @@ def test_fingerprint_and_current_build(built, tmp_path: Path) -> None:
     assert is_current_build(overridden, build_fingerprint(dataclasses.replace(SPEC, steps=1)))
 
 
+@pytest.mark.extended  # two more builds (~20 s); the fingerprint test above covers what a rebuild keys on
 def test_same_seed_same_weights_and_overrides(built, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 

@@ -178,6 +178,7 @@ def test_rl_two_processes_global_batch_and_rank0_writes(tiny_workspace: Path, st
 
 
 @pytest.mark.slow  # ~30 s
+@pytest.mark.extended  # the same stop-and-resume as test_train_ranks_replicas' kill -9 of a rank (run by default)
 def test_dead_rank_stops_the_run_with_one_line_and_resume_finishes(tiny_workspace: Path):
     run = tiny_workspace / "runs" / "die"
     held = tiny_workspace / "held"

@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("verifiers.v1", reason="the verifiers extra (with verifiers.v1) is not installed")
 
+from tests.marks import by_default  # noqa: E402
 from tests.test_verifiers_envs import workbench  # noqa: E402 - the same CLI runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verifiers_envs" / "v1"
@@ -42,7 +43,7 @@ def records(workspace: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("name", sorted(ENVS))
+@pytest.mark.parametrize("name", by_default(sorted(ENVS), ["glossary"]))  # reverse_text: -m ''
 def test_a_v1_environment_runs_unchanged(name: str, tmp_path: Path, tiny_model: Path):
     workspace = workspace_with(tmp_path, tiny_model, name)
     result = workbench(
