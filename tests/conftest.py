@@ -119,15 +119,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Build the embedded models before the first test when any test needs them: a build is minutes
     of CPU, and inside the first test's setup it counted against that test's timeout (on a loaded
     machine it ran past it, and every test using the model errored with the cached timeout)."""
-    with _build_lock():  # xdist workers collect at once: one builds, the others find it current
-        if any("tiny_model" in getattr(item, "fixturenames", ()) for item in items):
-            from workbench.bootstrap import build_tiny
+    from workbench.bootstrap import build_tiny, build_tiny_qwen
 
-            build_tiny(REPO)
-        if any("tiny_qwen_model" in getattr(item, "fixturenames", ()) for item in items):
-            from workbench.bootstrap import build_tiny_qwen
-
-            build_tiny_qwen(REPO)
+    builds = [
+        (name, build)
+        for name, build in (("tiny", build_tiny), ("tiny-qwen", build_tiny_qwen))
+        if any(name.replace("-", "_") + "_model" in getattr(item, "fixturenames", ()) for item in items)
+    ]
+    # xdist workers collect at once: one builds each model, the others find it current. Odd
+    # workers take the models in the other order, so the two builds (each on one core) run side
+    # by side instead of one after the other: on a fresh clone, 68 s + 38 s became about 68 s.
+    if int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % 2:
+        builds.reverse()
+    for name, build in builds:
+        with _build_lock(name):
+            build(REPO)
 
 
 # A worker that has run a few hundred tests tracks about a million objects (torch, transformers,
@@ -152,9 +158,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    """Held while building the embedded models (an advisory lock on a file beside them)."""
-    lock = REPO / "outputs" / "models" / ".test-build.lock"
+def _build_lock(model: str) -> Iterator[None]:
+    """Held while building one embedded model (an advisory lock on a file beside it)."""
+    lock = REPO / "outputs" / "models" / f".test-build-{model}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

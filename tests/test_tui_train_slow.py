@@ -17,7 +17,9 @@ from workbench.tui.screens.monitor import TrainMonitorScreen
 from workbench.tui.widgets.metric_plot import MetricPlot
 from workbench.tui.widgets.runs_table import RunsTable
 
-pytestmark = pytest.mark.slow
+# The tmux walk-through (run by default) launches, monitors and sweeps a run from the TUI in a
+# real terminal; this Pilot version of the same path is breadth: -m ''.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 CONFIG = """# workbench train configs/rl/tiny-rl.toml
 model = "tiny"
