@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -439,10 +440,26 @@ def compare(
     api_key_var: o.ApiKeyVar = None,
     reflection_base_url: ReflectionBaseUrl = None,
     seed: o.Seed = None,
-    sets: o.Sets = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override a config key (repeatable), value as TOML: --set demo_threshold=0.3 for the prompt "
+            "optimizers, --set rl.KEY=VALUE for the rl arm's training config (rl.learning_rate=5e-4, "
+            "rl.rollouts_per_example=8, rl.batch_size=16, rl.max_steps=4). Flags win over it.",
+            show_default=False,
+        ),
+    ] = None,
     optimizers: Annotated[
-        str, typer.Option("--optimizers", help="Comma-separated optimizers to compare.")
-    ] = "gepa,miprov2,bootstrap",
+        str | None,
+        typer.Option(
+            "--optimizers",
+            help="Comma-separated arms: gepa, miprov2, bootstrap, rl. \\[default: gepa,miprov2,bootstrap, "
+            "plus rl when the model's weights are here to train (not -b or an endpoint)]",
+            show_default=False,
+        ),
+    ] = None,
     heldout: Annotated[
         int,
         typer.Option(
@@ -454,25 +471,44 @@ def compare(
     rollouts: Annotated[
         int, typer.Option("--rollouts-per-example", "-r", help="Rollouts per held-out example.")
     ] = 2,
+    rl_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--rl-config",
+            metavar="FILE",
+            help="The rl arm's training config (any `workbench train` style); its model and environment "
+            "become the comparison's. \\[default: LoRA, 4 rollouts per prompt, 8 prompts a step, saved "
+            "as rl.toml in the comparison's folder]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Run GEPA, MIPROv2 and bootstrap on one environment with one budget, check each best
-    candidate against the seed on the same held-out examples, and print the table (held-out
-    reward and gain with a 95% CI, metric calls, prompt-model calls, wall time); saved as
-    comparison.md/.json under environments/<env>/outputs/gepa/compare/.
+    """Run GEPA, MIPROv2, bootstrap and RL on one environment with one rollout budget (-B), check
+    each result against its start on the same held-out examples, and print the table (held-out
+    reward and gain with a 95% CI, rollouts spent, gain per 100 rollouts and per minute,
+    prompt-model calls, wall time); saved as comparison.md/.json under
+    environments/<env>/outputs/gepa/compare/ and shown in the TUI's GEPA view.
+
+    A prompt optimizer spends -B metric calls (one rollout each). The rl arm is an ordinary
+    `workbench train` run whose rollouts fit -B (max_steps × batch_size ≤ B; unless set, batch_size
+    is 8 prompts × 4 rollouts and max_steps what fits; every rollout it trains on counts, online
+    evaluation is off unless its config turns it on, and then not counted); it checks the final
+    checkpoint against the starting model, both with the environment's own prompt.
 
     Example:
 
-      workbench gepa compare reverse-text -m tiny -B 200 -n 24 -N 16 --set demo_threshold=0.3
+      workbench gepa compare reverse-text -m tiny -B 200 -n 24 -N 16 --optimizers gepa,bootstrap,rl
     """
     from workbench.cli.embedded import ensure_embedded_model
-    from workbench.cli.gepa_compare import compare_optimizers
+    from workbench.cli.gepa_compare import Reporters, RlArm, compare_folder, compare_optimizers
+    from workbench.cli.gepa_compare_rl import RL_ARM, rl_blocker, rl_train_config
     from workbench.cli.render import RichReporter, console
     from workbench.gepa.config import GepaConfig
     from workbench.gepa.dspy_optimizers import OPTIMIZERS
 
-    chosen = [name.strip() for name in optimizers.split(",") if name.strip()]
-    if unknown := [name for name in chosen if name not in OPTIMIZERS]:
-        raise UserError(f"unknown optimizer '{unknown[0]}': choose from {', '.join(OPTIMIZERS)}")
+    arms = (*OPTIMIZERS, RL_ARM)
+    prompt_sets = [item for item in sets or [] if not item.startswith("rl.")]
+    rl_sets = [item.removeprefix("rl.") for item in sets or [] if item.startswith("rl.")]
     flags = o.given(
         model=model,
         reflection_model=reflection_model,
@@ -485,10 +521,26 @@ def compare(
         seed=seed,
         env_args=o.parse_json_object(env_args, "-a/--env-args"),
     )
-    config = o.build_config(GepaConfig, target, flags, None, sets)
+    config = o.build_config(GepaConfig, target, flags, None, prompt_sets)
+    if optimizers is None:
+        # RL is the comparison the budget is for, so it is in by default wherever it can run: a
+        # model whose weights are here. A served model (-b, an endpoint) cannot be trained from
+        # here, and the default leaves it out instead of failing.
+        chosen = [*OPTIMIZERS, *([RL_ARM] if rl_blocker(config) is None else [])]
+    else:
+        chosen = [name.strip() for name in optimizers.split(",") if name.strip()]
+    if unknown := [name for name in chosen if name not in arms]:
+        raise UserError(f"unknown optimizer '{unknown[0]}': choose from {', '.join(arms)}")
+    folder = compare_folder(config)
+    rl = None
+    if RL_ARM in chosen:  # every RL problem before any arm runs
+        if (blocker := rl_blocker(config)) is not None:
+            raise UserError(blocker)
+        rl = RlArm(*rl_train_config(config, rl_config, rl_sets, folder))
+    elif rl_sets or rl_config is not None:
+        raise UserError("--set rl.KEY=VALUE and --rl-config configure the rl arm: add rl to --optimizers")
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
-    folder, rows = compare_optimizers(
-        config, chosen, heldout, rollouts, RichReporter(unit="calls"), RichReporter()
-    )
+    reporters = Reporters(RichReporter(unit="calls"), RichReporter(unit="steps"), RichReporter())
+    compare_optimizers(config, chosen, heldout, rollouts, reporters, folder, rl)
     console.print((folder / "comparison.md").read_text(encoding="utf-8"), highlight=False, soft_wrap=True)
     console.print(f"[dim]saved to {folder}[/]", soft_wrap=True)

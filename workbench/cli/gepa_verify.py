@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import UserError
 from workbench.evaluate.prompts import PromptCheck
 from workbench.events import Reporter
 from workbench.store.runs import GepaRun
+
+if TYPE_CHECKING:
+    from workbench.evaluate.config import EvalConfig
+    from workbench.gepa.config import GepaConfig
 
 
 @dataclass(frozen=True)
@@ -66,35 +70,24 @@ def candidate_args(prompt: str, few_shot: list[dict[str, Any]] | None) -> dict[s
     return {"system_prompt": prompt} if few_shot is None else {"system_prompt": prompt, "few_shot": few_shot}
 
 
-def verify_run(
-    run: str,
+def heldout_eval_config(
+    gepa: GepaConfig,
+    env_args: dict[str, Any],
+    start: int,
     num_examples: int,
     rollouts: int,
     *,
-    reporter: Reporter,
     model: str | None = None,
     api_base_url: str | None = None,
     api_key_var: str | None = None,
     max_concurrent: int | None = None,
-) -> Verification:
-    """Seed vs best candidate of `run` on held-out eval rows, same examples and seed."""
-    from workbench.cli.embedded import ensure_embedded_model
-    from workbench.envs.loader import load_environment
+) -> EvalConfig:
+    """The eval of `num_examples` held-out rows from `start` with the GEPA run's policy settings
+    (sampling, seed, concurrency): what every side of a verification is scored with. Another
+    `model` is evaluated in-process or on its own `api_base_url`, not on the run's server."""
     from workbench.evaluate.config import EvalConfig
-    from workbench.evaluate.prompts import compare_env_args
-    from workbench.gepa.config import GepaConfig
-    from workbench.gepa.heldout import held_out_start
 
-    if num_examples < 1 or rollouts < 1:
-        raise UserError("-n and -r must be at least 1")
-    run_dir, meta, best = load_run(run)
-    few_shot = best_few_shot(run_dir, meta)
-    gepa = GepaConfig.model_validate(meta.config)
-    # the candidates' own arguments are each side's overlay, not the run's
-    env_args = {k: v for k, v in gepa.env_args.items() if k not in ("system_prompt", "few_shot")}
-    env = load_environment(gepa.env_id, **env_args)
-    start = held_out_start(meta, env.rows("train"), env.rows("eval"))
-    config = EvalConfig(
+    return EvalConfig(
         env_id=gepa.env_id,
         env_args=env_args,
         model=model or gepa.model,
@@ -109,6 +102,46 @@ def verify_run(
         api_key_var=api_key_var or gepa.api_key_var,
         endpoints_path=gepa.endpoints_path,
         seed=gepa.seed,
+    )
+
+
+def verify_run(
+    run: str,
+    num_examples: int,
+    rollouts: int,
+    *,
+    reporter: Reporter,
+    model: str | None = None,
+    api_base_url: str | None = None,
+    api_key_var: str | None = None,
+    max_concurrent: int | None = None,
+) -> Verification:
+    """Seed vs best candidate of `run` on held-out eval rows, same examples and seed."""
+    from workbench.cli.embedded import ensure_embedded_model
+    from workbench.envs.loader import load_environment
+    from workbench.evaluate.prompts import compare_env_args
+    from workbench.gepa.config import GepaConfig
+    from workbench.gepa.heldout import held_out_start
+
+    if num_examples < 1 or rollouts < 1:
+        raise UserError("-n and -r must be at least 1")
+    run_dir, meta, best = load_run(run)
+    few_shot = best_few_shot(run_dir, meta)
+    gepa = GepaConfig.model_validate(meta.config)
+    # the candidates' own arguments are each side's overlay, not the run's
+    env_args = {k: v for k, v in gepa.env_args.items() if k not in ("system_prompt", "few_shot")}
+    env = load_environment(gepa.env_id, **env_args)
+    start = held_out_start(meta, env.rows("train"), env.rows("eval"))
+    config = heldout_eval_config(
+        gepa,
+        env_args,
+        start,
+        num_examples,
+        rollouts,
+        model=model,
+        api_base_url=api_base_url,
+        api_key_var=api_key_var,
+        max_concurrent=max_concurrent,
     )
     ensure_embedded_model(config.model, base_url=config.api_base_url, endpoints_file=config.endpoints_path)
     # A run with turns passes few_shot on both sides: the seed candidate's is [] (explicitly, so an

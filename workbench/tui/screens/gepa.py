@@ -1,7 +1,8 @@
 """GEPA run: candidates with scores, the Pareto frontier (per validation example: best score and
 the candidates reaching it), the best prompt, and its diff against the seed prompt. Runs of the
 DSPy optimizers show the same way, their name in the title and each candidate's few-shot turns
-under its prompt."""
+under its prompt. A run that is an arm of `workbench gepa compare` gets a Compare tab: every arm's
+held-out gain (RL's too) against the rollouts it spent."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
+from workbench.store.comparisons import Comparison, comparison_of
 from workbench.tui.data.gepa import GepaRun, few_shot_lines, load_gepa_run
 from workbench.tui.data.runs import RunInfo
 from workbench.tui.screens.base import WorkbenchScreen
+from workbench.tui.widgets.comparison_bars import ComparisonBars
 from workbench.tui.widgets.format import clip, num, reward_text
 from workbench.tui.widgets.virtual_table import VirtualTable
 
@@ -77,6 +80,7 @@ class GepaScreen(WorkbenchScreen):
         Binding("2", "tab('pareto')", "Pareto"),
         Binding("3", "tab('best')", "Best prompt"),
         Binding("4", "tab('diff')", "Diff"),
+        Binding("5", "tab('compare')", "Compare"),  # only when the run is in a comparison
         Binding("t", "logs", "Log", show=False),
     ]
 
@@ -84,6 +88,7 @@ class GepaScreen(WorkbenchScreen):
         super().__init__()
         self.run = run
         self.gepa: GepaRun | None = None
+        self.comparison: Comparison | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="gepa-title", classes="screen-title")
@@ -108,9 +113,14 @@ class GepaScreen(WorkbenchScreen):
 
     @work(group="gepa")
     async def load(self) -> None:
-        self.gepa = gepa = await asyncio.to_thread(load_gepa_run, self.run.path)
+        gepa, comparison = await asyncio.to_thread(
+            lambda: (load_gepa_run(self.run.path), comparison_of(self.run.path))
+        )
         if self.closing:
             return
+        if comparison is not None:
+            await self._show_comparison(comparison)
+        self.gepa = gepa
         best = gepa.best_index
         demos = (
             f" · demos as {escape(str(gepa.metadata['demos_as']))}" if gepa.metadata.get("demos_as") else ""
@@ -149,6 +159,22 @@ class GepaScreen(WorkbenchScreen):
             if diff
             else Text("- (no seed or best prompt yet, or they are identical)", style="dim")
         )
+
+    async def _show_comparison(self, comparison: Comparison) -> None:
+        """The Compare tab (added the first time), with every arm of the comparison."""
+        if self.comparison is None:
+            bars = ComparisonBars(id="gepa-compare")
+            await self.query_one(TabbedContent).add_pane(
+                TabPane("Compare", VerticalScroll(bars), id="compare")
+            )
+            self.refresh_bindings()
+        self.comparison = comparison
+        self.query_one("#gepa-compare", ComparisonBars).show(comparison, self.run.path)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "tab" and parameters == ("compare",):
+            return self.comparison is not None
+        return True
 
     @on(VirtualTable.Selected, "#gepa-candidates")
     def _candidate_chosen(self, event: VirtualTable.Selected) -> None:
