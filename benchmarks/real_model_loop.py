@@ -18,16 +18,17 @@ time; rewards print with a 95% bootstrap interval over examples, and each gain w
 held-out reward >= 0.50 at the end, and RL's own gain over its SFT start >= +0.15 with the
 interval above 0.
 
-Measured (2026-11-27, 2 cores of a Xeon with AMX, idle, the configs as committed: bfloat16 LoRA
-base; 64 held-out examples x 4 rollouts at temperature 1.0, max 32 tokens):
-  1. pretrained 0.000 (36 s) · 2. SFT 40 steps 94 s · 3. 0.393 [0.362, 0.429] (42 s)
-  4. RL 24 steps x 128 rollouts, std-scaled advantages: 745 s (~31 s/step; an earlier run: generation
-     10-12 s, forward/backward 17-21 s a step)
-  5. 0.516 [0.469, 0.563] (44 s) · RL gain +0.124 [+0.080, +0.169] · total 16.0 min
-Targets: time and final reward met; RL's own gain +0.124 < +0.15 not met. Without std-scaled
-advantages (same run otherwise): final 0.491, gain +0.098 [+0.055, +0.147], 17.8 min. Trial runs
-(fp32, contended): RL from this SFT start gains +0.09 to +0.11 in its first ~20 steps, then flattens,
-with 8x8 or 16x8 rollouts, lr 1e-3, with or without cosine decay.
+Measured (2026-11-28, 2 cores of a Xeon with AMX, otherwise idle, the configs as committed: bfloat16
+LoRA base; 64 held-out examples x 4 rollouts at temperature 1.0, max 32 tokens):
+  1. pretrained 0.000 (23 s) · 2. SFT 40 steps 68 s · 3. 0.393 [0.361, 0.427] (31 s)
+  4. RL 32 steps x 128 rollouts, std-scaled advantages, groups of reward variance < 0.001 dropped
+     (refilled from up to 1.5x the prompts): 844 s (~26 s/step)
+  5. 0.566 [0.519, 0.614] (31 s) · RL gain +0.173 [+0.126, +0.220] · total 16.6 min
+Targets met. The way there (same SFT start, RL changed only as said): 24 steps without std
+scaling +0.098 [+0.055, +0.147]; with it +0.124 [+0.080, +0.169]; plus the variance filter +0.144
+[+0.103, +0.189] (13.6 min); lr 2e-3 instead of 1e-3 (with std scaling, no filter): -0.006, it
+unlearns. Trial runs (fp32, contended): without std scaling, RL from this start gains +0.09 to +0.11
+in its first ~20 steps, then flattens, with 8x8 or 16x8 rollouts, lr 1e-3, with or without cosine decay.
 """
 
 from __future__ import annotations
