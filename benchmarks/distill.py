@@ -72,7 +72,16 @@ def main() -> None:
         )
         teacher = run_train(teacher_config)
         kind = "SFT" if args.real else "RL"
-        reward = read_metrics(teacher.run_dir)[-1]["eval/reward_mean"]
+        if args.real:  # an SFT run evaluates nothing on its own: the loop benchmark's held-out eval
+            from real_model_loop import held_out
+
+            sampling = {"max_tokens": teacher_config.sampling.max_tokens or 32, "temperature": 1.0}
+            rows = held_out(
+                str(teacher.run_dir), argparse.Namespace(num_examples=64, rollouts=2, seed=0), sampling
+            )
+            reward = sum(rows.values()) / len(rows)
+        else:
+            reward = read_metrics(teacher.run_dir)[-1]["eval/reward_mean"]
         print(
             f"teacher: {kind} {teacher_config.max_steps} steps, held-out reward {reward:.3f} "
             f"({time.perf_counter() - started:.0f} s)"
