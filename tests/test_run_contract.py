@@ -169,3 +169,19 @@ def test_one_difficulty_rule_for_eval_tui_and_training():
     assert TrainConfig(env=[{"id": "x"}]).difficulty_filter.enabled is False and keep_group(
         flat_good, TrainConfig(env=[{"id": "x"}])
     )
+    # a distillation that ignores the reward learns from every group: the filter (an RL config's,
+    # reused) would drop a prose-answering student's all-zero groups and leave it nothing to learn
+    distill = {
+        "mode": "distill",
+        "distill": {"teacher_model": "tiny"},
+        "difficulty_filter": {"enabled": True},
+    }
+    groups = (flat_good, flat_bad, varied, barely)
+    assert all(keep_group(g, TrainConfig(env=[{"id": "x"}], **distill)) for g in groups)
+    weighted = {**distill, "distill": {"teacher_model": "tiny", "reward_weight": 0.5}}
+    assert [keep_group(g, TrainConfig(env=[{"id": "x"}], **weighted)) for g in groups] == [
+        False,
+        False,
+        True,
+        False,
+    ]

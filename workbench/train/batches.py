@@ -48,8 +48,8 @@ def sample_examples(env: Environment, n: int, rng: random.Random) -> list[Exampl
 def keep_group(group: Group, config: TrainConfig) -> bool:
     """Online difficulty filtering: keep only groups the engine's difficulty rule finds in range."""
     f = config.difficulty_filter
-    if not f.enabled:
-        return True
+    if not f.enabled or (config.mode == "distill" and config.distill.reward_weight == 0):
+        return True  # a distillation that ignores the reward learns from every group, scored or not
     return DifficultyRule.from_variance(f.min_reward_variance, f.min_reward, f.max_reward).teaches(group)
 
 

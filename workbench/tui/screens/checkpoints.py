@@ -319,7 +319,9 @@ class CheckpointsScreen(WorkbenchScreen):
         )
 
     def action_mark(self) -> None:
-        self.query_one("#ckpt-evals", VirtualTable).focus()
+        # focused now, not on the next message (`focus()`): a key pressed right after space (Down,
+        # to mark the next eval) must already move the evals table's cursor, not the checkpoints'
+        self.set_focus(self.query_one("#ckpt-evals", VirtualTable))
         run = self._current_eval()
         if run is None:
             return
