@@ -173,8 +173,15 @@ def test_a_day_in_the_tui_in_a_real_terminal(tui: Tmux, tiny_workspace: Path):
     assert sorted(m["label"] for m in EVAL_ROW.finditer(term.screen)) == ["base", "step 1", "step 2"]
 
     # ----- 5. compare ------------------------------------------------------------------------
-    term.press("Space")  # marks the eval under the evals table's cursor (and focuses that table)
+    # The evals table's cursor stays on the row it was on as rows come in, so where it is depends on
+    # whether the sweep's evals were listed at once or one by one (under load). Space marks the
+    # eval under it and focuses the table; Space again unmarks it; `g` goes to the first row.
+    term.press("Space")
     term.wait_for(lambda s: len(marked(s)) == 1, "one eval marked")
+    term.press("Space")
+    term.wait_for(lambda s: not marked(s), "that eval unmarked")
+    term.press("g", "Space")
+    term.wait_for(lambda s: marked(s) == [next(EVAL_ROW.finditer(s))["label"]], "the first eval marked")
     term.press("Down")
     term.press("Space")
     pair = term.wait_for(lambda s: len(marked(s)) == 2 and marked(s), "two evals marked")
@@ -246,7 +253,8 @@ def test_a_day_in_the_tui_in_a_real_terminal(tui: Tmux, tiny_workspace: Path):
     assert f"Stop training reverse-text {long_id} (pid" in term.screen
     term.press("y")
     stopped = term.wait_for(run_row("stopped", LONG), "the run stopped")
-    assert stopped["id"] == long_id and "R resume · A archive" in term.screen
+    assert stopped["id"] == long_id
+    term.wait_for("R resume · A archive", "the stopped run's keys in the footer")  # drawn a frame later
     (long_dir,) = [p for p in runs.iterdir() if p.name.endswith(long_id)]
     assert list((long_dir / "checkpoints").glob("step_*")), "stopping writes a checkpoint"
     term.press("R")
