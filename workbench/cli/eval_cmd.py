@@ -37,6 +37,7 @@ def run(
     endpoints_path: o.EndpointsPath = None,
     request_timeout: o.Timeout = None,
     request_tries: o.Tries = None,
+    dtype: o.Dtype = None,
     save_results: o.SaveResults = False,
     verbose: o.Verbose = False,
     state_columns: o.StateColumns = None,
@@ -93,12 +94,17 @@ def run(
         seed=seed,
         request_timeout=request_timeout,
         request_tries=request_tries,
+        dtype=dtype,
         env_args=o.parse_json_object(env_args, "-a/--env-args"),
         sampling_args=o.parse_json_object(sampling_args, "-S/--sampling-args"),
         state_columns=o.split_columns(state_columns),
         verbose=verbose,
     )
     config = o.build_config(EvalConfig, target, flags, resume, sets)
+    if config.dtype != "auto" and config.api_base_url:  # before a sweep loads weights into the server
+        from workbench.inference.resolve import DTYPE_ON_SERVER
+
+        raise UserError(DTYPE_ON_SERVER)
     if checkpoints is not None or no_base:
         sweep(config, checkpoints, include_base=not no_base, verbose=verbose)
         return

@@ -118,6 +118,15 @@ Tries = Annotated[
         show_default=False,
     ),
 ]
+Dtype = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        metavar="auto|float32|bfloat16",
+        help="Weights' dtype for a model run in this process (as vLLM's --dtype): auto is float32 on CPU; bfloat16 is faster on a CPU with native bf16 (AMX, AVX512-BF16). A server picks its own. \\[default: auto]",
+        show_default=False,
+    ),
+]
 SaveResults = Annotated[
     bool, typer.Option("--save-results", "-s", help="Accepted for compatibility: results are always saved.")
 ]

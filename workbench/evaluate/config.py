@@ -11,7 +11,7 @@ A TOML eval config uses the field names below, e.g.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -51,6 +51,10 @@ class EvalConfig(Bounded):
     )
     endpoints_path: str | None = Field(
         None, description="Endpoint registry (-e); default configs/endpoints.toml."
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="Weights' dtype for a model run in this process (--dtype): 'auto' is float32 on CPU and the checkpoint's dtype on GPU; bfloat16 is faster on a CPU with native bf16 (AMX, AVX512-BF16). A server (-b, an endpoint id) picks its own.",
     )
     request_timeout: float | None = Field(
         None,

@@ -131,7 +131,14 @@ async def run_eval_async(
             endpoints_file=config.endpoints_path,
             timeout_s=config.request_timeout,
             tries=config.request_tries,
+            dtype=config.dtype,
         )
+        if config.dtype != "auto":  # in-process: make_client refuses a server any dtype but auto
+            from workbench.inference.cpu_features import dtype_hint
+
+            hint = dtype_hint(config.dtype)
+            if hint:
+                reporter.message(hint)
     try:
         await preflight(client)
         if resume is None:

@@ -31,6 +31,9 @@ from workbench.workspace import (
     named_model_dir,
 )
 
+DTYPES = ("auto", "float32", "bfloat16")  # --dtype for a model run in this process
+DTYPE_ON_SERVER = "--dtype applies to a model run in this process; a server picks its own (vLLM: --dtype)"
+
 
 def resolve_model_path(model: str) -> Path | str:
     """A local folder for a named model ('tiny', 'tiny-qwen', 'smollm2-135m') and paths; the id
@@ -111,9 +114,11 @@ def make_client(
     timeout_s: float | None = None,
     tries: int | None = None,
     reasoning_parser: str | None = "auto",
+    dtype: str = "auto",
 ) -> Client:
     """The client for these settings (not yet connected: HTTP sessions open on first use).
-    `timeout_s`/`tries` (None: the endpoint's own, else the defaults) apply to servers only.
+    `timeout_s`/`tries` (None: the endpoint's own, else the defaults) apply to servers only;
+    `dtype` to an in-process model only (a server with another dtype than "auto": UserError).
     `reasoning_parser` (see `inference.reasoning`): how an in-process model's `<think>` is split
     off; for a server, only a parser named here splits `<think>` left inline in its replies
     ("auto" leaves that to the server, which knows its model)."""
@@ -121,6 +126,8 @@ def make_client(
     from workbench.inference.openai_client import DEFAULT_TIMEOUT_S, DEFAULT_TRIES, OpenAIClient
 
     if base_url:
+        if dtype != "auto":
+            raise UserError(DTYPE_ON_SERVER)
         if not re.match(r"^https?://", base_url):
             raise UserError(f"base URL must start with http:// or https://, got '{base_url}'")
         return OpenAIClient(
@@ -137,6 +144,8 @@ def make_client(
         raise UserError(f"endpoint registry not found: {registry_path}")
     endpoints = load_endpoints(registry_path)
     if model in endpoints:
+        if dtype != "auto":
+            raise UserError(DTYPE_ON_SERVER)
         return client_for_endpoint(
             endpoints[model],
             return_tokens=return_tokens,
@@ -144,7 +153,7 @@ def make_client(
             tries=tries,
             reasoning_parser=_server_parser(reasoning_parser),
         )
-    return local_client(model, resolve_model_path(model), reasoning_parser=reasoning_parser)
+    return local_client(model, resolve_model_path(model), reasoning_parser=reasoning_parser, dtype=dtype)
 
 
 def _server_parser(setting: str | None) -> str | None:
@@ -164,20 +173,32 @@ def _checked_parser(setting: str | None) -> str | None:
 
 
 def local_client(
-    name: str, source: Path | str, max_batch_size: int = 64, *, reasoning_parser: str | None = "auto"
+    name: str,
+    source: Path | str,
+    max_batch_size: int = 64,
+    *,
+    reasoning_parser: str | None = "auto",
+    dtype: str = "auto",
 ) -> Client:
-    """An in-process client for a model folder, a checkpoint (adapter onto its base) or a hub id."""
+    """An in-process client for a model folder, a checkpoint (adapter onto its base) or a hub id,
+    its weights in `dtype` (`DTYPES`; "auto": float32 on the CPU, as `LocalClient` loads)."""
     from workbench.errors import InferenceError
     from workbench.inference.local_client import LocalClient
     from workbench.models.hub import require_hub_model
     from workbench.models.loading import adapter_base, load_merged_adapter
 
     reasoning_parser = _checked_parser(reasoning_parser)
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
     if isinstance(source, str):
         require_hub_model(source)
     try:
         if isinstance(source, Path) and adapter_base(source) is not None:
-            model, tokenizer = load_merged_adapter(source)
+            model, tokenizer = load_merged_adapter(source)  # float32, as "auto" loads on the CPU
+            if dtype != "auto":
+                import torch
+
+                model = model.to(getattr(torch, dtype))
             return LocalClient.from_model(
                 model,
                 tokenizer,
@@ -186,7 +207,11 @@ def local_client(
                 reasoning_parser=reasoning_parser,
             )
         return LocalClient(
-            source, model_name=name, max_batch_size=max_batch_size, reasoning_parser=reasoning_parser
+            source,
+            model_name=name,
+            max_batch_size=max_batch_size,
+            dtype=dtype,
+            reasoning_parser=reasoning_parser,
         )
     except (OSError, InferenceError) as exc:  # hub unreachable, missing or broken files
         raise UserError(f"could not load model '{name}': {str(exc).splitlines()[0]}") from exc
