@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.comparisons import only_comparison
 from tests.test_cli_errors import assert_one_line_error
 from tests.test_gepa import finish, workbench
 from workbench.store.checkpoints import list_checkpoints
@@ -42,6 +43,8 @@ def test_compare_spends_one_budget_on_bootstrap_and_rl_and_checks_both_on_the_sa
         "4",
         "-r",
         "2",
+        "-t",
+        "40",  # every arm's sampling: the prompt runs', the rl arm's training and all four checks
         "--set",
         "demo_threshold=0.3",
         "--set",
@@ -52,9 +55,8 @@ def test_compare_spends_one_budget_on_bootstrap_and_rl_and_checks_both_on_the_sa
     )
     out, err = finish(proc)
     assert proc.returncode == 0, err
-    (folder,) = (tiny_workspace / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
-    data = json.loads((folder / "comparison.json").read_text())
-    rows = {row["optimizer"]: row for row in data["rows"]}
+    comparison = only_comparison(tiny_workspace)
+    folder, data, rows = comparison.folder, comparison.data, comparison.rows
     assert list(rows) == ["bootstrap", "rl"] and (data["heldout"], data["rollouts"]) == (4, 2)
 
     # the rl arm is an ordinary training run: two steps, a checkpoint, every rollout on disk
@@ -77,8 +79,10 @@ def test_compare_spends_one_budget_on_bootstrap_and_rl_and_checks_both_on_the_sa
     ]
     assert len(evals) == 4  # seed and best of each arm
     assert {
-        (c["example_offset"], c["num_examples"], c["rollouts_per_example"], c["seed"]) for c in evals
-    } == {(4, 4, 2, 0)}
+        (c["example_offset"], c["num_examples"], c["rollouts_per_example"], c["seed"], c["max_tokens"])
+        for c in evals
+    } == {(4, 4, 2, 0, 40)}
+    assert "max_tokens = 40" in (folder / "rl.toml").read_text()
     assert sorted(c["model"] for c in evals) == sorted(["tiny", "tiny", "tiny", rl["best"]])
 
     # the rates are the held-out gain over the rollouts and the minutes

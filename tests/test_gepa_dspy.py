@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.comparisons import only_comparison
 from tests.servers import Gate, ScriptedBackend, make_app, serve_in_thread
 from tests.test_cli_errors import assert_one_line_error
 from tests.test_gepa import finish, metadata, only_run, start, workbench
@@ -343,9 +344,8 @@ def test_compare_runs_each_optimizer_verifies_it_and_saves_the_table(tmp_path: P
         )
         out, err = finish(proc)
     assert proc.returncode == 0, err
-    (folder,) = (tmp_path / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
-    data = json.loads((folder / "comparison.json").read_text())
-    rows = {row["optimizer"]: row for row in data["rows"]}
+    comparison = only_comparison(tmp_path)
+    folder, rows = comparison.folder, comparison.rows
     assert list(rows) == ["gepa", "miprov2", "bootstrap"]
     for row in rows.values():
         assert row["status"] == "finished" and row["metric_calls"] <= row["max_calls"] == 120
@@ -386,7 +386,6 @@ def test_demonstrations_lift_the_tiny_models_held_out_reward(tiny_workspace: Pat
     )
     out, err = finish(proc)
     assert proc.returncode == 0, err
-    (folder,) = (tiny_workspace / "environments" / "reverse_text" / "outputs" / "gepa" / "compare").iterdir()
-    for row in json.loads((folder / "comparison.json").read_text())["rows"]:
+    for row in only_comparison(tiny_workspace).rows.values():
         assert row["status"] == "finished" and row["metric_calls"] <= 200
         assert row["ci_low"] > 0 and row["heldout_best"] > row["heldout_seed"], row

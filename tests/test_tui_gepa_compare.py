@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.tui_data import make_gepa_run, text_of, wait_for
-from workbench.store.comparisons import COMPARE_FOLDER, arm_row, write_comparison_json
+from workbench.store.comparisons import COMPARE_FOLDER, ComparisonRow, with_rates, write_comparison_json
 from workbench.tui.app import WorkbenchApp
 from workbench.tui.screens.gepa import GepaScreen
 from workbench.tui.widgets.runs_table import RunsTable
@@ -19,35 +19,39 @@ def write_comparison(gepa_run: Path, training_run: Path) -> Path:
     """A comparison with two arms, as `gepa compare` writes it: the GEPA run, and an RL run."""
     common = {"heldout_start": 16, "heldout_n": 8, "max_calls": 64, "verdict": "no clear difference"}
     rows = [
-        arm_row(
-            optimizer="bootstrap",
-            run_dir=str(gepa_run),
-            status="finished",
-            val_seed=0.42,
-            val_best=0.71,
-            heldout_seed=0.25,
-            heldout_best=0.40,
-            diff=0.15,
-            ci_low=-0.01,
-            ci_high=0.31,
-            metric_calls=60,
-            wall_s=30.0,
-            rollouts_spent=60,
-            **common,
+        with_rates(
+            ComparisonRow(
+                optimizer="bootstrap",
+                run_dir=str(gepa_run),
+                status="finished",
+                val_seed=0.42,
+                val_best=0.71,
+                heldout_seed=0.25,
+                heldout_best=0.40,
+                diff=0.15,
+                ci_low=-0.01,
+                ci_high=0.31,
+                metric_calls=60,
+                wall_s=30.0,
+                rollouts_spent=60,
+                **common,
+            )
         ),
-        arm_row(
-            optimizer="rl",
-            run_dir=str(training_run),
-            status="finished",
-            heldout_seed=0.25,
-            heldout_best=0.30,
-            diff=0.05,
-            ci_low=-0.02,
-            ci_high=0.12,
-            metric_calls=64,
-            wall_s=12.0,
-            rollouts_spent=64,
-            **common,
+        with_rates(
+            ComparisonRow(
+                optimizer="rl",
+                run_dir=str(training_run),
+                status="finished",
+                heldout_seed=0.25,
+                heldout_best=0.30,
+                diff=0.05,
+                ci_low=-0.02,
+                ci_high=0.12,
+                metric_calls=64,
+                wall_s=12.0,
+                rollouts_spent=64,
+                **common,
+            )
         ),
     ]
     folder = gepa_run.parent.parent / COMPARE_FOLDER / "20260103-040506-abcd"

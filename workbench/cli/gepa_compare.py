@@ -24,7 +24,7 @@ from workbench.gepa.config import GepaConfig
 from workbench.store.comparisons import (
     COMPARE_FOLDER,
     ComparisonRow,
-    arm_row,
+    with_rates,
     write_comparison_json,
 )
 from workbench.store.files import write_text_atomic
@@ -89,26 +89,28 @@ def compare_optimizers(
         meta = read_run_metadata(result.run_dir, "gepa")
         d = check.check.difference
         rows.append(
-            arm_row(
-                optimizer=optimizer,
-                run_dir=str(result.run_dir),
-                status=result.status,
-                val_seed=result.seed_score,
-                val_best=result.best_score,
-                heldout_start=check.start,
-                heldout_n=d.n,
-                heldout_seed=d.mean_a,
-                heldout_best=d.mean_b,
-                diff=d.diff,
-                ci_low=d.low,
-                ci_high=d.high,
-                verdict=d.verdict,
-                metric_calls=result.metric_calls_used,
-                max_calls=result.max_calls,
-                prompt_model_calls=sum(getattr(meta, "reflections", {}).values()),
-                wall_s=round(wall, 1),
-                rollouts_spent=result.metric_calls_used,  # a metric call is one rollout
-                best=str(result.run_dir / "best_prompt.txt"),
+            with_rates(
+                ComparisonRow(
+                    optimizer=optimizer,
+                    run_dir=str(result.run_dir),
+                    status=result.status,
+                    val_seed=result.seed_score,
+                    val_best=result.best_score,
+                    heldout_start=check.start,
+                    heldout_n=d.n,
+                    heldout_seed=d.mean_a,
+                    heldout_best=d.mean_b,
+                    diff=d.diff,
+                    ci_low=d.low,
+                    ci_high=d.high,
+                    verdict=d.verdict,
+                    metric_calls=result.metric_calls_used,
+                    max_calls=result.max_calls,
+                    prompt_model_calls=sum(getattr(meta, "reflections", {}).values()),
+                    wall_s=round(wall, 1),
+                    rollouts_spent=result.metric_calls_used,  # a metric call is one rollout
+                    best=str(result.run_dir / "best_prompt.txt"),
+                )
             )
         )
         write_comparison(folder, base, heldout, rollouts, rows)

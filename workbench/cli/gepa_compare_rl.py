@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import UserError
 from workbench.events import Reporter
-from workbench.store.comparisons import ComparisonRow, arm_row, training_rollouts
+from workbench.store.comparisons import ComparisonRow, training_rollouts, with_rates
 
 if TYPE_CHECKING:
     from workbench.gepa.config import GepaConfig
@@ -180,21 +180,23 @@ def run_rl_arm(
         means.append(evaluated.group_means())
     d = paired_difference(means[0], means[1], seed=base.seed)
     spent = training_rollouts(result.run_dir)
-    return arm_row(
-        optimizer=RL_ARM,
-        run_dir=str(result.run_dir),
-        status=result.status,
-        heldout_start=start,
-        heldout_n=d.n,
-        heldout_seed=d.mean_a,
-        heldout_best=d.mean_b,
-        diff=d.diff,
-        ci_low=d.low,
-        ci_high=d.high,
-        verdict=d.verdict,
-        metric_calls=spent,
-        max_calls=base.max_calls,
-        wall_s=round(wall, 1),
-        rollouts_spent=spent,
-        best=str(final),
+    return with_rates(
+        ComparisonRow(
+            optimizer=RL_ARM,
+            run_dir=str(result.run_dir),
+            status=result.status,
+            heldout_start=start,
+            heldout_n=d.n,
+            heldout_seed=d.mean_a,
+            heldout_best=d.mean_b,
+            diff=d.diff,
+            ci_low=d.low,
+            ci_high=d.high,
+            verdict=d.verdict,
+            metric_calls=spent,
+            max_calls=base.max_calls,
+            wall_s=round(wall, 1),
+            rollouts_spent=spent,
+            best=str(final),
+        )
     )

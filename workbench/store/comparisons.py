@@ -55,10 +55,9 @@ class ComparisonRow(BaseModel):
     best: str | None = None  # what "best" is: the final checkpoint's folder for rl
 
 
-def arm_row(**fields: Any) -> ComparisonRow:
-    """A row with its rates derived from `diff`, `rollouts_spent` and `wall_s`: held-out gain per
+def with_rates(row: ComparisonRow) -> ComparisonRow:
+    """`row` with its rates derived from `diff`, `rollouts_spent` and `wall_s`: held-out gain per
     100 rollouts and per minute of the arm's own wall time (None when there was nothing to divide by)."""
-    row = ComparisonRow(**fields)
     spent = row.rollouts_spent
     return row.model_copy(
         update={
