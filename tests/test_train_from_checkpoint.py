@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -190,7 +191,14 @@ def test_rl_checkpoint_on_an_sft_checkpoint_loads_as_the_trainers_weights(
     original = setup.load_policy
     monkeypatch.setattr(setup, "load_policy", load_policy)
     sft = checkpoint_of(sft_run, 2)
-    result = train(tiny_workspace, RL.format(model=sft, steps=2), "output_dir='runs/rl'", "eval.interval=0")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train(
+            tiny_workspace, RL.format(model=sft, steps=2), "output_dir='runs/rl'", "eval.interval=0"
+        )
+    # peft, left to guess, asked the hub about the SFT checkpoint's path at every save and, offline,
+    # warned "Could not find a config file in <checkpoint>" on the user's terminal
+    assert not [w for w in caught if "config file" in str(w.message)], [str(w.message) for w in caught]
     rl = checkpoint_of(result.run_dir, 2)
     assert json.loads((rl / "adapter_config.json").read_text())["base_model_name_or_path"] == str(sft)
     assert json.loads((rl / "trainer_state.json").read_text())["base_model"] == str(sft)
