@@ -128,3 +128,16 @@ def test_unknown_cpu_says_nothing(tmp_path: Path):
     assert cpu_features.native_bf16(tmp_path / "missing") is None  # not Linux
     (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
     assert cpu_features.native_bf16(tmp_path / "arm") is None
+
+
+def test_a_sweep_reuses_a_point_only_when_it_was_evaluated_in_the_same_dtype():
+    """`eval run -m RUN --checkpoints` skips points already evaluated with the same key: a bf16
+    sweep must not stand in for a float32 one. Lines saved before dtype existed read as auto."""
+    from workbench.evaluate.config import EvalConfig
+    from workbench.evaluate.sweep import sweep_key
+    from workbench.store.sweeps import SweepKey
+
+    base = EvalConfig(env_id="reverse-text", model="tiny", num_examples=4)
+    assert sweep_key(base) != sweep_key(base.model_copy(update={"dtype": "bfloat16"}))
+    saved_before = {k: v for k, v in sweep_key(base).model_dump().items() if k != "dtype"}
+    assert SweepKey.model_validate(saved_before) == sweep_key(base)

@@ -214,7 +214,7 @@ def test_prime_rl_seed004_translates_every_key():
     for key in ("reduce_dtype = 'bfloat16'", "inference.dtype = 'float16'"):
         assert f"{key} has no effect on this machine" in cpu
     # LoRA on a CPU with native bfloat16 matmuls holds its frozen base weights in bfloat16; elsewhere it is float32
-    from workbench.train.plan import cpu_has_bf16
+    from workbench.inference.cpu_features import cpu_has_bf16
 
     expected = (
         "LoRA's frozen base weights are held in bfloat16"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.train.plan import cpu_has_bf16
+from workbench.inference.cpu_features import cpu_has_bf16
 from workbench.train.schema import TrainConfig
 
 

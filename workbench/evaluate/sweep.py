@@ -107,6 +107,7 @@ def sweep_key(config: EvalConfig) -> SweepKey:
         seed=config.seed,
         sampling={k: v for k, v in sampling.items() if v is not None},
         server=config.api_base_url,
+        dtype=config.dtype,
     )
 
 

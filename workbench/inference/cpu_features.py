@@ -1,4 +1,5 @@
-"""Whether this CPU computes bfloat16 natively, for the "--dtype bfloat16 is emulated" hint.
+"""Whether this CPU computes bfloat16 natively: for the "--dtype bfloat16 is emulated" hint, and
+for training's bfloat16 base weights (`optimization_dtype`), which only pay where it does.
 
 Linux only (the flags of /proc/cpuinfo); elsewhere the answer is unknown and nothing is said.
 """
@@ -23,6 +24,12 @@ def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool | None:
         if sep and name.strip() == "flags":  # x86; ARM's "Features" line is left unknown
             return not BF16_FLAGS.isdisjoint(value.split())
     return None
+
+
+def cpu_has_bf16() -> bool:
+    """True only when this CPU is known to multiply bfloat16 in hardware (x86 AMX or
+    AVX512-BF16): without it torch emulates bfloat16, slower than float32."""
+    return native_bf16() is True
 
 
 def dtype_hint(dtype: str) -> str | None:

@@ -32,6 +32,7 @@ class SweepKey(BaseModel):
     seed: int | None
     sampling: dict[str, Any] = {}  # max_tokens, temperature and -S as given
     server: str | None = None  # the -b server the checkpoints were loaded into; None: in-process
+    dtype: str = "auto"  # an in-process model's weights (--dtype); sweeps saved before it had auto
 
 
 class SweepPoint(BaseModel):

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from workbench.config.plan import Plan, PlanSection
+from workbench.inference.cpu_features import cpu_has_bf16
 from workbench.train.estimate import estimate_text
 from workbench.train.placement import (
     inference_placement,
@@ -466,16 +467,6 @@ def async_text(c: TrainConfig) -> str:
         else ""
     )
     return f"{ahead} · {bound}{wasted}"
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (x86 AMX or AVX512-BF16, read from
-    /proc/cpuinfo; elsewhere False). Without it torch emulates bfloat16 and it is slower than float32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in ("amx_bf16", "avx512_bf16"))
 
 
 def _fmt(value: object) -> str:

@@ -46,7 +46,7 @@ class Policy:
 
 def bf16_base_on_cpu(config: TrainConfig) -> bool:
     """A CPU trainer keeps LoRA's frozen base weights in bfloat16 (see `load_policy`)."""
-    from workbench.train.plan import cpu_has_bf16
+    from workbench.inference.cpu_features import cpu_has_bf16
 
     return config.optimization_dtype == "bfloat16" and config.lora.enabled and cpu_has_bf16()
 
