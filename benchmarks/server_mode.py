@@ -1,13 +1,17 @@
-"""Step time of RL training on the tiny model: colocated vs server mode with local
-`workbench serve` processes, and in server mode synchronous (max_async_level = 0) vs async
-(generation of step n+1 overlaps training of step n).
+"""Step time of RL training: colocated vs server mode with local `workbench serve` processes,
+and in server mode synchronous (max_async_level = 0) vs async (generation of step n+1 overlaps
+training of step n).
 
     python benchmarks/server_mode.py [--steps 6] [--batch-size 64] [--servers 2]
+    python benchmarks/server_mode.py --model DIR --config configs/rl/reverse-text-smollm2.toml \
+        --servers 1 --batch-size 32 --serve-arg=--dtype=bfloat16 --set micro_batch_size=32
 
-Runs `configs/rl/reverse-text.toml` (LoRA) in a temporary folder; needs the tiny model
-(`workbench setup`). The first step of each run is a warm-up and is not counted. On a small
-CPU machine the servers and the trainer share the same cores, so the overlap gains less than
-it does when inference has its own GPU; the split printed per mode shows where time goes.
+Runs `--config` (default `configs/rl/reverse-text.toml`, LoRA) with `--model` (default the tiny
+model, `workbench setup`) in a temporary folder; `--serve-arg` passes a flag to each server and
+`--set` a config override to every run. The first step of each run is a warm-up and is not
+counted. On a small CPU machine the servers and the trainer share the same cores, so the
+overlap gains less than it does when inference has its own GPU; the split printed per mode
+shows where time goes.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def start_servers(count: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
+def start_servers(
+    count: int, model: str, serve_args: list[str]
+) -> tuple[list[subprocess.Popen[str]], list[str]]:
     procs, urls = [], []
     # one torch thread per server: on a small CPU machine the servers and the trainer share the cores
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     for _ in range(count):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workbench", "serve", "tiny", "--port", "0", "--enable-lora"],
+            [sys.executable, "-m", "workbench", "serve", model, "--port", "0", "--enable-lora", *serve_args],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -51,19 +57,21 @@ def start_servers(count: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
     return procs, urls
 
 
-def run(name: str, overrides: list[str], steps: int, batch_size: int, tmp: str) -> list[dict[str, Any]]:
+def run(name: str, overrides: list[str], args: argparse.Namespace, tmp: str) -> list[dict[str, Any]]:
     from workbench.train import run_train
     from workbench.train.config import load_train_config
 
     config, _ = load_train_config(
-        REPO / "configs" / "rl" / "reverse-text.toml",
+        Path(args.config),
         [
-            f"max_steps={steps + 1}",
-            f"batch_size={batch_size}",
+            f"model='{args.model}'",
+            f"max_steps={args.steps + 1}",
+            f"batch_size={args.batch_size}",
             "eval.interval=0",
             "checkpointing.save_every_n_steps=1000",
             'wandb.mode="disabled"',
             f"output_dir='{tmp}/{name}'",
+            *args.set,
             *overrides,
         ],
     )
@@ -89,27 +97,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument(
+        "--model", default="tiny", help="model folder or name, for the trainer and the servers"
+    )
+    parser.add_argument("--config", default=str(REPO / "configs" / "rl" / "reverse-text.toml"))
+    parser.add_argument("--serve-arg", action="append", default=[], help="a flag for each `workbench serve`")
+    parser.add_argument("--set", action="append", default=[], help="a config override for every run")
     args = parser.parse_args()
 
-    procs, urls = start_servers(args.servers)
+    procs, urls = start_servers(args.servers, args.model, args.serve_arg)
     server = ["inference.mode='server'", f"inference.base_urls={urls!r}".replace("'", '"')]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             results = {
-                "colocated": run("colocated", [], args.steps, args.batch_size, tmp),
-                f"server x{args.servers}, sync": run(
-                    "sync", [*server, "max_async_level=0"], args.steps, args.batch_size, tmp
-                ),
-                f"server x{args.servers}, async": run(
-                    "async", [*server, "max_async_level=1"], args.steps, args.batch_size, tmp
-                ),
+                "colocated": run("colocated", [], args, tmp),
+                f"server x{args.servers}, sync": run("sync", [*server, "max_async_level=0"], args, tmp),
+                f"server x{args.servers}, async": run("async", [*server, "max_async_level=1"], args, tmp),
             }
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(10)
     print(
-        f"RL step on the tiny model, batch {args.batch_size}, {args.steps} steps after a warm-up, {os.cpu_count()} CPU cores"
+        f"RL step on {args.model} ({Path(args.config).name}), batch {args.batch_size}, {args.steps} steps after a warm-up, {os.cpu_count()} CPU cores"
     )
     times = {name: report(name, steps, args.batch_size) for name, steps in results.items()}
     sync, asyn = list(times.values())[1:]

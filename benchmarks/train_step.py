@@ -7,7 +7,8 @@ batch and machine, LoRA and full fine-tuning, in one run.
         --set "lora.target_modules=['q_proj','k_proj','v_proj','o_proj']"    # the real model (issue 31's shape)
 
 `--set` overrides apply to both systems (TRL reads the keys it has a counterpart for); Workbench
-settings without one (e.g. `optimization_dtype='bfloat16'`) apply to Workbench alone.
+settings without one apply to Workbench alone. `optimization_dtype='bfloat16'` has one: TRL then
+loads the model in bf16 and trains with bf16=True (see trl_grpo.py).
 
 Workbench runs `configs/rl/reverse-text.toml` (colocated on the CPU; full fine-tuning is the
 same config with lora.enabled = false) in a temporary folder; TRL runs the same step through

@@ -15,7 +15,8 @@ r/alpha/target modules (or every weight with --mode full), no KL term and no ref
 (beta = 0), token-level loss normalized over the whole batch (loss_type 'dapo', Workbench's
 grpo), advantages not scaled by the group std (scale_rewards 'none'), clip 0.2. Generation
 is TRL's transformers path (`model.generate` on the whole batch on the CPU, no vLLM); no
-gradient checkpointing and no bf16 (Workbench trains in float32 on the CPU). The optimizer is
+gradient checkpointing; bf16 only with `--set optimization_dtype='bfloat16'` (the model loaded
+in bf16, LoRA weights in float32 as peft keeps them, and GRPOConfig(bf16=True)), float32 otherwise. The optimizer is
 TRL's default AdamW (torch's fused kernel; Workbench: torch.optim.AdamW, the same update).
 
 A step's time runs from the trainer's on_step_begin to its on_step_end (logging and saving
@@ -126,7 +127,10 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
 
     model_dir = Path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    # Workbench's optimization_dtype = 'bfloat16' (a bf16 base under float32 LoRA weights): TRL's
+    # counterpart is the model loaded in bf16 (peft keeps its adapters in float32) and bf16=True.
+    bf16 = config.optimization_dtype == "bfloat16"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16 if bf16 else torch.float32)
     peft_config = None
     if args.mode == "lora":
         from peft import LoraConfig
@@ -153,7 +157,7 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
         grpo = GRPOConfig(
             output_dir=str(Path(tmp) / "trl"),
             use_cpu=True,
-            bf16=False,
+            bf16=bf16,
             fp16=False,
             gradient_checkpointing=False,
             max_steps=total_steps,
