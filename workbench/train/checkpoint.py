@@ -69,11 +69,7 @@ def save_checkpoint(
     try:
         tmp.mkdir()
         model_state, optimizer_state = states or (None, optimizer.state_dict())
-        policy.model.save_pretrained(
-            tmp,
-            **({"state_dict": model_state} if model_state is not None else {}),
-            **_embedding_setting(policy),
-        )
+        policy.save_pretrained(tmp, model_state)
         policy.tokenizer.save_pretrained(tmp)
         torch.save(
             {"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "rng": rng_state()},
@@ -113,17 +109,3 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
 
     # map_location: every rank of a multi-GPU run reads rank 0's file onto the CPU, not cuda:0
     return torch.load(checkpoint / STATE_PT, weights_only=False, map_location="cpu")
-
-
-def _embedding_setting(policy: Policy) -> dict[str, bool]:
-    """peft's `save_embedding_layers` for a LoRA adapter whose targets leave the embeddings alone:
-    False, as training never resizes the vocabulary. Left to peft ("auto"), it looks for the base
-    model's config.json to compare vocab sizes, and when the base is itself a checkpoint (RL from
-    an SFT run) it asks the Hugging Face hub about that local path and, offline, prints "Could not
-    find a config file in ..." at every save."""
-    if not policy.lora:
-        return {}
-    from peft.utils.constants import EMBEDDING_LAYER_NAMES
-
-    targets = {t for config in policy.model.peft_config.values() for t in (config.target_modules or ())}
-    return {} if targets & set(EMBEDDING_LAYER_NAMES) else {"save_embedding_layers": False}

@@ -26,6 +26,24 @@ class Policy:
     reference: Any = None  # frozen copy for full fine-tuning with a KL penalty
     wrapped: Any = None  # DDP/FSDP wrapper that training passes go through (multi-process runs)
 
+    def save_pretrained(self, folder: Path, state_dict: dict[str, Any] | None = None) -> None:
+        """The model's weights (a LoRA adapter's alone) in save_pretrained form; `state_dict`:
+        gathered beforehand when the live weights are sharded (FSDP).
+
+        A LoRA adapter whose targets leave the embeddings alone is saved with peft's
+        `save_embedding_layers=False` (training never resizes the vocabulary). Left to peft
+        ("auto"), it looks for the base model's config.json, and when the base is itself a
+        checkpoint (RL from an SFT run) asks the Hugging Face hub about that local path and,
+        offline, prints "Could not find a config file in ..." at every save and weight push."""
+        settings: dict[str, Any] = {} if state_dict is None else {"state_dict": state_dict}
+        if self.lora:
+            from peft.utils.constants import EMBEDDING_LAYER_NAMES
+
+            targets = {t for c in self.model.peft_config.values() for t in (c.target_modules or ())}
+            if not targets & set(EMBEDDING_LAYER_NAMES):
+                settings["save_embedding_layers"] = False
+        self.model.save_pretrained(folder, **settings)
+
     @property
     def training_module(self) -> Any:
         """What forward/backward for training runs through: the DDP/FSDP wrapper when there is one."""

@@ -237,7 +237,7 @@ class WeightPublisher:
     def _save(self, target: Path) -> None:
         tmp = target.with_name(f".tmp_{target.name}")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.policy.model.save_pretrained(tmp)
+        self.policy.save_pretrained(tmp)
         if not self.lora:
             self.policy.tokenizer.save_pretrained(tmp)
         shutil.rmtree(target, ignore_errors=True)
