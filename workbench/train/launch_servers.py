@@ -142,14 +142,27 @@ def _set_aside_logs(folder: Path, count: int) -> None:
 
 
 def _share_cores_with(replicas: int) -> None:
-    """The trainer takes the same share of the cores as each replica. With torch's default (a
-    thread per core) next to busy replicas, benchmarks/scale.py measured a 1-rank server-mode
-    train step at 10.3 s instead of 0.7 s on 2 cores: spinning threads fighting for the cores."""
-    threads = replica_threads(replicas).get("OMP_NUM_THREADS")
-    if threads is not None:
-        import torch
+    """The trainer's torch threads next to `replicas` busy replicas: the cores they leave, plus one
+    (`trainer_threads`). A user's own OMP_NUM_THREADS wins."""
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return
+    import torch
 
-        torch.set_num_threads(int(threads))
+    torch.set_num_threads(trainer_threads(replicas))
+
+
+def trainer_threads(replicas: int, cores: int | None = None) -> int:
+    """The cores the replicas leave, plus one thread (one thread when they leave none): generation and training each leave a core
+    idle part of the time (requests, sampling, the optimizer, Python), and one extra thread fills
+    those gaps. Measured on 2 cores with one replica (1 thread) and async RL
+    (benchmarks/server_mode.py): with a 2-thread trainer, 0.34 s a step on the tiny model and
+    21.5 s on SmolLM2-135M (batch 128), against 0.70 s and 31.3 s colocated; a 1-thread trainer
+    took 27-28 s a SmolLM2 step, no faster than colocated. More than one extra thread is what
+    hurts: with torch's default (a thread per core) next to busy replicas, benchmarks/scale.py
+    measured a 1-rank train step at 10.3 s instead of 0.7 s (spinning threads fighting for cores)."""
+    cores = cores or os.cpu_count() or 1
+    left = cores - replicas * max(1, cores // (replicas + 1))
+    return left + 1 if left >= 1 else 1  # no core left (2 replicas on 2 cores): one thread, no extra
 
 
 def replica_threads(count: int) -> dict[str, str]:

@@ -82,6 +82,11 @@ def launch_blockers(config: TrainConfig, vllm_reason: str | None) -> list[str]:
             f"{INSTALL_HINT} ({vllm_reason}): inference.tensor_parallel_size = {inference.tensor_parallel_size} "
             "splits the model across GPUs, which a `workbench serve` replica cannot"
         ]
+    if inference.dtype == "float16":
+        return [
+            "inference.dtype = 'float16' is for a launched vLLM; `workbench serve` replicas run "
+            "'float32' or 'bfloat16' (or 'auto': float32 on a CPU)"
+        ]
     return []
 
 
@@ -119,6 +124,8 @@ def replica_command(
         ]
     if config.inference.reasoning_parser:
         command += ["--reasoning-parser", config.inference.reasoning_parser]
+    if config.inference.dtype in ("float32", "bfloat16"):  # serve's own --dtype (float16: launch_blockers)
+        command += ["--dtype", config.inference.dtype]
     if parent_pid is not None:
         command += ["--parent-pid", str(parent_pid)]
     return command

@@ -95,10 +95,10 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
             notes.append(
                 "fsdp_cpu_offload = true has no effect on this machine: no CUDA GPU, the weights already live in CPU memory"
             )
-        if inf.dtype != "auto":
+        if inf.dtype != "auto" and not (inf.mode == "server" and inf.launch):
             notes.append(
-                f"inference.dtype = '{inf.dtype}' has no effect on this machine: no CUDA GPU, so no vLLM is "
-                "launched here (colocated generation uses the trainer's float32 model)"
+                f"inference.dtype = '{inf.dtype}' has no effect here: it sets the weights of launched servers "
+                "(inference.launch = true); colocated generation uses the trainer's model"
             )
         if config.model != "tiny" and set_keys:
             notes.append(f"'{config.model}' on a CPU is slow; try this config with --set model=tiny")

@@ -290,7 +290,7 @@ class InferenceConfig(Section):
     tool_call_parser: str | None = Field(None, description="vLLM tool call parser, e.g. 'hermes'.")
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
         "auto",
-        description="vLLM's --dtype for the weights of a launched server: 'auto' is FP16 for FP32/FP16 models and BF16 for BF16 models. Colocated generation uses the trainer's model as it is.",
+        description="--dtype for the weights of a launched server. vLLM: 'auto' is FP16 for FP32/FP16 models and BF16 for BF16 models. `workbench serve` replicas (no vLLM here): 'float32' or 'bfloat16' ('auto': float32 on a CPU; bfloat16 is faster on a CPU with AMX or AVX512-BF16). Colocated generation uses the trainer's model as it is.",
     )
     reasoning_parser: Literal["qwen3", "deepseek_r1"] | None = Field(
         None,
