@@ -33,6 +33,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.models.kv_cache_name import cache_argument, returned_cache
 from workbench.types import SamplingParams
 
 
@@ -180,11 +181,11 @@ def generate_batch_hf(
                 input_ids=tokens.unsqueeze(1),
                 attention_mask=attention_mask,
                 position_ids=next_position.unsqueeze(1),
-                past_key_values=cache,
+                **cache_argument(cache),
                 use_cache=True,
             )
             counters.forward_passes += 1
-            cache = out.past_key_values
+            cache = returned_cache(out)
             logits = out.logits[:, -1, :].float()
             next_position = next_position + 1
     for result in results:
@@ -321,13 +322,13 @@ def _prefill(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        past_key_values=cache,
+        **cache_argument(cache),
         use_cache=True,
         logits_to_keep=1,  # only the last position's logits are needed
     )
     counters.forward_passes += 1
     counters.prefill_rows += len(prompts)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     logits = out.logits[:, -1, :].float()
     if row_to_unique != list(range(len(prompts))):
         index = torch.tensor(row_to_unique, device=device)

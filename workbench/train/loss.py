@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.models.kv_cache_name import cache_argument, returned_cache
+
 
 @dataclass
 class LossStats:
@@ -58,8 +60,8 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
     }
     if position_ids is not None:
         inputs["position_ids"] = position_ids
-    if "prompt_passes" in batch:  # use_cache: models may ignore past_key_values without it
-        inputs.update(past_key_values=_prompt_cache(model, batch), use_cache=True)
+    if "prompt_passes" in batch:  # use_cache: models may ignore the cache without it
+        inputs.update(cache_argument(_prompt_cache(model, batch)), use_cache=True)
     logits = model(**inputs).logits[:, :-1].float()
     if temperature != 1.0:  # a full-vocabulary pass saved in the common case (x / 1.0 is x exactly)
         logits = logits / max(temperature, 1e-6)
@@ -92,14 +94,14 @@ def _prompt_cache(model: Any, batch: dict[str, Any]) -> Any:
             input_ids=part["input_ids"],
             attention_mask=_model_mask(part["attention_mask"], model),
             position_ids=part["position_ids"],
-            past_key_values=_read(store, part["context"]),
+            **cache_argument(_read(store, part["context"])),
             use_cache=True,
             **_last_logits_only(model),
         )
         width = part["context"].shape[1]  # the cache holds the context, then this pass's own tokens
         own = [
             (_flatten(keys[:, :, width:]), _flatten(values[:, :, width:]))
-            for keys, values in _cache_tensors(out.past_key_values)
+            for keys, values in _cache_tensors(returned_cache(out))
         ]
         store = (
             own
