@@ -24,7 +24,11 @@ LoRA base; 64 held-out examples x 4 rollouts at temperature 1.0, max 32 tokens):
   4. RL 32 steps x 128 rollouts, std-scaled advantages, groups of reward variance < 0.001 dropped
      (refilled from up to 1.5x the prompts): 844 s (~26 s/step)
   5. 0.566 [0.519, 0.614] (31 s) · RL gain +0.173 [+0.126, +0.220] · total 16.6 min
-Targets met. The way there (same SFT start, RL changed only as said): 24 steps without std
+Targets met. With generation overlapping training (--rl-set "inference.mode='server'" --rl-set
+inference.launch=true --rl-set "inference.dtype='bfloat16'": a launched `workbench serve` replica,
+bfloat16, 1 thread, next to a 2-thread trainer; rollouts one step off-policy), same day, --skip-base:
+SFT 0.393 [0.362, 0.428] · RL 32 steps 596 s (~17 s/step) · 0.550 [0.498, 0.601] · RL gain +0.157
+[+0.114, +0.202] · total 12.5 min. The way there (same SFT start, RL changed only as said): 24 steps without std
 scaling +0.098 [+0.055, +0.147]; with it +0.124 [+0.080, +0.169]; plus the variance filter +0.144
 [+0.103, +0.189] (13.6 min); lr 2e-3 instead of 1e-3 (with std scaling, no filter): -0.006, it
 unlearns. Trial runs (fp32, contended): without std scaling, RL from this start gains +0.09 to +0.11
