@@ -120,6 +120,7 @@ def workbench_overrides(
     overrides = [
         f"max_steps={steps + 1}",
         f"batch_size={batch_size}",
+        f"micro_batch_size={min(64, batch_size)}",  # the config's 64, or the whole of a smaller batch
         f"model='{model}'",
         "eval.interval=0",
         "checkpointing.save_every_n_steps=1000",

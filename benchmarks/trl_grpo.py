@@ -116,7 +116,12 @@ def run(args: argparse.Namespace) -> list[dict[str, float]]:
     # The Workbench run's settings, read from the same config (with the same overrides).
     config, _ = load_train_config(
         REPO / "configs" / "rl" / "reverse-text.toml",
-        [f"batch_size={args.batch_size}", f"max_steps={total_steps}", *args.set],
+        [
+            f"batch_size={args.batch_size}",
+            f"micro_batch_size={min(64, args.batch_size)}",  # as train_step.py sets it
+            f"max_steps={total_steps}",
+            *args.set,
+        ],
     )
     env_spec = config.env[0]
     env = load_environment(env_spec.id, **env_spec.args)
