@@ -297,7 +297,14 @@ def _running(pid: int) -> bool:
 @pytest.mark.slow
 def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspace: Path) -> None:
     result = cli.run(
-        train_command("--set", "max_steps=2", "--set", "output_dir='runs/launched'"),
+        train_command(
+            "--set",
+            "max_steps=2",
+            "--set",
+            "output_dir='runs/launched'",
+            "--set",
+            "inference.dtype='bfloat16'",
+        ),
         cwd=tiny_workspace,
         env=workbench_env(),
         capture_output=True,
@@ -315,6 +322,7 @@ def test_launch_starts_replicas_trains_and_leaves_no_process_behind(tiny_workspa
         log = (run_dir / "inference" / f"replica_{index}.log").read_text()
         assert f"Serving model 'tiny' at {replica['base_url']}" in log
         assert replica["command"][-2:] == ["--parent-pid", str(record["trainer_pid"])]
+        assert replica["command"][-4:-2] == ["--dtype", "bfloat16"]  # inference.dtype reaches the replica
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in steps if "time/step" in m]
     assert len(steps) == 2 and all(
