@@ -28,7 +28,9 @@ Targets met. With generation overlapping training (--rl-set "inference.mode='ser
 inference.launch=true --rl-set "inference.dtype='bfloat16'": a launched `workbench serve` replica,
 bfloat16, 1 thread, next to a 2-thread trainer; rollouts one step off-policy), same day, --skip-base:
 SFT 0.393 [0.362, 0.428] · RL 32 steps 596 s (~17 s/step) · 0.550 [0.498, 0.601] · RL gain +0.157
-[+0.114, +0.202] · total 12.5 min. The way there (same SFT start, RL changed only as said): 24 steps without std
+[+0.114, +0.202] · total 12.5 min. The time saved buys steps: --rl-set max_steps=44 (same keys, the
+machine busier: load ~2.5) gave 0.621 [0.567, 0.673], RL gain +0.229 [+0.183, +0.275] in 18.7 min
+(RL 952 s, ~21.6 s/step under that load). The way there (same SFT start, RL changed only as said): 24 steps without std
 scaling +0.098 [+0.055, +0.147]; with it +0.124 [+0.080, +0.169]; plus the variance filter +0.144
 [+0.103, +0.189] (13.6 min); lr 2e-3 instead of 1e-3 (with std scaling, no filter): -0.006, it
 unlearns. Trial runs (fp32, contended): without std scaling, RL from this start gains +0.09 to +0.11
