@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard, get_args
 
 from workbench.errors import redact_credentials
+
+# An in-process model's weights (`--dtype`, as vLLM's): "auto" is float32 on a CPU.
+ModelDtype = Literal["auto", "float32", "bfloat16"]
+MODEL_DTYPES: tuple[str, ...] = get_args(ModelDtype)
 
 SCHEMA_VERSION = 1
 

@@ -108,10 +108,9 @@ def serve(
         raise UserError(
             f"--reasoning-parser must be one of {', '.join(REASONING_CHOICES)}, auto or none, got '{reasoning_parser}'"
         )
-    from workbench.inference.resolve import DTYPES
+    from workbench.inference.resolve import check_dtype
 
-    if dtype not in DTYPES:
-        raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    check_dtype(dtype)  # before the model loads (or the embedded one is built)
     if parent_pid is not None and parent_pid <= 0:
         raise UserError(f"--parent-pid must be a process id (a positive number), got {parent_pid}")
     modules = parse_lora_modules(lora_modules or [])

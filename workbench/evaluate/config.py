@@ -11,12 +11,13 @@ A TOML eval config uses the field names below, e.g.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator
 
 from workbench.config.bounds import Bounded
 from workbench.config.secrets import key_variable_name
+from workbench.types import ModelDtype
 
 
 class EvalConfig(Bounded):
@@ -52,7 +53,7 @@ class EvalConfig(Bounded):
     endpoints_path: str | None = Field(
         None, description="Endpoint registry (-e); default configs/endpoints.toml."
     )
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+    dtype: ModelDtype = Field(
         "auto",
         description="Weights' dtype for a model run in this process (--dtype): 'auto' is float32 on CPU and the checkpoint's dtype on GPU; bfloat16 is faster on a CPU with native bf16 (AMX, AVX512-BF16). A server (-b, an endpoint id) picks its own.",
     )

@@ -23,6 +23,7 @@ from workbench.store.checkpoints import (
     training_run_checkpoint,
 )
 from workbench.store.runs import ResolvedModel
+from workbench.types import MODEL_DTYPES
 from workbench.workspace import (
     NAMED_MODELS,
     SMOLLM2_MODEL_NAME,
@@ -31,7 +32,6 @@ from workbench.workspace import (
     named_model_dir,
 )
 
-DTYPES = ("auto", "float32", "bfloat16")  # --dtype for a model run in this process
 DTYPE_ON_SERVER = "--dtype applies to a model run in this process; a server picks its own (vLLM: --dtype)"
 
 
@@ -156,6 +156,12 @@ def make_client(
     return local_client(model, resolve_model_path(model), reasoning_parser=reasoning_parser, dtype=dtype)
 
 
+def check_dtype(dtype: str) -> None:
+    """UserError (one line) unless `dtype` is one an in-process model loads in."""
+    if dtype not in MODEL_DTYPES:
+        raise UserError(f"--dtype must be one of {', '.join(MODEL_DTYPES)}, got '{dtype}'")
+
+
 def _server_parser(setting: str | None) -> str | None:
     """A server splits thinking itself (vLLM --reasoning-parser, `workbench serve`); the client
     splits only when told which parser, since it cannot see the server's vocabulary."""
@@ -181,15 +187,14 @@ def local_client(
     dtype: str = "auto",
 ) -> Client:
     """An in-process client for a model folder, a checkpoint (adapter onto its base) or a hub id,
-    its weights in `dtype` (`DTYPES`; "auto": float32 on the CPU, as `LocalClient` loads)."""
+    its weights in `dtype` (`MODEL_DTYPES`; "auto": float32 on the CPU, as `LocalClient` loads)."""
     from workbench.errors import InferenceError
     from workbench.inference.local_client import LocalClient
     from workbench.models.hub import require_hub_model
     from workbench.models.loading import adapter_base, load_merged_adapter
 
     reasoning_parser = _checked_parser(reasoning_parser)
-    if dtype not in DTYPES:
-        raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got '{dtype}'")
+    check_dtype(dtype)
     if isinstance(source, str):
         require_hub_model(source)
     try:

@@ -152,8 +152,8 @@ def _share_cores_with(replicas: int) -> None:
 
 
 def trainer_threads(replicas: int, cores: int | None = None) -> int:
-    """The cores the replicas leave, plus one thread (one thread when they leave none): generation and training each leave a core
-    idle part of the time (requests, sampling, the optimizer, Python), and one extra thread fills
+    """The cores the replicas leave, plus one thread (one thread when they leave none): generation
+    and training each leave a core idle part of the time (requests, sampling, the optimizer, Python), and one extra thread fills
     those gaps. Measured on 2 cores with one replica (1 thread) and async RL
     (benchmarks/server_mode.py): with a 2-thread trainer, 0.34 s a step on the tiny model and
     21.5 s on SmolLM2-135M (batch 128), against 0.70 s and 31.3 s colocated; a 1-thread trainer
@@ -161,7 +161,7 @@ def trainer_threads(replicas: int, cores: int | None = None) -> int:
     hurts: with torch's default (a thread per core) next to busy replicas, benchmarks/scale.py
     measured a 1-rank train step at 10.3 s instead of 0.7 s (spinning threads fighting for cores)."""
     cores = cores or os.cpu_count() or 1
-    left = cores - replicas * max(1, cores // (replicas + 1))
+    left = cores - replicas * _threads_per_replica(replicas, cores)
     return left + 1 if left >= 1 else 1  # no core left (2 replicas on 2 cores): one thread, no extra
 
 
@@ -171,7 +171,12 @@ def replica_threads(count: int) -> dict[str, str]:
     threads on the same cores slow every one of them. A user's own OMP_NUM_THREADS wins."""
     if os.environ.get("OMP_NUM_THREADS", "").strip():  # set empty, it means nothing to OpenMP
         return {}
-    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (count + 1)))}
+    return {"OMP_NUM_THREADS": str(_threads_per_replica(count, os.cpu_count() or 1))}
+
+
+def _threads_per_replica(count: int, cores: int) -> int:
+    """An equal share of the cores for each replica and the trainer, at least one thread."""
+    return max(1, cores // (count + 1))
 
 
 def _stop_all(servers: list[ManagedServer]) -> None:
