@@ -13,6 +13,14 @@ LocalClient's speedup over both (the ratio of the medians, and "paired": the med
 round's own ratio), with the load average. Completion tokens of `generate` are
 counted as the client counts them: up to and including the first EOS of each row.
 Without a built model at `--model`, a quick one is built in a temp folder.
+
+`--floor` also prints the most any decoder of these rows could gain over the padded call on this
+machine: every forward pass must at least run the model's linear layers (each weight read once,
+each row's arithmetic), so the client's passes x the time of one pass through all the model's
+`nn.Linear`s at the client's mean rows per pass (a bound that grants attention, sampling and
+all dispatch for free) is the least time its tokens can take. On a small model on a CPU that
+pass is bounded by memory bandwidth below ~64 rows, so the padded call's wasted rows cost it
+little, and the bound says how far any cut of the client's own overhead can still go.
 """
 
 from __future__ import annotations
@@ -57,6 +65,11 @@ def main() -> None:
         "--hf-decode", action="store_true", help="LocalClient on the Hugging Face forward (no lean engine)"
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also print the zero-overhead bound: the client's passes timed as linear layers alone",
+    )
+    parser.add_argument(
         "--dtype",
         default="float32",
         choices=["float32", "bfloat16"],
@@ -76,7 +89,7 @@ def main() -> None:
         prompts = [demo[:2] for demo in reverse_text_demonstrations(args.requests, seed=1234)]
         sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
         baseline_prompts = prompts[: args.baseline_requests or len(prompts)]
-        client_rates, padded_rates, loop_rates, cb_rates = asyncio.run(
+        client_rates, padded_rates, loop_rates, cb_rates, floor_rates = asyncio.run(
             _run_interleaved(
                 str(model_path),
                 prompts,
@@ -86,6 +99,7 @@ def main() -> None:
                 hf_decode=args.hf_decode,
                 dtype=args.dtype,
                 continuous_batching=args.continuous_batching,
+                floor=args.floor,
             )
         )
     load_after = os.getloadavg()[0]
@@ -116,6 +130,13 @@ def main() -> None:
         print(
             f"{'model.generate_batch (continuous)':34} {cb_rate:10.1f}  {client / cb_rate:19.1f}x  {paired_cb:6.1f}x"
         )
+    if floor_rates:
+        bound = statistics.median(floor_rates)
+        paired_bound = statistics.median(f / p for f, p in zip(floor_rates, padded_rates))
+        print(
+            f"{'bound: client passes, linears only':34} {bound:10.1f}  "
+            f"{'(most speedup:':>11} {bound / padded:5.1f}x) {paired_bound:6.1f}x"
+        )
 
 
 def _quick_model(tmp: Path) -> Path:
@@ -134,25 +155,45 @@ async def _run_interleaved(
     hf_decode: bool,
     dtype: str,
     continuous_batching: bool,
-) -> tuple[list[float], list[float], list[float], list[float]]:
+    floor: bool,
+) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
     """Alternate LocalClient runs, padded-generate runs, per-request generate loops and (with
-    `continuous_batching`) transformers' `generate_batch`; returns the lists of tokens/s."""
+    `continuous_batching`) transformers' `generate_batch`; returns the lists of tokens/s, and
+    with `floor` each client run's zero-overhead bound (`_linear_pass_seconds`).
+
+    The `generate` side runs in a child process (`_baseline_worker`), as each side runs for a
+    user: alone in its process. In one process, the client's decode thread and the thread calling
+    `generate` each keep an OpenMP thread team, and with more OpenMP threads than cores GNU
+    OpenMP stops spinning between parallel regions: measured on 2 cores, 2 threads, float32,
+    the client fell from ~400 to ~290 tokens/s and the padded call from 176 to 142."""
+    import multiprocessing
+
     client = LocalClient(model_path, max_batch_size=len(prompts), dtype=dtype)
     client.lean_decode = not hf_decode
-    model, tokenizer = _load(model_path, dtype)
-    padded_inputs = _padded_inputs(tokenizer, prompts)
-    loop_inputs = [_torch_ids(_prompt_ids(tokenizer, messages)) for messages in loop_prompts]
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no OpenMP state shared
+    baseline, child_end = context.Pipe()
+    child = context.Process(
+        target=_baseline_worker,
+        args=(child_end, model_path, dtype, prompts, loop_prompts, sampling, _torch_threads()),
+        daemon=True,
+    )
+    child.start()
+
+    def ask(*command: object) -> Any:
+        baseline.send(command)
+        answer = baseline.recv()
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
     try:
         # Warm-up, each path at its own unit of work: the client's and the padded call's whole batch
         # (first-call kernel setup, the client's KV cache sized for all rows), the loop's one request.
         await asyncio.gather(*[client.chat(p, sampling=sampling) for p in prompts])
-        _padded_generate(model, tokenizer, padded_inputs, sampling)
-        _generate_loop(model, tokenizer, loop_inputs[:1], sampling)
-        cb_inputs = [_prompt_ids(tokenizer, messages) for messages in prompts]
-        if continuous_batching:
-            _continuous_batch(model, tokenizer, cb_inputs, sampling, warmup=True)
-        client_rates, padded_rates, loop_rates, cb_rates = [], [], [], []
+        ask("warmup", continuous_batching)
+        client_rates, padded_rates, loop_rates, cb_rates, floor_rates = [], [], [], [], []
         for _ in range(repeats):
+            passes_before = client.stats.forward_passes
             start = time.perf_counter()
             results = await asyncio.gather(*[client.chat(p, sampling=sampling) for p in prompts])
             elapsed = time.perf_counter() - start
@@ -162,19 +203,73 @@ async def _run_interleaved(
                 f"  LocalClient:   {tokens} tokens in {elapsed:.2f}s ({client.stats.batches} batches so far)",
                 flush=True,
             )
-            tokens, elapsed = _padded_generate(model, tokenizer, padded_inputs, sampling)
+            if floor:
+                passes = client.stats.forward_passes - passes_before
+                least = passes * ask("linears", round(tokens / passes))
+                floor_rates.append(tokens / least)
+            tokens, elapsed = ask("padded")
             padded_rates.append(tokens / elapsed)
             print(f"  padded call:   {tokens} tokens in {elapsed:.2f}s", flush=True)
-            tokens, elapsed = _generate_loop(model, tokenizer, loop_inputs, sampling)
+            tokens, elapsed = ask("loop")
             loop_rates.append(tokens / elapsed)
             print(f"  generate loop: {tokens} tokens in {elapsed:.2f}s", flush=True)
             if continuous_batching:
-                tokens, elapsed = _continuous_batch(model, tokenizer, cb_inputs, sampling, warmup=False)
+                tokens, elapsed = ask("batch")
                 cb_rates.append(tokens / elapsed)
                 print(f"  generate_batch: {tokens} tokens in {elapsed:.2f}s", flush=True)
-        return client_rates, padded_rates, loop_rates, cb_rates
+        return client_rates, padded_rates, loop_rates, cb_rates, floor_rates
     finally:
+        baseline.send(("stop",))
+        child.join(timeout=60)
         await client.close()
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _baseline_worker(
+    pipe: Any,
+    model_path: str,
+    dtype: str,
+    prompts: list[Messages],
+    loop_prompts: list[Messages],
+    sampling: SamplingParams,
+    threads: int,
+) -> None:
+    """The `generate` side, in its own process: answers ("padded",), ("loop",), ("batch",) with
+    (completion tokens, seconds), ("linears", rows) with `_linear_pass_seconds`, ("warmup",
+    with_batch) with None; ("stop",) ends it. An exception is sent back, not raised."""
+    import torch
+
+    torch.set_num_threads(threads)  # the parent's count (`--threads` or torch's default)
+    model, tokenizer = _load(model_path, dtype)
+    padded_inputs = _padded_inputs(tokenizer, prompts)
+    loop_inputs = [_torch_ids(_prompt_ids(tokenizer, messages)) for messages in loop_prompts]
+    batch_inputs = [_prompt_ids(tokenizer, messages) for messages in prompts]
+    while True:
+        command, *args = pipe.recv()
+        try:
+            if command == "stop":
+                return
+            if command == "warmup":
+                _padded_generate(model, tokenizer, padded_inputs, sampling)
+                _generate_loop(model, tokenizer, loop_inputs[:1], sampling)
+                if args[0]:
+                    _continuous_batch(model, tokenizer, batch_inputs, sampling, warmup=True)
+                pipe.send(None)
+            elif command == "padded":
+                pipe.send(_padded_generate(model, tokenizer, padded_inputs, sampling))
+            elif command == "loop":
+                pipe.send(_generate_loop(model, tokenizer, loop_inputs, sampling))
+            elif command == "batch":
+                pipe.send(_continuous_batch(model, tokenizer, batch_inputs, sampling, warmup=False))
+            elif command == "linears":
+                pipe.send(_linear_pass_seconds(model, args[0]))
+        except Exception as exc:  # the parent re-raises it
+            pipe.send(exc)
 
 
 def _load(model_path: str, dtype: str) -> tuple[Any, Any]:
@@ -261,6 +356,23 @@ def _continuous_batch(
     )
     elapsed = time.perf_counter() - start
     return sum(len(output.generated_tokens) for output in outputs.values()), elapsed
+
+
+def _linear_pass_seconds(model: Any, rows: int) -> float:
+    """Seconds for `rows` rows through every `nn.Linear` of `model` once, in module order (the
+    weights streamed as a forward pass streams them): the median of three passes after one."""
+    import torch
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {m.in_features: torch.randn(rows, m.in_features, dtype=m.weight.dtype) for m in linears}
+    times = []
+    with torch.inference_mode():
+        for _ in range(4):
+            start = time.perf_counter()
+            for module in linears:
+                module(inputs[module.in_features])
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
