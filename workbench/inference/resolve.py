@@ -13,6 +13,7 @@ from pathlib import Path
 from workbench.config.secrets import key_variable_name
 from workbench.errors import UserError
 from workbench.inference.client import Client
+from workbench.inference.passing_thread import in_passing_thread
 from workbench.models.hub import HUB_ID
 from workbench.store.checkpoints import (
     CHECKPOINTS,
@@ -197,7 +198,8 @@ def local_client(
     check_dtype(dtype)
     if isinstance(source, str):
         require_hub_model(source)
-    try:
+
+    def load() -> Client:
         if isinstance(source, Path) and adapter_base(source) is not None:
             model, tokenizer = load_merged_adapter(source)  # float32, as "auto" loads on the CPU
             if dtype != "auto":
@@ -218,5 +220,8 @@ def local_client(
             dtype=dtype,
             reasoning_parser=reasoning_parser,
         )
+
+    try:
+        return in_passing_thread(load)
     except (OSError, InferenceError) as exc:  # hub unreachable, missing or broken files
         raise UserError(f"could not load model '{name}': {str(exc).splitlines()[0]}") from exc

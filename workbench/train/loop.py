@@ -34,6 +34,7 @@ from types import FrameType
 from workbench import startup
 from workbench.errors import ServerGone, UserError
 from workbench.events import NullReporter, Reporter
+from workbench.inference.passing_thread import in_passing_thread
 from workbench.inference.weight_sync import WeightSyncError
 from workbench.store.checkpoints import (
     checkpoint_at,
@@ -286,8 +287,11 @@ async def _sft_step(ctx: TrainContext, learner: Learner, step: int) -> dict[str,
     learning_rate = learner.learning_rate  # this step's (the scheduler moves on when it trains)
     assert ctx.sft_data is not None  # mode = "sft" (setup.build_context)
     samples = ctx.dist.shard(ctx.sft_data.batch(step, ctx.config.batch_size))  # this rank's slice
-    stats = train_on_samples(
-        learner.policy, learner.optimizer, learner.scheduler, samples, ctx.config, sft=True, dist=ctx.dist
+    stats = in_passing_thread(  # no thread team left here for held-out evals to decode beside
+        lambda: train_on_samples(
+            learner.policy, learner.optimizer, learner.scheduler, samples, ctx.config, sft=True, dist=ctx.dist
+        ),
+        device=ctx.dist.device,
     )
     return sft_metrics(stats, learning_rate, time.perf_counter() - started)
 
@@ -298,20 +302,25 @@ def _checkpoint(ctx: TrainContext, learner: Learner, step: int, metrics: dict[st
         return
     config = ctx.config
     try:
-        path = save_checkpoint(
-            ctx.files.run_dir,
-            step,
-            learner.policy,
-            learner.optimizer,
-            learner.scheduler,
-            {
-                "reward_mean": metrics.get("reward/mean"),
-                "eval_reward_mean": metrics.get("eval/reward_mean"),
-                "kl_beta": learner.kl_beta,
-            },
-            keep=config.checkpointing.keep_n_checkpoints,
-            states=states,
-            keep_every=config.checkpointing.keep_every_n_steps,
+        # In a passing thread: a full model's copies would leave a thread team here that slows
+        # the colocated client's decode thread (`passing_thread`).
+        path = in_passing_thread(
+            lambda: save_checkpoint(
+                ctx.files.run_dir,
+                step,
+                learner.policy,
+                learner.optimizer,
+                learner.scheduler,
+                {
+                    "reward_mean": metrics.get("reward/mean"),
+                    "eval_reward_mean": metrics.get("eval/reward_mean"),
+                    "kl_beta": learner.kl_beta,
+                },
+                keep=config.checkpointing.keep_n_checkpoints,
+                states=states,
+                keep_every=config.checkpointing.keep_every_n_steps,
+            ),
+            device=ctx.dist.device,
         )
     except OSError as exc:
         last = list_checkpoints(ctx.files.run_dir)

@@ -16,6 +16,7 @@ from workbench.envs import EnvGroup, load_environment
 from workbench.envs.environment import Environment
 from workbench.errors import UserError
 from workbench.inference.client import Client
+from workbench.inference.passing_thread import in_passing_thread
 from workbench.store.checkpoints import CHECKPOINTS
 from workbench.store.lock import claim_run
 from workbench.store.runs import (
@@ -125,8 +126,13 @@ def build_context(
         if checkpoint is None:
             save_resolved_config(config, run_dir)
     need_reference = config.on_policy and config.kl_penalty.enabled
-    policy = load_policy(
-        source, config, need_reference=need_reference, adapter_dir=checkpoint, on_gpu=dist.device != "cpu"
+    # In a passing thread: merging a checkpoint's adapter and converting dtypes would leave a
+    # thread team here that slows the colocated client's decode thread (`passing_thread`).
+    policy = in_passing_thread(
+        lambda: load_policy(
+            source, config, need_reference=need_reference, adapter_dir=checkpoint, on_gpu=dist.device != "cpu"
+        ),
+        device=dist.device,
     )
     wrap_model(
         policy, config.data_parallel, dist, cpu_offload=config.fsdp_cpu_offload
