@@ -24,7 +24,10 @@ LoRA base; 64 held-out examples x 4 rollouts at temperature 1.0, max 32 tokens):
   4. RL 32 steps x 128 rollouts, std-scaled advantages, groups of reward variance < 0.001 dropped
      (refilled from up to 1.5x the prompts): 844 s (~26 s/step)
   5. 0.566 [0.519, 0.614] (31 s) · RL gain +0.173 [+0.126, +0.220] · total 16.6 min
-Targets met. With generation overlapping training (--rl-set "inference.mode='server'" --rl-set
+Targets met. Rerun later that day with the trainer's loading, steps and saves in passing threads
+(`inference/passing_thread`: no OpenMP team left to throttle the client's decode thread): the
+same rewards (0.393 after SFT, 0.566 [0.520, 0.612] after RL, RL gain +0.173 [+0.125, +0.220]) in
+RL 678 s (~21 s/step; generation ~4.3 s a step instead of ~9.5) and 13.4 min in all. With generation overlapping training (--rl-set "inference.mode='server'" --rl-set
 inference.launch=true --rl-set "inference.dtype='bfloat16'": a launched `workbench serve` replica,
 bfloat16, 1 thread, next to a 2-thread trainer; rollouts one step off-policy), same day, --skip-base:
 SFT 0.393 [0.362, 0.428] · RL 32 steps 596 s (~17 s/step) · 0.550 [0.498, 0.601] · RL gain +0.157
