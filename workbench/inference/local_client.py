@@ -33,11 +33,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workbench.errors import ContextLengthError, InferenceError
 from workbench.inference.adapters import AdapterError, AdapterSet
@@ -45,6 +45,7 @@ from workbench.inference.chat_tokens import continuation_ids, prompt_ids
 from workbench.inference.decode_engine import DecodeEngine
 from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch_hf
 from workbench.inference.lean_model import LeanModel
+from workbench.inference.passing_thread import in_passing_thread
 from workbench.inference.prompt_cache import RenderedPrompts
 from workbench.inference.reasoning import (
     prompt_ends_in_thinking,
@@ -54,6 +55,8 @@ from workbench.inference.reasoning import (
 )
 from workbench.inference.tool_parsing import parse_hermes_tool_calls
 from workbench.types import Completion, Messages, SamplingParams, TokenData
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -201,14 +204,16 @@ class LocalClient:
         with self.exclusive_weights():
             if self._adapters is None:
                 self._adapters = AdapterSet(self._hf_model)
-            self._adapters.load(name, path, max_rank=max_rank)
+            adapters = self._adapters
+            self._off_decoding(lambda: adapters.load(name, path, max_rank=max_rank))
 
     def unload_adapter(self, name: str) -> None:
         """Remove adapter `name`; requests already accepted for it finish first. AdapterError if unknown."""
         if self._adapters is None:
             raise AdapterError(f"The lora adapter '{name}' cannot be found.", status=404)
+        adapters = self._adapters
         with self.exclusive_weights():
-            self._adapters.unload(name)
+            self._off_decoding(lambda: adapters.unload(name))
 
     def update_weights(self, weight_dir: str | Path) -> int:
         """Replace the base weights with those of model folder `weight_dir`, in place (blocking).
@@ -216,7 +221,14 @@ class LocalClient:
         from workbench.inference.weight_reload import load_weights_in_place
 
         with self.exclusive_weights():
-            return load_weights_in_place(self._hf_model, weight_dir)
+            return self._off_decoding(lambda: load_weights_in_place(self._hf_model, weight_dir))
+
+    def _off_decoding(self, work: Callable[[], T]) -> T:
+        """A weight change's torch work, in a passing thread on the CPU: callers call from a
+        long-lived thread (an executor's), where a thread team would stay and slow the decode
+        thread's every step (`passing_thread`)."""
+        device = next(self._hf_model.parameters()).device.type
+        return in_passing_thread(work, device=device)
 
     def render_prompt_ids(self, messages: Messages, tools: list[dict[str, Any]] | None = None) -> list[int]:
         """Token ids of `messages` under the chat template, ready for the assistant's turn."""
