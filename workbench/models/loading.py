@@ -7,7 +7,10 @@ load through `load_plain_model`, so every one of them sees the same weights for 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,7 +129,8 @@ def _merge_adapter(model: Any, adapter: Path) -> Any:
     from safetensors import SafetensorError
 
     try:
-        return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        with quiet_peft():
+            return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as exc:
         # garbage weights, a config peft cannot read, or an adapter made for another model's shapes
         raise UserError(
@@ -150,3 +154,14 @@ def load_merged_adapter(path: Path) -> tuple[Any, Any]:
     import torch
 
     return load_plain_model(path, dtype=torch.float32)
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """peft 0.21 reads `model.is_gradient_checkpointing`, which transformers 5 deprecates with a
+    FutureWarning printed by every LoRA load (the CLI hides warnings; the Python API did not): a
+    note between the two libraries, nothing the user can act on. Silenced here only, for that
+    message."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        yield

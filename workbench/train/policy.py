@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserError
+from workbench.models.loading import quiet_peft
 from workbench.train.schema import TrainConfig
 
 
@@ -133,7 +133,7 @@ def load_policy(
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if adapter_dir is not None:
-        with _quiet_peft():
+        with quiet_peft():
             model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
     else:
         available = {name.split(".")[-1] for name, _ in model.named_modules()}
@@ -151,17 +151,7 @@ def load_policy(
             target_modules=list(config.lora.target_modules),
             task_type="CAUSAL_LM",
         )
-        with _quiet_peft():
+        with quiet_peft():
             model = get_peft_model(model, lora)
     model.train()
     return Policy(model, tokenizer, str(model_source), lora=True)
-
-
-@contextlib.contextmanager
-def _quiet_peft() -> Iterator[None]:
-    """peft 0.21 reads `model.is_gradient_checkpointing`, which transformers 5 deprecates with a
-    FutureWarning that every LoRA run printed: a note between the two libraries, nothing the user
-    can act on. Silenced here only, for that message."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
-        yield
