@@ -268,6 +268,8 @@ def _baseline_worker(
                 pipe.send(_continuous_batch(model, tokenizer, batch_inputs, sampling, warmup=False))
             elif command == "linears":
                 pipe.send(_linear_pass_seconds(model, args[0]))
+            else:  # a reply all the same: the parent is waiting for one
+                pipe.send(ValueError(f"unknown command {command!r}"))
         except Exception as exc:  # the parent re-raises it
             pipe.send(exc)
 

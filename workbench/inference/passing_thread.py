@@ -12,8 +12,9 @@ moved into a passing thread.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -23,8 +24,20 @@ def in_passing_thread(work: Callable[[], T], *, device: str = "cpu") -> T:
     """`work()`, run in a new thread that ends when it returns (its OpenMP team ends with it);
     its result or exception comes back to the caller. With `device` an accelerator ("cuda",
     "cuda:1"), `work()` runs here: CUDA's current device and stream are per thread (a new thread
-    would start on device 0), and the teams only matter for CPU work."""
+    would start on device 0), and the teams only matter for CPU work.
+
+    The thread is a daemon and the wait can be interrupted: a second Ctrl-C during a training step
+    stops at once, as it did with the step in the caller's thread (an executor would make the
+    exit wait for the step)."""
     if device != "cpu":
         return work()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch-work") as pool:
-        return pool.submit(work).result()
+    outcome: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            outcome.set_result(work())
+        except BaseException as exc:  # handed to the caller, raised there
+            outcome.set_exception(exc)
+
+    threading.Thread(target=run, name="torch-work", daemon=True).start()
+    return outcome.result()
