@@ -63,15 +63,98 @@ def test_fused_weights_follow_updates_made_after_the_lean_model_was_built(tiny: 
     assert torch.allclose(after, hf_logits(model, ids), atol=1e-4)
 
 
-def test_lora_projections_are_not_fused(tiny: tuple[Any, Any]) -> None:
+def lora_model(model: Any, targets: list[str], **extra: Any) -> Any:
+    """A peft copy of `model` with nonzero adapters (peft starts B at zero, which would hide them)."""
+    import torch
     from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, init_lora_weights=False, **extra)
+    return get_peft_model(copy.deepcopy(model), config).eval()
+
+
+def test_lora_projections_are_fused_with_their_adapters_as_in_peft(tiny: tuple[Any, Any]) -> None:
+    """LoRA on some of q/k/v and all of the MLP: the base weights fused, the adapters as one
+    low-rank pass beside them, logits as peft's own forward gives them."""
+    import torch
 
     from workbench.inference.lean_model import LeanModel
 
-    model, _ = tiny
-    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "up_proj"])
-    lean = LeanModel.build(get_peft_model(copy.deepcopy(model), lora))
-    assert lean is not None and all(layer.qkv is None and layer.gate_up is None for layer in lean.layers)
+    model, tokenizer = tiny
+    wrapped = lora_model(model, ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    lean = LeanModel.build(wrapped)
+    assert lean is not None
+    for layer in lean.layers:
+        assert layer.qkv is not None and layer.qkv.low_rank is not None
+        assert layer.gate_up is not None and layer.gate_up.low_rank is not None
+        assert layer.down_copy is not None and layer.down_copy.low_rank is not None
+    ids = prompt_ids(tokenizer, "green apple")
+    logits = last_logits(lean, ids)
+    assert torch.allclose(logits, hf_logits(wrapped, ids), atol=1e-4)
+    with wrapped.disable_adapter():  # peft's switch: the base model alone, in both paths
+        assert torch.allclose(last_logits(lean, ids), hf_logits(wrapped, ids), atol=1e-4)
+        assert not torch.allclose(last_logits(lean, ids), logits, atol=1e-3)
+
+
+def test_fused_adapters_follow_training_steps_and_adapter_switches(tiny: tuple[Any, Any]) -> None:
+    """An optimizer step on the adapters (in place), a second adapter made active, and merging
+    into the base: the next forward of the same LeanModel sees each."""
+    import torch
+    from peft import LoraConfig
+
+    from workbench.inference.lean_model import LeanModel
+
+    model, tokenizer = tiny
+    wrapped = lora_model(model, ["q_proj", "k_proj", "v_proj", "up_proj"])
+    lean = LeanModel.build(wrapped)
+    assert lean is not None
+    ids = prompt_ids(tokenizer, "green apple")
+    start = last_logits(lean, ids)
+    base_copy = lean.layers[0].qkv.weight_t  # type: ignore[union-attr]
+    with torch.no_grad():
+        for name, parameter in wrapped.named_parameters():
+            if "lora_B" in name:
+                parameter.add_(0.05)
+    stepped = last_logits(lean, ids)
+    assert not torch.allclose(stepped, start, atol=1e-3)
+    assert torch.allclose(stepped, hf_logits(wrapped, ids), atol=1e-4)
+    assert lean.layers[0].qkv.weight_t is base_copy  # type: ignore[union-attr]  # adapters alone re-copied
+
+    torch.manual_seed(1)
+    wrapped.add_adapter(
+        "second", LoraConfig(r=2, lora_alpha=16, target_modules=["k_proj"], init_lora_weights=False)
+    )
+    wrapped.set_adapter("second")
+    switched = last_logits(lean, ids)
+    assert torch.allclose(switched, hf_logits(wrapped, ids), atol=1e-4)
+    assert not torch.allclose(switched, stepped, atol=1e-3)
+
+    wrapped.set_adapter("default")
+    wrapped.merge_adapter()  # the base weights now hold the adapters: peft runs the base alone
+    assert torch.allclose(last_logits(lean, ids), hf_logits(wrapped, ids), atol=1e-4)
+    assert torch.allclose(last_logits(lean, ids), stepped, atol=1e-4)
+
+
+def test_lora_layers_peft_must_run_itself_are_not_fused(tiny: tuple[Any, Any]) -> None:
+    """DoRA (a LoRA variant) and dropout in training mode: called as modules, same logits."""
+    import torch
+
+    from workbench.inference.lean_model import LeanModel
+
+    model, tokenizer = tiny
+    ids = prompt_ids(tokenizer, "green apple")
+    dora = lora_model(model, ["q_proj", "k_proj", "v_proj"], use_dora=True)
+    lean = LeanModel.build(dora)
+    assert lean is not None and all(layer.qkv is None for layer in lean.layers)
+    assert torch.allclose(last_logits(lean, ids), hf_logits(dora, ids), atol=1e-4)
+
+    dropout = lora_model(model, ["gate_proj", "up_proj"], lora_dropout=0.5).train()
+    lean = LeanModel.build(dropout)
+    assert lean is not None and all(layer.gate_up is None for layer in lean.layers)
+    dropout.eval()  # dropout is off out of training mode: fused from the next build on
+    lean = LeanModel.build(dropout)
+    assert lean is not None and all(layer.gate_up is not None for layer in lean.layers)
+    assert torch.allclose(last_logits(lean, ids), hf_logits(dropout, ids), atol=1e-4)
 
 
 def test_a_batch_sharing_a_system_prompt_matches_the_hf_path(tiny: tuple[Any, Any]) -> None:

@@ -16,12 +16,13 @@ and the caller keeps the Hugging Face path.
 
 Current weights, always: `LeanModel` keeps references to the model's *modules* and reads
 `weight` at each call, so in-place updates (an optimizer step, `load_weights_in_place`) are seen
-at once. The one copy: for a small model, q/k/v and gate/up (plain `nn.Linear`s) run as one
-matmul each over their stacked weights (`_Fused`; o and down over transposed copies), re-made
-whenever a source's version counter moves. A projection that is not a plain `nn.Linear` (a peft
-LoRA layer, runtime or trained) is called as a module, so adapters and their enable/disable
-switches apply exactly as in the Hugging Face forward. Build one per decode session: a module swapped for another object
-(peft injecting layers) is picked up by the next.
+at once. The one copy: for a small model, q/k/v and gate/up run as one matmul each over their
+stacked weights (`lean_fused.Fused`; o and down over transposed copies), re-made whenever a
+source's version counter moves. A peft LoRA layer over a plain `nn.Linear` is fused by its base
+weight, its active adapters run beside it as one low-rank pass with peft's arithmetic and its
+enable/disable switches; any other projection (a LoRA variant such as DoRA, a quantized linear)
+is called as a module. Build one per decode session: a module swapped for another object (peft
+injecting layers) is picked up by the next.
 
 Decode steps (one query per row) cost, for a small model, about one dispatch per op, so the
 step is written for few ops: fused projections, the rotary embedding of q and k as one in-place
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.inference.lean_cache import ForwardBatch, KVCache, SharedPrefix, round_up
+from workbench.inference.lean_fused import Fused, base_linear
 
 __all__ = ["ForwardBatch", "KVCache", "LeanModel", "SharedPrefix", "unsupported_reason", "unwrap_causal_lm"]
 
@@ -73,84 +75,16 @@ class _Layer:
     gate: Any
     up: Any
     down: Any
-    qkv: _Fused | None = None  # q, k and v as one matmul, when `_Fused` applies
-    gate_up: _Fused | None = None
-    o_copy: _Fused | None = None  # o and down alone, for their transposed copies (a plain matmul)
-    down_copy: _Fused | None = None
-
-
-class _Fused:
-    """Plain `nn.Linear` projections of one input (q/k/v; gate/up) as one matmul over a copy of
-    their weights stacked along the output dimension: one op instead of three (two), and q, k and
-    v come out side by side, so one rotary pass covers q and k and one cache write k and v.
-    `rows`, when given, reorders the stacked output rows (q/k into "pairs" order) in the copy.
-    The copy is kept transposed ([in, out]): `x @ W_t` is a little faster than `F.linear` at
-    decode sizes (and bit for bit the same), which is also why o and down get a copy of their own.
-
-    The copy is remade whenever a source changes: `stale` compares each module's current `weight`
-    and `bias` objects and their version counters (bumped by every in-place update: an optimizer
-    step, `load_weights_in_place`'s `copy_`) with those it was made from, once per forward. Writes
-    through `.data` (and to inference tensors) move no version counter: made between decode
-    sessions they are still seen, since a `LeanModel` is built per session (under the caller's
-    weights lock) and copies afresh."""
-
-    def __init__(self, modules: list[Any], rows: Any = None) -> None:
-        self.modules = modules
-        self.rows = rows
-        self.sources: list[
-            tuple[dict[str, Any], str, Any, int]
-        ] = []  # (module._parameters, name, tensor, version)
-        self.weight_t: Any = (
-            None  # [in, out]: a plain (NN) matmul is a little faster than x @ W.t() at decode sizes
-        )
-        self.bias: Any = None
-        self.refresh()
-
-    @staticmethod
-    def applies(modules: list[Any]) -> bool:
-        import torch
-
-        if not all(type(m) is torch.nn.Linear for m in modules):
-            return False
-        weights = [m.weight for m in modules]
-        return (
-            len({(w.shape[1], w.dtype, w.device) for w in weights}) == 1
-            and len({m.bias is None for m in modules}) == 1
-        )
-
-    def stale(self) -> bool:
-        # `_parameters` directly: nn.Module.__getattr__ would cost more than the check itself.
-        return any(
-            params.get(name) is not tensor or _version(tensor) != version
-            for params, name, tensor, version in self.sources
-        )
-
-    def refresh(self) -> None:
-        import torch
-
-        with torch.no_grad():
-            weight = torch.cat([m.weight for m in self.modules])
-            self.bias = None if self.modules[0].bias is None else torch.cat([m.bias for m in self.modules])
-            if self.rows is not None:
-                weight = weight[self.rows]
-                self.bias = None if self.bias is None else self.bias[self.rows]
-            self.weight_t = weight.t().contiguous()
-        self.sources = [
-            (m._parameters, name, m._parameters.get(name), _version(m._parameters.get(name)))
-            for m in self.modules
-            for name in ("weight", "bias")
-        ]
-
-    def __call__(self, x: Any) -> Any:
-        import torch
-
-        return torch.mm(x, self.weight_t) if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
+    qkv: Fused | None = None  # q, k and v as one matmul, when `Fused` applies
+    gate_up: Fused | None = None
+    o_copy: Fused | None = None  # o and down alone, for their transposed copies (a plain matmul)
+    down_copy: Fused | None = None
 
 
 class LeanModel:
     """The forward pass of a supported Hugging Face causal LM on a `KVCache`."""
 
-    # Fused copies (`_Fused`) cost memory: made only while all of them together stay under this
+    # Fused copies (`Fused`) cost memory: made only while all of them together stay under this
     # size, i.e. for small models, whose steps are dominated by per-op overhead (a large model's
     # matmuls are arithmetic-bound and gain nothing from fusion). 512 MB takes in SmolLM2-135M
     # even in float32 (its copies: 408 MB; 204 MB in bfloat16), where fusing measured, 64 rows x
@@ -227,9 +161,11 @@ class LeanModel:
         ]
         budget = self.FUSE_MAX_BYTES
         for groups in (stacked, alone):  # q/k/v and gate/up first (they save ops); o and down if they fit too
-            groups = [group for group in groups if _Fused.applies(group[2])]
+            groups = [group for group in groups if Fused.applies(group[2])]
             size = sum(
-                m.weight.numel() * m.weight.element_size() for _, _, modules in groups for m in modules
+                base_linear(m).weight.numel() * base_linear(m).weight.element_size()
+                for _, _, modules in groups
+                for m in modules
             )
             if size > budget:
                 return
@@ -237,15 +173,16 @@ class LeanModel:
             for layer, name, modules in groups:
                 # q/k rows in pairs order, unless a q/k norm (whose weight is in HF order) comes first.
                 pairs = name == "qkv" and layer.q_norm is None
-                setattr(layer, name, _Fused(modules, self._qkv_rows(modules) if pairs else None))
+                setattr(layer, name, Fused(modules, self._qkv_rows(modules) if pairs else None))
 
     def _qkv_rows(self, modules: list[Any]) -> Any:
         """Fused q/k/v output rows: each q and k head's in pairs order, v's as they are."""
         import torch
 
-        qk_rows = modules[0].weight.shape[0] + modules[1].weight.shape[0]
+        q, k, v = (base_linear(m).weight for m in modules)
+        qk_rows = q.shape[0] + k.shape[0]
         heads = torch.arange(0, qk_rows, self.head_dim, device=self.device).unsqueeze(1)
-        values = torch.arange(qk_rows, qk_rows + modules[2].weight.shape[0], device=self.device)
+        values = torch.arange(qk_rows, qk_rows + v.shape[0], device=self.device)
         return torch.cat(((heads + self._pairs).flatten(), values))
 
     def _refresh_fused(self) -> None:
@@ -254,7 +191,7 @@ class LeanModel:
             for name in ("qkv", "gate_up", "o_copy", "down_copy"):
                 fused = getattr(layer, name)
                 if fused is not None and fused.stale():
-                    if _Fused.applies(fused.modules):
+                    if Fused.applies(fused.modules):
                         fused.refresh()
                     else:  # a bias appeared on one of them, or a dtype changed: unfused from now on
                         setattr(layer, name, None)
@@ -595,18 +532,17 @@ def _param(module: Any, name: str) -> Any:
     return params[name] if name in params else getattr(module, name)
 
 
-def _version(tensor: Any) -> int:
-    """A tensor's version counter (-1 for None, and for inference tensors, which have none)."""
-    return -1 if tensor is None or tensor.is_inference() else tensor._version
-
-
-def _linear_add(module: Any, copy: _Fused | None, x: Any, residual: Any) -> Any:
+def _linear_add(module: Any, copy: Fused | None, x: Any, residual: Any) -> Any:
     """residual + module(x): one `addmm` for a plain bias-free `nn.Linear` (the residual add fused
     into the matmul; over `copy`'s transposed weight when there is one), else the two ops."""
     import torch
 
-    if copy is not None and copy.bias is None and x.dim() == 2:
-        return torch.addmm(residual, x, copy.weight_t)
+    if copy is not None and x.dim() == 2:
+        if copy.bias is None and copy.low_rank is None:
+            return torch.addmm(residual, x, copy.weight_t)
+        return residual + copy(
+            x
+        )  # the adapters' sum is cast to the model's dtype before the residual add, as in peft
     if type(module) is torch.nn.Linear and _param(module, "bias") is None and x.dim() == 2:
         return torch.addmm(residual, x, _param(module, "weight").t())
     return residual + _linear(module, x)
