@@ -1,7 +1,8 @@
 """The lean forward's cache layout and its fast paths: keys in "pairs" head-dim order whichever
 way q/k are projected (fused copies with reordered rows, separate modules permuted after the
 fact) and rotated (complex multiply, or real ops for dtypes without a complex counterpart); the
-one-write-per-layer cache index; per-move slot copies; decode steps that skip the weight check."""
+one-write-per-layer cache index; per-move slot copies; decode steps that skip the weight check;
+decode attention on the CPU flash kernel."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 
 from tests.test_lean_decode import STOPS, assert_same, generate, mixed_rows, prompt_ids
 from tests.test_lean_decode_fused import hf_logits, last_logits
+from workbench.inference.generation import GenerationRow
+from workbench.types import SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +131,36 @@ def test_rows_finishing_at_different_steps_match_running_alone(tiny: tuple[Any, 
     ]
     assert_same(alone, together)
     assert len({len(r.completion_ids) for r in together}) > 3
+
+
+def test_flash_decode_attention_gives_the_matmul_paths_tokens(
+    tiny: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decode attention on the CPU flash kernel (what 16-bit weights use) against the batched
+    matmuls (float32's): the same tokens and logprobs, for rows sharing a system prompt (the
+    prefix merged by log-sum-exp), a row without it, and rows joining mid-decode."""
+    from workbench.inference.decode_engine import DecodeEngine
+    from workbench.inference.lean_model import LeanModel
+
+    model, tokenizer = tiny
+    system = "You reverse text. Answer with the reversed text only, inside <reversed_text> tags."
+    prompts = [prompt_ids(tokenizer, t, system=system) for t in ("green apple", "fox", "the lazy dog")]
+    prompts.append(prompt_ids(tokenizer, "stone", system="Hi."))
+    sampling = SamplingParams(temperature=1.0, max_tokens=20)
+    rows = [GenerationRow(p, sampling, 20, seed=700 + i) for i, p in enumerate(prompts)]
+
+    def run(flash: bool) -> dict[int, Any]:
+        lean = LeanModel.build(model)
+        assert lean is not None
+        lean._flash_decode = flash
+        engine = DecodeEngine(lean, tokenizer, stop_token_ids=STOPS, max_rows=len(rows))
+        engine.add(rows[:3], [0, 1, 2])
+        assert engine.prefix is not None
+        results = dict(engine.step())
+        engine.add(rows[3:], [3])  # no shared prefix: its prefix keys are masked out
+        while engine.live_rows:
+            results.update(engine.step())
+        return results
+
+    matmuls, flash = run(False), run(True)
+    assert_same([matmuls[i] for i in range(len(rows))], [flash[i] for i in range(len(rows))])
