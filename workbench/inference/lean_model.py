@@ -399,17 +399,7 @@ class LeanModel:
         own = own.view(rows, heads, dim)
         if prefix is None:
             return own.view(rows, heads * dim)
-        length = prefix.length
-        pre_k, pre_v = (
-            prefix.cache.data[layer, 0, :1, :, :length],
-            prefix.cache.data[layer, 1, :1, :, :length],
-        )
-        pre, pre_lse = flash(q.transpose(0, 1).unsqueeze(0), pre_k, pre_v, scale=self.scale)
-        pre, pre_lse = pre[0].transpose(0, 1), pre_lse[0].transpose(0, 1)  # [rows, heads, d], [rows, heads]
-        if batch.prefix_rows is not None:  # rows without the prefix: its keys do not exist for them
-            pre_lse = pre_lse.masked_fill(~batch.prefix_rows.unsqueeze(1), float("-inf"))
-        share = torch.sigmoid(own_lse.view(rows, heads) - pre_lse).unsqueeze(-1).to(pre.dtype)
-        return torch.lerp(pre, own, share).reshape(rows, heads * dim)
+        return self._merge_prefix(q, own, own_lse.view(rows, heads), batch.prefix_rows, prefix, layer)
 
     def _attend_rows(
         self,
@@ -449,7 +439,7 @@ class LeanModel:
         """`_attend_rows` with a shared prefix on the CPU, without a per-row copy of the prefix keys:
         attention over the rows' own keys (padded queries) and over the prefix keys (all packed
         queries as one batch) separately, each with its log-sum-exp from the CPU flash kernel, then
-        merged by their shares of the softmax mass: own * s + prefix * (1 - s), s = sigmoid(lse_own - lse_prefix)."""
+        merged (`_merge_prefix`)."""
         import torch
 
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -463,6 +453,20 @@ class LeanModel:
         own, own_lse = flash(padded.transpose(1, 2), own_k, own_v, attn_mask=bias, scale=self.scale)
         own = own.transpose(1, 2).reshape(rows * width, heads, dim)[batch.scatter]  # [N, heads, d]
         own_lse = own_lse.transpose(1, 2).reshape(rows * width, heads)[batch.scatter]  # [N, heads]
+        has_prefix = None if batch.prefix_rows is None else batch.prefix_rows[batch.slots - batch.first_slot]
+        return self._merge_prefix(q, own, own_lse, has_prefix, prefix, layer)
+
+    def _merge_prefix(
+        self, q: Any, own: Any, own_lse: Any, has_prefix: Any, prefix: SharedPrefix, layer: int
+    ) -> Any:
+        """Attention of `q` [N, heads, d] over the shared prefix's keys (all queries as one batch,
+        on the CPU flash kernel) merged with `own` [N, heads, d], the attention over each query's
+        own keys, by their shares of the softmax mass: own * s + prefix * (1 - s),
+        s = sigmoid(lse_own - lse_prefix). `has_prefix` [N] bool: queries that see the prefix
+        (None: all). Returns [N, heads * d]."""
+        import torch
+
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
         length = prefix.length
         pre_k, pre_v = (
             prefix.cache.data[layer, 0, :1, :, :length],
@@ -470,11 +474,10 @@ class LeanModel:
         )
         pre, pre_lse = flash(q.transpose(0, 1).unsqueeze(0), pre_k, pre_v, scale=self.scale)
         pre, pre_lse = pre[0].transpose(0, 1), pre_lse[0].transpose(0, 1)  # [N, heads, d], [N, heads]
-        if batch.prefix_rows is not None:  # rows without the prefix: its keys do not exist for them
-            has_prefix = batch.prefix_rows[batch.slots - batch.first_slot]
+        if has_prefix is not None:  # queries without the prefix: its keys do not exist for them
             pre_lse = pre_lse.masked_fill(~has_prefix.unsqueeze(1), float("-inf"))
         share = torch.sigmoid(own_lse - pre_lse).unsqueeze(-1).to(pre.dtype)
-        return torch.lerp(pre, own, share).reshape(-1, heads * dim)
+        return torch.lerp(pre, own, share).reshape(-1, q.shape[1] * q.shape[2])
 
     def _arange(self, length: int) -> Any:
         import torch
