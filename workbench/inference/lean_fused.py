@@ -33,6 +33,8 @@ from typing import Any
 
 # (A, B, scaling) of one active LoRA adapter of a projection: y += B(A(x)) * scaling
 Term = tuple[Any, Any, float]
+# (module._parameters, name, tensor, version) of one base weight or bias a copy was made from
+Source = tuple[dict[str, Any], str, Any, int]
 
 
 def lora_terms(module: Any) -> list[Term] | None:
@@ -141,9 +143,7 @@ class Fused:
         self.weight_t: Any = None  # [in, out]: a plain (NN) matmul is a little faster than x @ W.t()
         self.bias: Any = None
         self.low_rank: LowRank | None = None
-        self._base_sources: list[
-            tuple[dict[str, Any], str, Any, int]
-        ] = []  # (_parameters, name, tensor, version)
+        self._base_sources: list[Source] = []
         self._lora_sources: list[tuple[Any, int]] = []  # (adapter weight, version), in `terms` order
         self._lora_key: list[tuple[Any, ...]] = []  # `_key`: which adapters run, which are merged
         self.refresh()
@@ -162,16 +162,17 @@ class Fused:
         terms = [lora_terms(m) for m in self.modules]
         if any(t is None for t in terms):
             return True  # a projection peft must run itself now (the caller unfuses)
-        return self._base_stale() or self._lora_stale([t or [] for t in terms])
+        known = [t or [] for t in terms]
+        return self._base_stale() or self._switched(known) or self._adapters_moved(known)
 
     def refresh(self) -> None:
         terms = self._terms()
         # Adapters switched, merged or unmerged: peft merges through `.data`, which moves no
         # version counter, so the base is re-copied too (rare: adapter steps re-copy them alone).
-        switched = self._lora_key != _key(self.modules, terms)
+        switched = self._switched(terms)
         if self.weight_t is None or switched or self._base_stale():
             self._copy_base()
-        if switched or self._lora_stale(terms):
+        if switched or self._adapters_moved(terms):
             self._copy_low_rank(terms)
 
     def __call__(self, x: Any) -> Any:
@@ -190,9 +191,12 @@ class Fused:
             for params, name, tensor, version in self._base_sources
         )
 
-    def _lora_stale(self, terms: list[list[Term]]) -> bool:
-        if _key(self.modules, terms) != self._lora_key:
-            return True
+    def _switched(self, terms: list[list[Term]]) -> bool:
+        """Whether other adapters run now, or other projections hold merged ones, than when copied."""
+        return _key(self.modules, terms) != self._lora_key
+
+    def _adapters_moved(self, terms: list[list[Term]]) -> bool:
+        """Whether an adapter weight (of the same adapters) was replaced or updated in place."""
         flat = [term for module_terms in terms for term in module_terms]
         weights = [w for a, b, _ in flat for w in (a.weight, b.weight)]
         return any(

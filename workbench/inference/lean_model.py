@@ -319,8 +319,7 @@ class LeanModel:
 
         zero, minus_inf = self._zero, self._minus_inf
         rows, kv = batch.rows, self.kv_heads
-        seen = self._arange(batch.key_length) <= batch.query_index[:, -1:]  # [rows, keys]
-        own = torch.where(seen, zero, minus_inf).unsqueeze(1).expand(rows, kv, -1).reshape(rows * kv, 1, -1)
+        own = self._own_keys_bias(batch).unsqueeze(1).expand(rows, kv, -1).reshape(rows * kv, 1, -1)
         pre = zero.view(1, 1, 1)
         if with_prefix and batch.prefix_rows is not None:
             groups = self.heads // kv
@@ -370,12 +369,17 @@ class LeanModel:
         pre_out = torch.bmm(pre_probs, pre_v).view(kv, rows, groups, dim)
         return (out + pre_out.transpose(0, 1)).view(rows, self.heads * dim)
 
-    def _flash_bias(self, batch: ForwardBatch) -> Any:
-        """[rows, 1, 1, keys] additive mask (0 / -inf) over the rows' own keys for the flash kernel."""
+    def _own_keys_bias(self, batch: ForwardBatch) -> Any:
+        """[rows, keys] additive mask (0 / -inf) of one query per row over its own keys: the cache
+        indices up to the row's last query."""
         import torch
 
-        seen = self._arange(batch.key_length) <= batch.query_index[:, -1:]  # [rows, keys]
-        return torch.where(seen, self._zero, self._minus_inf).view(batch.rows, 1, 1, -1)
+        seen = self._arange(batch.key_length) <= batch.query_index[:, -1:]
+        return torch.where(seen, self._zero, self._minus_inf)
+
+    def _flash_bias(self, batch: ForwardBatch) -> Any:
+        """`_own_keys_bias` as the flash kernel takes it: [rows, 1, 1, keys]."""
+        return self._own_keys_bias(batch).view(batch.rows, 1, 1, -1)
 
     def _attend_one_flash(
         self,
@@ -599,9 +603,8 @@ def _linear_add(module: Any, copy: Fused | None, x: Any, residual: Any) -> Any:
     if copy is not None and x.dim() == 2:
         if copy.bias is None and copy.low_rank is None:
             return torch.addmm(residual, x, copy.weight_t)
-        return residual + copy(
-            x
-        )  # the adapters' sum is cast to the model's dtype before the residual add, as in peft
+        # With adapters, their sum is cast to the model's dtype before the residual add, as in peft.
+        return residual + copy(x)
     if type(module) is torch.nn.Linear and _param(module, "bias") is None and x.dim() == 2:
         return torch.addmm(residual, x, _param(module, "weight").t())
     return residual + _linear(module, x)
