@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,23 @@ async def test_closed_client_refuses(model_dir: Path) -> None:
     await own.close()
     with pytest.raises(InferenceError):
         await own.chat(prompt("fox"), sampling=GREEDY)
+
+
+def _workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "local-client-worker"]
+
+
+async def test_the_worker_ends_when_idle_and_the_next_request_starts_another(model_dir: Path) -> None:
+    """No decode thread (and so no OpenMP team of its) outlives the queue: torch work in other
+    threads between batches, a colocated trainer's step, has the cores to itself."""
+    own = LocalClient(model_dir)
+    try:
+        first = await own.chat(prompt("fox"), sampling=GREEDY)
+        for worker in _workers():  # ending is its last act after delivering: wait for it, bounded
+            await asyncio.to_thread(worker.join, 60)
+        assert not _workers()
+        again = await own.chat(prompt("fox"), sampling=GREEDY)
+        assert again[0].message == first[0].message  # a new worker serves the same model
+    finally:
+        await own.close()
+    assert not _workers()
