@@ -63,6 +63,21 @@ def test_fused_weights_follow_updates_made_after_the_lean_model_was_built(tiny: 
     assert torch.allclose(after, hf_logits(model, ids), atol=1e-4)
 
 
+def test_a_lean_model_reads_a_model_until_peft_replaces_its_modules(tiny: tuple[Any, Any]) -> None:
+    """`reads`: what `LocalClient` asks before reusing a `LeanModel` for another session."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    from workbench.inference.lean_model import LeanModel
+
+    model = copy.deepcopy(tiny[0])
+    lean = LeanModel.build(model)
+    assert lean is not None and lean.reads(model) and not lean.reads(copy.deepcopy(model))
+    inject_adapter_in_model(LoraConfig(r=2, target_modules=["down_proj"]), model)  # swaps modules in place
+    assert not lean.reads(model)
+    rebuilt = LeanModel.build(model)
+    assert rebuilt is not None and rebuilt.reads(model)
+
+
 def lora_model(model: Any, targets: list[str], **extra: Any) -> Any:
     """A peft copy of `model` with nonzero adapters (peft starts B at zero, which would hide them)."""
     import torch

@@ -285,3 +285,44 @@ async def test_the_worker_ends_when_idle_and_the_next_request_starts_another(mod
     finally:
         await own.close()
     assert not _workers()
+
+
+async def test_weight_changes_between_sessions_reach_the_next_session(model_dir: Path) -> None:
+    """The lean forward (and its fused weight copies) is kept from one decode session to the next:
+    an in-place update in between (a colocated trainer's optimizer step) is seen by its version
+    counter, a `.data` write made under `exclusive_weights()` by the client rebuilding it. Each
+    session must give what a new client over the same weights gives."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    own = LocalClient.from_model(model, tokenizer, model_name="tiny")
+    asks = [prompt(p) for p in PHRASES]
+
+    async def answers(client: LocalClient) -> list[object]:
+        done = await asyncio.gather(*[client.chat(p, sampling=GREEDY) for p in asks])
+        return [(c[0].tokens.completion_ids if c[0].tokens else None, c[0].message) for c in done]
+
+    async def fresh() -> list[object]:
+        other = LocalClient.from_model(model, tokenizer, model_name="tiny")
+        try:
+            return await answers(other)
+        finally:
+            await other.close()
+
+    try:
+        before = await answers(own)
+        attention = model.model.layers[0].self_attn
+        with torch.no_grad():  # in place: the version counter moves
+            attention.q_proj.weight.mul_(-3.0)
+            attention.v_proj.weight.mul_(-3.0)
+        stepped = await answers(own)
+        assert stepped != before
+        assert stepped == await fresh()
+        with own.exclusive_weights():  # `.data` moves no version counter
+            mlp = model.model.layers[0].mlp
+            mlp.up_proj.weight.data = mlp.up_proj.weight.data * -3.0
+        assert await answers(own) == await fresh() != stepped
+    finally:
+        await own.close()

@@ -22,9 +22,8 @@ each adapter weight (the current objects and their version counters, bumped by e
 update: an optimizer step, `load_weights_in_place`'s `copy_`) and the set of active adapters
 with those the copy was made from, once per forward. The base copy and the low-rank one are
 remade separately: an optimizer step on the adapters re-copies the adapters alone. Writes through
-`.data` (and to inference tensors) move no version counter: made between decode sessions they
-are still seen, since a `LeanModel` is built per session (under the caller's weights lock) and
-copies afresh.
+`.data` (and to inference tensors) move no version counter: `LocalClient` builds a new
+`LeanModel`, which copies afresh, after any weight change made under its `exclusive_weights()`.
 """
 
 from __future__ import annotations

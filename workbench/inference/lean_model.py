@@ -21,8 +21,9 @@ stacked weights (`lean_fused.Fused`; o and down over transposed copies), re-made
 source's version counter moves. A peft LoRA layer over a plain `nn.Linear` is fused by its base
 weight, its active adapters run beside it as one low-rank pass with peft's arithmetic and its
 enable/disable switches; any other projection (a LoRA variant such as DoRA, a quantized linear)
-is called as a module. Build one per decode session: a module swapped for another object (peft
-injecting layers) is picked up by the next.
+is called as a module. A module swapped for another object (peft injecting layers) is not
+followed: `reads` tells whether a `LeanModel` still reads a model's current modules, and
+`LocalClient` builds a new one when it does not (or when weights changed under its lock).
 
 Decode steps (one query per row) cost, for a small model, about one dispatch per op, so the
 step is written for few ops: fused projections, the rotary embedding of q and k as one in-place
@@ -102,22 +103,8 @@ class LeanModel:
         self.norm = decoder.norm
         self.lm_head = lm.lm_head
         self.rotary = decoder.rotary_emb
-        self.layers = [
-            _Layer(
-                layer.input_layernorm,
-                layer.self_attn.q_proj,
-                layer.self_attn.k_proj,
-                layer.self_attn.v_proj,
-                layer.self_attn.o_proj,
-                getattr(layer.self_attn, "q_norm", None),
-                getattr(layer.self_attn, "k_norm", None),
-                layer.post_attention_layernorm,
-                layer.mlp.gate_proj,
-                layer.mlp.up_proj,
-                layer.mlp.down_proj,
-            )
-            for layer in decoder.layers
-        ]
+        self._sources = [_modules_of(layer) for layer in decoder.layers]  # what `reads` compares
+        self.layers = [_Layer(*modules) for modules in self._sources]
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -152,6 +139,23 @@ class LeanModel:
             return cls(lm, lm.config)
         except AttributeError:  # a supported model_type with an unexpected module layout
             return None
+
+    def reads(self, model: Any) -> bool:
+        """Whether this forward reads `model`'s current modules (built over them, and none has
+        been replaced since, e.g. by peft injecting its layers)."""
+        lm = unwrap_causal_lm(model)
+        if lm is None or lm.lm_head is not self.lm_head:
+            return False
+        decoder = lm.model
+        if decoder.embed_tokens is not self.embed or decoder.norm is not self.norm:
+            return False
+        if decoder.rotary_emb is not self.rotary or len(decoder.layers) != len(self.layers):
+            return False
+        return all(
+            mine is theirs
+            for layer, sources in zip(decoder.layers, self._sources, strict=True)
+            for mine, theirs in zip(sources, _modules_of(layer), strict=True)
+        )
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype=self.dtype, device=self.device)
@@ -566,6 +570,24 @@ def unsupported_reason(lm: Any) -> str | None:
     if len({p.device for p in parameters}) != 1:
         return "weights on several devices"
     return None
+
+
+def _modules_of(layer: Any) -> tuple[Any, ...]:
+    """A Hugging Face decoder layer's modules, in `_Layer`'s field order."""
+    attention, mlp = layer.self_attn, layer.mlp
+    return (
+        layer.input_layernorm,
+        attention.q_proj,
+        attention.k_proj,
+        attention.v_proj,
+        attention.o_proj,
+        getattr(attention, "q_norm", None),
+        getattr(attention, "k_norm", None),
+        layer.post_attention_layernorm,
+        mlp.gate_proj,
+        mlp.up_proj,
+        mlp.down_proj,
+    )
 
 
 def _embed(module: Any, ids: Any) -> Any:
