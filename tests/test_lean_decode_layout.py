@@ -152,7 +152,7 @@ def test_flash_decode_attention_gives_the_matmul_paths_tokens(
     def run(flash: bool) -> dict[int, Any]:
         lean = LeanModel.build(model)
         assert lean is not None
-        lean._flash_decode = flash
+        lean.attention.flash_decode = flash
         engine = DecodeEngine(lean, tokenizer, stop_token_ids=STOPS, max_rows=len(rows))
         engine.add(rows[:3], [0, 1, 2])
         assert engine.prefix is not None

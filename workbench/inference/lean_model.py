@@ -28,9 +28,9 @@ followed: `reads` tells whether a `LeanModel` still reads a model's current modu
 Decode steps (one query per row) cost, for a small model, about one dispatch per op, so the
 step is written for few ops: fused projections, the rotary embedding of q and k as one in-place
 complex multiply, one `index_put_` per layer for keys and values, residual adds fused into
-`addmm`, and attention as a handful of batched matmuls with additive masks (`_attend_one`; with
-16-bit weights on a CPU, the flash kernel: `_attend_one_flash`). A prefill's last layer runs only
-at each row's last token.
+`addmm`, and attention as a handful of batched matmuls with additive masks (`lean_attention`;
+with 16-bit weights on a CPU, the flash kernel). A prefill's last layer runs only at each row's
+last token.
 
 "Pairs" head-dim order: q and k are used with the two halves of each head interleaved
 (HF index i and i + head_dim/2 side by side), so a rotary pair is one complex number and the
@@ -44,7 +44,7 @@ counterpart (bfloat16) rotate with real ops in the same order.
 Cascade attention: keys/values of a prompt prefix many rows share (`SharedPrefix`: a system
 prompt, an RL group's prompt) are stored once. Decoding attends to it as one matmul for all
 rows plus each row's own keys, merged in one softmax, so the prefix is read once per step
-instead of once per row. Rows of a batch are slots [first, first + n): the decode loop keeps
+instead of once per row (`lean_attention`). Rows of a batch are slots [first, first + n): the decode loop keeps
 live rows contiguous (see `decode_engine`).
 """
 
@@ -53,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.inference.lean_attention import Attention
 from workbench.inference.lean_cache import ForwardBatch, KVCache, SharedPrefix, round_up
 from workbench.inference.lean_fused import Fused, base_linear
 
@@ -108,7 +109,6 @@ class LeanModel:
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.scale = self.head_dim**-0.5
         self.eps = float(config.rms_norm_eps)
         weight = self.lm_head.weight if hasattr(self.lm_head, "weight") else next(lm.parameters())
         self.dtype, self.device = weight.dtype, weight.device
@@ -116,17 +116,8 @@ class LeanModel:
         # for dtypes without a complex counterpart, real [positions, 2, 1, head_dim] (see `_rotary`).
         self._rope: Any = None
         self._complex_rope = self.dtype in (torch.float32, torch.float64)
-        # Decode attention through the CPU flash kernel (`_attend_one_flash`) for 16-bit weights:
-        # oneDNN's batched bfloat16 matmuls on the cache's transposed key views cost ~4x a plain
-        # one. Measured per SmolLM2 layer, 64 rows, 28 shared prefix keys: bfloat16 1 thread
-        # 1,360 -> 833 us at 44 own keys (779 -> 666 at 12, 2,266 -> 1,075 at 100); 2 threads
-        # 981 -> 928 at 44, 1,837 -> 1,201 at 100, 566 -> 661 at 12. float32 stays on the matmuls,
-        # 7-45% faster there than the kernel.
-        self._flash_decode = self.device.type == "cpu" and not self._complex_rope
+        self.attention = Attention(self.heads, self.kv_heads, self.head_dim, self.dtype, self.device)
         self._pairs = _pairs_order(self.head_dim, self.device)
-        self._keys: Any = None  # arange over cache indices, for the attention masks
-        self._zero = torch.zeros((), dtype=self.dtype, device=self.device)  # additive-mask values
-        self._minus_inf = torch.full((), float("-inf"), dtype=self.dtype, device=self.device)
         self._fuse()
 
     @classmethod
@@ -229,7 +220,8 @@ class LeanModel:
         rows, width = batch.rows, batch.width
         rope = self._rotary(batch.positions, batch.max_position)
         live = slice(batch.first_slot, batch.first_slot + rows)
-        mask = self._prefill_mask(batch) if width > 1 else None
+        attend = self.attention
+        mask = attend.prefill_mask(batch) if width > 1 else None
         bias = None  # (own keys, prefix) additive masks of the one-query attention, made when first needed
         write = cache.write_index(batch.slots, batch.cache_index)  # the same rows in every layer
         # Made per pass and indexed per layer (not kept, not `unbind`): outside inference mode,
@@ -238,7 +230,7 @@ class LeanModel:
         own = cache.data[
             :, :, live, :, : batch.key_length
         ]  # [layers, 2, rows, kv_heads, keys, head_dim] views
-        if width == 1 and self._flash_decode:  # per layer, keys and values [rows, kv_heads, keys, d]
+        if width == 1 and attend.flash_decode:  # per layer, keys and values [rows, kv_heads, keys, d]
             own = list(zip(own[:, 0].unbind(0), own[:, 1].unbind(0)))
         elif (
             width == 1
@@ -260,18 +252,18 @@ class LeanModel:
                     return None
                 if width > 1:
                     x, q, width = x[batch.last], q[batch.last], 1
-                    if not self._flash_decode:
+                    if not attend.flash_decode:
                         own_k, own_v = own_k.flatten(0, 1).transpose(1, 2), own_v.flatten(0, 1)
-            if width == 1 and self._flash_decode:
+            if width == 1 and attend.flash_decode:
                 if bias is None:
-                    bias = self._flash_bias(batch)
-                attention = self._attend_one_flash(q, own_k, own_v, bias, batch, prefix, index)
+                    bias = attend.flash_bias(batch)
+                attention = attend.one_flash(q, own_k, own_v, bias, batch, prefix, index)
             elif width == 1:
                 if bias is None:
-                    bias = self._decode_bias(batch, prefix is not None)
-                attention = self._attend_one(q, own_k, own_v, bias, prefix, index)
+                    bias = attend.decode_bias(batch, prefix is not None)
+                attention = attend.one(q, own_k, own_v, bias, prefix, index)
             else:
-                attention = self._attend_rows(q, own_k, own_v, mask, batch, prefix, index)
+                attention = attend.rows(q, own_k, own_v, mask, batch, prefix, index)
             x = _linear_add(layer.o, layer.o_copy, attention, x)
             h = _rms_norm(x, layer.post_norm, self.eps)
             x = _linear_add(layer.down, layer.down_copy, self._gate_up(layer, h), x)
@@ -311,189 +303,6 @@ class LeanModel:
             return F.silu(both[:, :half], inplace=True).mul_(both[:, half:])
         return F.silu(_linear(layer.gate, h)) * _linear(layer.up, h)  # module outputs: not ours to overwrite
 
-    def _prefill_mask(self, batch: ForwardBatch) -> Any:
-        """[rows, 1, width, keys] bool: query (row, i) sees the row's cache indices <= its own."""
-        return (self._arange(batch.key_length) <= batch.query_index.unsqueeze(-1)).unsqueeze(1)
-
-    def _decode_bias(self, batch: ForwardBatch, with_prefix: bool) -> tuple[Any, Any]:
-        """Additive masks (0 / -inf) for `_attend_one`: [rows * kv_heads, 1, keys] over the rows'
-        own keys (cache indices up to each row's last query) and [1, rows * groups, 1] over the
-        prefix keys (-inf for rows without the prefix; a broadcast zero when all have it)."""
-        import torch
-
-        zero, minus_inf = self._zero, self._minus_inf
-        rows, kv = batch.rows, self.kv_heads
-        own = self._own_keys_bias(batch).unsqueeze(1).expand(rows, kv, -1).reshape(rows * kv, 1, -1)
-        pre = zero.view(1, 1, 1)
-        if with_prefix and batch.prefix_rows is not None:
-            groups = self.heads // kv
-            pre = (
-                torch.where(batch.prefix_rows, zero, minus_inf)
-                .repeat_interleave(groups)
-                .view(1, rows * groups, 1)
-            )
-        return own, pre
-
-    def _attend_one(
-        self, q: Any, own_kt: Any, own_v: Any, bias: tuple[Any, Any], prefix: SharedPrefix | None, layer: int
-    ) -> Any:
-        """Attention of one query per row (`q` [rows, heads, d]) over the row's own keys (`own_kt`
-        [rows * kv_heads, d, keys], transposed, and `own_v` [rows * kv_heads, keys, d]: views of its
-        cache slot) and, with `prefix`, the shared prefix's keys, read once for all rows ("cascade"
-        attention): scores against both, one softmax over them together, two weighted sums.
-        Returns [rows, heads * d]. A handful of ops per layer: at decode sizes their count, not
-        their arithmetic, is the cost (so with one query head per key head, the common case, the
-        layout changes below are single views)."""
-        import torch
-
-        rows, kv, dim = q.shape[0], self.kv_heads, self.head_dim
-        groups, keys = self.heads // kv, own_v.shape[1]
-        own_bias, prefix_bias = bias
-        # Query head h = kv * groups + g uses key head kv (HF's repeat_kv order).
-        scores = torch.baddbmm(
-            own_bias, q.reshape(rows * kv, groups, dim), own_kt, alpha=self.scale
-        )  # [rows * kv, groups, keys]
-        if prefix is None:
-            return torch.bmm(_softmax(scores, own_v.dtype), own_v).view(rows, self.heads * dim)
-        length = prefix.length
-        pre_kt, pre_v = prefix.layer(layer)
-        by_kv = (
-            q.transpose(0, 1)
-            if groups == 1
-            else q.view(rows, kv, groups, dim).transpose(0, 1).reshape(kv, rows * groups, dim)
-        )
-        pre = torch.baddbmm(prefix_bias, by_kv, pre_kt, alpha=self.scale)  # [kv, rows * groups, prefix]
-        both = torch.cat(
-            (pre.view(kv, rows, groups, length).transpose(0, 1), scores.view(rows, kv, groups, keys)), dim=-1
-        )
-        probs = _softmax(both, own_v.dtype)  # [rows, kv, groups, prefix + keys]
-        out = torch.bmm(probs[..., length:].view(rows * kv, groups, keys), own_v).view(rows, kv, groups, dim)
-        pre_probs = probs[..., :length].transpose(0, 1)  # [kv, rows, groups, prefix]
-        pre_probs = pre_probs.squeeze(2) if groups == 1 else pre_probs.reshape(kv, rows * groups, length)
-        pre_out = torch.bmm(pre_probs, pre_v).view(kv, rows, groups, dim)
-        return (out + pre_out.transpose(0, 1)).view(rows, self.heads * dim)
-
-    def _own_keys_bias(self, batch: ForwardBatch) -> Any:
-        """[rows, keys] additive mask (0 / -inf) of one query per row over its own keys: the cache
-        indices up to the row's last query."""
-        import torch
-
-        seen = self._arange(batch.key_length) <= batch.query_index[:, -1:]
-        return torch.where(seen, self._zero, self._minus_inf)
-
-    def _flash_bias(self, batch: ForwardBatch) -> Any:
-        """`_own_keys_bias` as the flash kernel takes it: [rows, 1, 1, keys]."""
-        return self._own_keys_bias(batch).view(batch.rows, 1, 1, -1)
-
-    def _attend_one_flash(
-        self,
-        q: Any,
-        own_k: Any,
-        own_v: Any,
-        bias: Any,
-        batch: ForwardBatch,
-        prefix: SharedPrefix | None,
-        layer: int,
-    ) -> Any:
-        """`_attend_one` on the CPU flash kernel (`own_k`, `own_v` [rows, kv_heads, keys, d] views
-        of the rows' slots): one query per row over its own keys and, with `prefix`, all rows'
-        queries as one batch over the prefix keys, merged by their log-sum-exps as in
-        `_attend_rows_cascade`. Returns [rows, heads * d]."""
-        import torch
-
-        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-        rows, heads, dim = q.shape
-        own, own_lse = flash(q.unsqueeze(2), own_k, own_v, attn_mask=bias, scale=self.scale)
-        own = own.view(rows, heads, dim)
-        if prefix is None:
-            return own.view(rows, heads * dim)
-        return self._merge_prefix(q, own, own_lse.view(rows, heads), batch.prefix_rows, prefix, layer)
-
-    def _attend_rows(
-        self,
-        q: Any,
-        own_k: Any,
-        own_v: Any,
-        mask: Any,
-        batch: ForwardBatch,
-        prefix: SharedPrefix | None,
-        layer: int,
-    ) -> Any:
-        """Prefill attention (several queries per row) with SDPA: packed `q` [N, heads, d] goes to
-        [rows, width] and back. Returns [N, heads * d]."""
-        import torch.nn.functional as F
-
-        rows, width = batch.rows, batch.width
-        if prefix is not None and self.device.type == "cpu":
-            return self._attend_rows_cascade(q, own_k, own_v, mask, batch, prefix, layer)
-        q = q.new_zeros((rows * width, self.heads, self.head_dim)).index_copy_(0, batch.scatter, q)
-        q = q.view(rows, width, self.heads, self.head_dim)
-        keys_k, keys_v, keys_mask = own_k, own_v, mask
-        if prefix is not None:  # a one-off per-row copy of the prefix keys is cheaper here
-            keys_k, keys_v, keys_mask = _with_prefix(own_k, own_v, mask, prefix, layer, batch.prefix_rows)
-        attention = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            keys_k,
-            keys_v,
-            attn_mask=keys_mask,
-            scale=self.scale,
-            enable_gqa=self.kv_heads != self.heads,
-        ).transpose(1, 2)
-        return attention.reshape(rows * width, self.heads * self.head_dim)[batch.scatter]
-
-    def _attend_rows_cascade(
-        self, q: Any, own_k: Any, own_v: Any, mask: Any, batch: ForwardBatch, prefix: SharedPrefix, layer: int
-    ) -> Any:
-        """`_attend_rows` with a shared prefix on the CPU, without a per-row copy of the prefix keys:
-        attention over the rows' own keys (padded queries) and over the prefix keys (all packed
-        queries as one batch) separately, each with its log-sum-exp from the CPU flash kernel, then
-        merged (`_merge_prefix`)."""
-        import torch
-
-        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-        rows, width, heads, dim = batch.rows, batch.width, self.heads, self.head_dim
-        padded = (
-            q.new_zeros((rows * width, heads, dim))
-            .index_copy_(0, batch.scatter, q)
-            .view(rows, width, heads, dim)
-        )
-        bias = torch.where(mask, self._zero, self._minus_inf)  # the kernel takes additive masks only
-        own, own_lse = flash(padded.transpose(1, 2), own_k, own_v, attn_mask=bias, scale=self.scale)
-        own = own.transpose(1, 2).reshape(rows * width, heads, dim)[batch.scatter]  # [N, heads, d]
-        own_lse = own_lse.transpose(1, 2).reshape(rows * width, heads)[batch.scatter]  # [N, heads]
-        has_prefix = None if batch.prefix_rows is None else batch.prefix_rows[batch.slots - batch.first_slot]
-        return self._merge_prefix(q, own, own_lse, has_prefix, prefix, layer)
-
-    def _merge_prefix(
-        self, q: Any, own: Any, own_lse: Any, has_prefix: Any, prefix: SharedPrefix, layer: int
-    ) -> Any:
-        """Attention of `q` [N, heads, d] over the shared prefix's keys (all queries as one batch,
-        on the CPU flash kernel) merged with `own` [N, heads, d], the attention over each query's
-        own keys, by their shares of the softmax mass: own * s + prefix * (1 - s),
-        s = sigmoid(lse_own - lse_prefix). `has_prefix` [N] bool: queries that see the prefix
-        (None: all). Returns [N, heads * d]."""
-        import torch
-
-        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-        length = prefix.length
-        pre_k, pre_v = (
-            prefix.cache.data[layer, 0, :1, :, :length],
-            prefix.cache.data[layer, 1, :1, :, :length],
-        )
-        pre, pre_lse = flash(q.transpose(0, 1).unsqueeze(0), pre_k, pre_v, scale=self.scale)
-        pre, pre_lse = pre[0].transpose(0, 1), pre_lse[0].transpose(0, 1)  # [N, heads, d], [N, heads]
-        if has_prefix is not None:  # queries without the prefix: its keys do not exist for them
-            pre_lse = pre_lse.masked_fill(~has_prefix.unsqueeze(1), float("-inf"))
-        share = torch.sigmoid(own_lse - pre_lse).unsqueeze(-1).to(pre.dtype)
-        return torch.lerp(pre, own, share).reshape(-1, q.shape[1] * q.shape[2])
-
-    def _arange(self, length: int) -> Any:
-        import torch
-
-        if self._keys is None or self._keys.shape[0] < length:
-            self._keys = torch.arange(round_up(length, 256), device=self.device)
-        return self._keys[:length]
-
     def _rotary(self, positions: Any, max_position: int | None = None) -> Any:
         """The rotation of each of `positions` [N] for `_rotate`: complex [N, 1, head_dim / 2], or
         real [N, 2, 1, head_dim] (cos, signed sin), from a table made by the model's own rotary
@@ -519,21 +328,6 @@ class LeanModel:
                 signed = torch.stack((-sin, sin), dim=-1).flatten(-2)
                 self._rope = torch.stack((cos.repeat_interleave(2, dim=-1), signed), dim=1).unsqueeze(2)
         return self._rope[positions]
-
-
-def _with_prefix(
-    own_k: Any, own_v: Any, mask: Any, prefix: SharedPrefix, layer: int, prefix_rows: Any
-) -> tuple[Any, Any, Any]:
-    """Keys, values and mask with the shared prefix in front of each row's own (for SDPA)."""
-    import torch
-
-    rows = own_k.shape[0]
-    pre_k = prefix.cache.data[layer, 0, 0, :, : prefix.length].expand(rows, -1, -1, -1)
-    pre_v = prefix.cache.data[layer, 1, 0, :, : prefix.length].expand(rows, -1, -1, -1)
-    seen = mask.new_ones((rows, 1, mask.shape[2], prefix.length))
-    if prefix_rows is not None:
-        seen = seen & prefix_rows.view(rows, 1, 1, 1)
-    return torch.cat((pre_k, own_k), dim=2), torch.cat((pre_v, own_v), dim=2), torch.cat((seen, mask), dim=-1)
 
 
 def unwrap_causal_lm(model: Any) -> Any | None:
@@ -630,14 +424,6 @@ def _linear_add(module: Any, copy: Fused | None, x: Any, residual: Any) -> Any:
     if type(module) is torch.nn.Linear and _param(module, "bias") is None and x.dim() == 2:
         return torch.addmm(residual, x, _param(module, "weight").t())
     return residual + _linear(module, x)
-
-
-def _softmax(scores: Any, dtype: Any) -> Any:
-    """Softmax over the last dim in float32 whatever the model's dtype (as SDPA), cast to `dtype`."""
-    import torch
-
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-    return probs if probs.dtype == dtype else probs.to(dtype)
 
 
 def _rms_norm(x: Any, norm: Any, eps: float) -> Any:
