@@ -479,7 +479,7 @@ class TrainConfig(Section):
     )
     optimization_dtype: Literal["bfloat16", "float32"] = Field(
         "float32",
-        description="Precision of the policy's weights for the forward and backward passes. 'bfloat16' halves the memory; it takes effect for trainer processes on a CUDA GPU (--nproc N, torchrun), while the CPU always trains in float32.",
+        description="Precision of the policy's weights for the forward and backward passes. 'bfloat16' halves the memory. On a CUDA GPU it is the trainer processes' weight dtype (--nproc N, torchrun). On a CPU that multiplies bfloat16 natively (AVX512-BF16 or AMX) it applies to LoRA's frozen base weights, while the adapters, which train, stay float32 (SmolLM2-135M: forward/backward ~5x faster); full fine-tuning on a CPU trains in float32.",
     )
     autocast_dtype: Literal["bfloat16", "float32"] = Field(
         "float32",
