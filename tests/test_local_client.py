@@ -267,24 +267,26 @@ async def test_closed_client_refuses(model_dir: Path) -> None:
         await own.chat(prompt("fox"), sampling=GREEDY)
 
 
-def _workers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "local-client-worker"]
+async def test_work_between_batches_runs_on_the_decode_thread(model_dir: Path) -> None:
+    """A colocated trainer's step runs where decoding runs (one OpenMP team, one malloc arena):
+    its result and its exception come back to the caller; a closed client refuses it."""
 
+    def decoders() -> set[int | None]:
+        return {t.ident for t in threading.enumerate() if t.name == "local-client-worker"}
 
-async def test_the_worker_ends_when_idle_and_the_next_request_starts_another(model_dir: Path) -> None:
-    """No decode thread (and so no OpenMP team of its) outlives the queue: torch work in other
-    threads between batches, a colocated trainer's step, has the cores to itself."""
+    others = decoders()  # other clients' (the module's client)
     own = LocalClient(model_dir)
     try:
-        first = await own.chat(prompt("fox"), sampling=GREEDY)
-        for worker in _workers():  # ending is its last act after delivering: wait for it, bounded
-            await asyncio.to_thread(worker.join, 60)
-        assert not _workers()
-        again = await own.chat(prompt("fox"), sampling=GREEDY)
-        assert again[0].message == first[0].message  # a new worker serves the same model
+        [first] = await own.chat(prompt("fox"), sampling=GREEDY)
+        assert own.run_between_batches(threading.get_ident) in decoders() - others
+        with pytest.raises(ZeroDivisionError):
+            own.run_between_batches(lambda: 1 / 0)
+        [again] = await own.chat(prompt("fox"), sampling=GREEDY)  # decoding goes on after it
+        assert again.message == first.message
     finally:
         await own.close()
-    assert not _workers()
+    with pytest.raises(InferenceError):
+        own.run_between_batches(lambda: None)
 
 
 async def test_weight_changes_between_sessions_reach_the_next_session(model_dir: Path) -> None:

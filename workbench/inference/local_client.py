@@ -1,7 +1,7 @@
 """`LocalClient`: a Hugging Face causal LM in-process, with continuous batching.
 
 Concurrent `chat` calls (the engine runs many rollouts at once) are queued; one background
-worker thread (started by queued requests, ended when none are left) takes everything pending (up to `max_batch_size` rows; a request with n > 1
+worker thread takes everything pending (up to `max_batch_size` rows; a request with n > 1
 brings n rows) and decodes it as one batch with a KV cache, handing each result back to its
 event loop with `call_soon_threadsafe` as soon as that request's rows are done. Rows with
 different sampling settings share a batch. On the lean engine (`decode_engine`: Llama/Qwen
@@ -34,6 +34,7 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,7 @@ class LocalClient:
         self._closed = False
         self._worker: threading.Thread | None = None
         self._waiting_updates = 0  # exclusive_weights() callers waiting: the worker yields to them
+        self._jobs: deque[tuple[Callable[[], Any], Future[Any]]] = deque()  # run_between_batches
         self._adapters: AdapterSet | None = None  # created by the first load_adapter
         self._engine: DecodeEngine | None = None  # the last decode session's, for its buffers
         self._lean: LeanModel | None = None  # the last session's lean forward (`_lean_model`)
@@ -363,7 +365,10 @@ class LocalClient:
             pending = self._staged + list(self._pending)
             self._staged.clear()
             self._pending.clear()
-            worker = self._worker  # (it sets `_worker` to None as it ends)
+            jobs, self._jobs = list(self._jobs), deque()
+            worker, self._worker = self._worker, None
+        for _, done in jobs:
+            done.set_exception(InferenceError("LocalClient closed", transient=False))
         for request in pending:
             _deliver(request, InferenceError("LocalClient closed", transient=False))
             self._release(request)
@@ -373,27 +378,46 @@ class LocalClient:
 
     # -- worker thread -------------------------------------------------------------------
 
+    def run_between_batches(self, work: Callable[[], T]) -> T:
+        """`work()` (torch work: a colocated trainer's optimizer step) run on the decode thread
+        between batches, blocking until it returns; its exception is raised here. Decoding and
+        training then share one thread, so one OpenMP team and one malloc arena: run in a thread
+        of its own, the step ran beside the decode thread's idle team, and GNU OpenMP, with more
+        threads than cores, waits on a wake-up at every parallel op (`passing_thread`). SmolLM2's
+        RL forward/backward (batch 16, bfloat16, 2 cores): 2.1 s there, 1.5 s alone."""
+        done: Future[T] = Future()
+        with self._wakeup:
+            if self._closed:
+                raise InferenceError("LocalClient is closed", transient=False)
+            self._jobs.append((work, done))
+            self._ensure_worker()
+            self._wakeup.notify_all()
+        return done.result()
+
     def _ensure_worker(self) -> None:
-        """(Holding `_wakeup`.) Start a worker unless one runs: requests were just queued."""
+        """(Holding `_wakeup`.) Start the worker unless it runs."""
         if self._worker is None and not self._closed:
             self._worker = threading.Thread(target=self._work, name="local-client-worker", daemon=True)
             self._worker.start()
 
     def _work(self) -> None:
-        """Decode batches while requests are queued, then end: the thread's OpenMP team ends with
-        it. An idle worker kept alive keeps its team, and torch work in any other thread meanwhile
-        (a colocated trainer's step, an eval's scoring) then shares the cores with it and waits on
-        a wake-up at every parallel op (`passing_thread`): SmolLM2's RL forward/backward (batch 16,
-        2 cores, bfloat16) took 2.1 s beside an idle team against 1.5 s alone. The next queued
-        request starts a new worker (`_release_staged`), which costs one thread start."""
+        """Run queued `run_between_batches` work, else decode the pending requests, until the
+        client closes. The thread lives as long as the client: its OpenMP team
+        and its malloc arena serve every batch and every step run here. (Ending it when idle, so
+        that a colocated trainer's step in another thread would not run beside its idle team,
+        made the two threads' memory grow apart: SmolLM2's real-model RL, batch 128, peaked at
+        ~17 GB instead of ~11.5 GB, and one run was killed for memory.)"""
         while True:
             with self._wakeup:
-                while self._pending and self._waiting_updates and not self._closed:
+                while ((not self._pending and not self._jobs) or self._waiting_updates) and not self._closed:
                     self._wakeup.wait()
-                if self._closed or not self._pending:
-                    self._worker = None
+                if self._closed:
                     return
-                batch, cancelled = self._take_batch()
+                job = self._jobs.popleft() if self._jobs else None
+                batch, cancelled = self._take_batch() if job is None else ([], [])
+            if job is not None:
+                _run_job(*job)
+                continue
             for request in cancelled:
                 self._release(request)
             if batch:
@@ -612,6 +636,13 @@ class LocalClient:
                 top_logprobs=result.top or None,
             ),
         )
+
+
+def _run_job(work: Callable[[], Any], done: Future[Any]) -> None:
+    try:
+        done.set_result(work())
+    except BaseException as exc:  # handed to the caller, raised there
+        done.set_exception(exc)
 
 
 def _generation_error(exc: Exception) -> InferenceError:

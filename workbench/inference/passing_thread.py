@@ -7,9 +7,9 @@ decodes in its own thread: a team left in the caller's thread by loading (an ada
 dtype converted) or by training throttles every decode step. Measured on 2 cores, 2 threads: a
 98k-element add in the decode thread 6 us alone, 67 us beside such a team; SmolLM2 decoding
 ~400 -> ~290 tokens/s; `eval run -m <SFT checkpoint>` (64 rollouts) 5.7 s -> 4.2 s with the load
-moved into a passing thread. The converse holds too: the client's decode thread ends when its
-queue is empty, so a colocated trainer's step does not run beside an idle team (forward/backward
-2.1 s -> 1.5 s, SmolLM2 RL batch 16).
+moved into a passing thread. The converse holds too: torch work beside the decode thread's idle
+team is slowed, so a colocated trainer's step runs on the decode thread itself
+(`LocalClient.run_between_batches`: forward/backward 2.1 s -> 1.5 s, SmolLM2 RL batch 16).
 """
 
 from __future__ import annotations

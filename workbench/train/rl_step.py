@@ -38,6 +38,7 @@ from pathlib import Path
 import orjson
 
 from workbench.errors import ServerGone
+from workbench.inference.local_client import LocalClient
 from workbench.inference.passing_thread import in_passing_thread
 from workbench.train.batches import StepBatch
 from workbench.train.context import Learner, TrainContext
@@ -145,13 +146,16 @@ async def optimize(ctx: TrainContext, learner: Learner, samples: list[Sample]) -
         dist=ctx.dist,
     )
     # Server mode trains in a thread so the event loop keeps generating the next batch. Colocated,
-    # the step blocks the loop (nothing generates meanwhile) in a thread that ends with it: a
-    # thread team left in this thread would slow the client's decode thread (`passing_thread`).
-    stats = (
-        await asyncio.to_thread(train)
-        if ctx.inference.server_mode
-        else in_passing_thread(train, device=ctx.dist.device)
-    )
+    # the step blocks the loop (nothing generates meanwhile) on the client's decode thread: one
+    # thread team and one malloc arena for both (`LocalClient.run_between_batches`); elsewhere in a
+    # thread that ends with it, as a team left in this thread would slow the decode thread.
+    client = ctx.inference.client
+    if ctx.inference.server_mode:
+        stats = await asyncio.to_thread(train)
+    elif isinstance(client, LocalClient) and ctx.dist.device == "cpu":
+        stats = client.run_between_batches(train)
+    else:
+        stats = in_passing_thread(train, device=ctx.dist.device)
     if ctx.config.kl_penalty.enabled:
         learner.kl_beta = adapt_kl_beta(learner.kl_beta, stats.kl, ctx.config.kl_penalty.target_kl)
     return stats
