@@ -38,6 +38,11 @@ scaling +0.098 [+0.055, +0.147]; with it +0.124 [+0.080, +0.169]; plus the varia
 [+0.103, +0.189] (13.6 min); lr 2e-3 instead of 1e-3 (with std scaling, no filter): -0.006, it
 unlearns. Trial runs (fp32, contended): without std scaling, RL from this start gains +0.09 to +0.11
 in its first ~20 steps, then flattens, with 8x8 or 16x8 rollouts, lr 1e-3, with or without cosine decay.
+Rerun 2026-11-28 afternoon at 6a6ead2 (colocated steps on the client's decode thread, the LeanModel kept
+between sessions), on a slower host (evals 46-47 s instead of 31, standalone RL steps at 23-31 s for
+the code before and after alike): 0.393 after SFT, 0.588 [0.535, 0.643] after RL, RL gain +0.195
+[+0.149, +0.244], but 23.5 min in all (SFT 187 s, RL 1,099 s at ~34 s/step): over the 20 minutes.
+The process held 17-19 GB during RL (20.3 GB peak) against 11.2 GB for the RL stage run alone.
 """
 
 from __future__ import annotations
