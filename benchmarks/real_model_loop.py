@@ -42,7 +42,8 @@ Rerun 2026-11-28 afternoon at 6a6ead2 (colocated steps on the client's decode th
 between sessions), on a slower host (evals 46-47 s instead of 31, standalone RL steps at 23-31 s for
 the code before and after alike): 0.393 after SFT, 0.588 [0.535, 0.643] after RL, RL gain +0.195
 [+0.149, +0.244], but 23.5 min in all (SFT 187 s, RL 1,099 s at ~34 s/step): over the 20 minutes.
-The process held 17-19 GB during RL (20.3 GB peak) against 11.2 GB for the RL stage run alone.
+The process held 17-19 GB during RL (20.3 GB peak) against 11.2 GB for the RL stage run alone; SFT then
+3 RL steps in one process peaked at 20.8 GB with the code before that session and 13.9 GB after it.
 """
 
 from __future__ import annotations
