@@ -46,7 +46,7 @@ from workbench.inference.chat_tokens import continuation_ids, prompt_ids
 from workbench.inference.decode_engine import DecodeEngine
 from workbench.inference.generation import BatchCounters, GenerationRow, RowResult, generate_batch_hf
 from workbench.inference.lean_model import LeanModel
-from workbench.inference.passing_thread import in_passing_thread
+from workbench.inference.passing_thread import in_passing_thread, settle
 from workbench.inference.prompt_cache import RenderedPrompts
 from workbench.inference.reasoning import (
     prompt_ends_in_thinking,
@@ -141,8 +141,6 @@ class LocalClient:
         self._adapters: AdapterSet | None = None  # created by the first load_adapter
         self._engine: DecodeEngine | None = None  # the last decode session's, for its buffers
         self._lean: LeanModel | None = None  # the last session's lean forward (`_lean_model`)
-        self._weight_changes = 0  # exclusive_weights() blocks so far
-        self._lean_made_at = -1  # ... when `_lean` was built
 
     @classmethod
     def from_model(
@@ -197,10 +195,12 @@ class LocalClient:
             self._waiting_updates += 1
         try:
             with self.weights_lock:
-                yield
+                try:
+                    yield
+                finally:  # weights may have changed by any means: the next session builds anew
+                    self._lean = None
         finally:
             with self._wakeup:
-                self._weight_changes += 1  # the next session builds a new `LeanModel` (`_lean_model`)
                 self._waiting_updates -= 1
                 self._wakeup.notify_all()
 
@@ -416,7 +416,7 @@ class LocalClient:
                 job = self._jobs.popleft() if self._jobs else None
                 batch, cancelled = self._take_batch() if job is None else ([], [])
             if job is not None:
-                _run_job(*job)
+                settle(*job)
                 continue
             for request in cancelled:
                 self._release(request)
@@ -475,10 +475,9 @@ class LocalClient:
         other means (`.data`, inference tensors) must be made under `exclusive_weights()`.
         Building one copies every fused base weight: in a colocated SmolLM2 RL step (LoRA,
         bfloat16) that was ~0.25 s of a ~1.8 s generation, for weights that had not changed."""
-        lean = self._lean
-        if lean is None or self._lean_made_at != self._weight_changes or not lean.reads(self._hf_model):
+        lean = self._lean  # None after an exclusive_weights() block
+        if lean is None or not lean.reads(self._hf_model):
             lean = self._lean = LeanModel.build(self._hf_model)
-            self._lean_made_at = self._weight_changes
         return lean
 
     def _run_hf_batch(self, batch: list[_Request]) -> None:
@@ -636,13 +635,6 @@ class LocalClient:
                 top_logprobs=result.top or None,
             ),
         )
-
-
-def _run_job(work: Callable[[], Any], done: Future[Any]) -> None:
-    try:
-        done.set_result(work())
-    except BaseException as exc:  # handed to the caller, raised there
-        done.set_exception(exc)
 
 
 def _generation_error(exc: Exception) -> InferenceError:

@@ -34,12 +34,14 @@ def in_passing_thread(work: Callable[[], T], *, device: str = "cpu") -> T:
     if device != "cpu":
         return work()
     outcome: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            outcome.set_result(work())
-        except BaseException as exc:  # handed to the caller, raised there
-            outcome.set_exception(exc)
-
-    threading.Thread(target=run, name="torch-work", daemon=True).start()
+    threading.Thread(target=settle, args=(work, outcome), name="torch-work", daemon=True).start()
     return outcome.result()
+
+
+def settle(work: Callable[[], T], outcome: Future[T]) -> None:
+    """Run `work()` here and put its result, or its exception, in `outcome` for a waiting caller
+    (whose `outcome.result()` returns it, or raises it)."""
+    try:
+        outcome.set_result(work())
+    except BaseException as exc:  # handed to the caller, raised there
+        outcome.set_exception(exc)
