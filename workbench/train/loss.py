@@ -89,6 +89,7 @@ def _prompt_cache(model: Any, batch: dict[str, Any]) -> Any:
     import torch
 
     store: list[tuple[Any, Any]] | None = None  # per layer: (keys, values) [prompt tokens, heads, dim]
+    one_row = _one_logit_row(model)
     for part in batch["prompt_passes"]:
         out = model(
             input_ids=part["input_ids"],
@@ -96,7 +97,7 @@ def _prompt_cache(model: Any, batch: dict[str, Any]) -> Any:
             position_ids=part["position_ids"],
             **cache_argument(_read(store, part["context"])),
             use_cache=True,
-            **_one_logit_row(model),
+            **one_row,
         )
         width = part["context"].shape[1]  # the cache holds the context, then this pass's own tokens
         own = [
