@@ -64,7 +64,7 @@ async def open_rl_config(pilot, app: WorkbenchApp) -> ConfigEditorScreen:
     await pilot.press("ctrl+o")  # the file list
     files.highlighted = 2
     await pilot.press("enter")
-    assert screen.path == app.root / "configs" / "rl" / "reverse-text.toml"
+    await wait_for(pilot, lambda: screen.path == app.root / "configs" / "rl" / "reverse-text.toml")
     assert screen.focused is screen.query_one(ConfigTextArea)
     await wait_for(pilot, lambda: checked(screen))
     return screen
@@ -86,7 +86,7 @@ async def test_a_config_is_checked_by_its_dry_run_and_problems_point_at_their_li
         assert area.document.get_line(3).startswith("max_steps = 60")
         area.move_cursor((4, 0))
         await pilot.press(*"max_stepz = 3", "enter")
-        assert "modified" in text_of(screen.query_one("#editor-title"))
+        await wait_for(pilot, lambda: "modified" in text_of(screen.query_one("#editor-title")))
         await wait_for(pilot, lambda: checked(screen) and screen.result.verdict == "invalid")
         assert [(p.line, p.message) for p in screen.problems] == [
             (5, "unknown key 'max_stepz' (did you mean 'max_steps'?)")

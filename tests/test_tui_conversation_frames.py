@@ -42,6 +42,7 @@ async def open_rollouts(pilot, app: WorkbenchApp, run_dir: Path) -> RolloutsScre
     await wait_for(pilot, lambda: any(r.path == run_dir for r in table.runs))
     table.move_cursor(next(i for i, r in enumerate(table.runs) if r.path == run_dir))
     await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen))
     screen = app.screen
     assert isinstance(screen, RolloutsScreen)
     await wait_for(pilot, lambda: screen.loaded and screen.rollout is not None)

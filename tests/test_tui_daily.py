@@ -48,6 +48,7 @@ async def open_rollouts(pilot, app: WorkbenchApp, run_dir: Path) -> RolloutsScre
     table = await runs_table(pilot, app)
     table.move_cursor(next(i for i, r in enumerate(table.runs) if r.path == run_dir))
     await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen))
     screen = app.screen
     assert isinstance(screen, RolloutsScreen)
     await wait_for(pilot, lambda: screen.loaded and screen.rollout is not None)
@@ -111,6 +112,7 @@ async def test_group_view_lists_an_examples_rollouts_and_opens_one(ws):
         groups = screen.query_one(GroupsTable)
         await wait_for(pilot, lambda: groups.current is not None and groups.current.example_id == 7)
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, GroupScreen))
         group_screen = app.screen
         assert isinstance(group_screen, GroupScreen)
         table = group_screen.query_one(VirtualTable)
@@ -127,7 +129,7 @@ async def test_group_view_lists_an_examples_rollouts_and_opens_one(ws):
         await pilot.press("g")
         await wait_for(pilot, lambda: group_screen.rollout.rollout_index == best.rollout_index)
         await pilot.press("enter")  # open it: back in Rollouts on that rollout, conversation focused
-        assert app.screen is screen
+        await wait_for(pilot, lambda: app.screen is screen)
         await wait_for(pilot, lambda: screen.rollout.rollout_index == best.rollout_index)
         assert screen.rollout.example_id == 7 and isinstance(app.focused, ConversationView)
         assert f"rollout {best.rollout_index + 1}/4" in text_of(screen.query_one("#breakdown"))
@@ -259,6 +261,7 @@ async def test_charts_keep_their_titles_and_new_views_fit_80x24(ws):
         await pilot.press("escape")
         screen = await open_rollouts(pilot, app, ws["varied"])
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, GroupScreen))
         group = app.screen
         assert isinstance(group, GroupScreen)
         await wait_for(pilot, lambda: group.rollout is not None)

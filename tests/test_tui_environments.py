@@ -89,6 +89,7 @@ async def test_enter_opens_the_eval_form_on_the_environment_and_r_its_last_rollo
         screen = await open_environments(pilot, app)
         select(screen, "lookup-facts")
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen))
         launch = app.screen
         assert isinstance(launch, LaunchScreen)
         assert launch.query_one("#eval-env").value == "lookup-facts"

@@ -36,6 +36,7 @@ def open_varied(ws: dict[str, Path], *keys: str, ready=None):
         await wait_for(pilot, lambda: len(table.runs) == 5)
         table.move_cursor(row=next(i for i, r in enumerate(table.runs) if r.path == ws["varied"]))
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen))
         screen = app.screen
         assert isinstance(screen, RolloutsScreen)
         panel = screen.query_one(RewardPanel)

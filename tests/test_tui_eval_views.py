@@ -70,6 +70,7 @@ async def open_rollouts(pilot, app: WorkbenchApp, run_dir: Path) -> RolloutsScre
     await wait_for(pilot, lambda: any(r.path == run_dir for r in table.runs))
     table.move_cursor(next(i for i, r in enumerate(table.runs) if r.path == run_dir))
     await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen))
     screen = app.screen
     assert isinstance(screen, RolloutsScreen)
     await wait_for(pilot, lambda: screen.loaded and screen.rollout is not None)
@@ -287,7 +288,7 @@ async def test_keys_say_where_each_key_works(ws):
         assert sum(where == "Rollouts" for _, _, where in keys.rows) < len(keys.rows) / 2
         await pilot.press("escape")
         await pilot.press("enter")  # the Group view: its tab is its own, listed once
-        assert isinstance(app.screen, GroupScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, GroupScreen))
         await pilot.press("question_mark")
         rows = app.screen.rows
         assert [key for key, _, _ in rows].count("tab") == 1 and (

@@ -66,6 +66,7 @@ async def open_gepa(pilot, app: WorkbenchApp) -> GepaScreen:
     table.move_cursor(row=next(i for i, r in enumerate(table.runs) if r.kind == "gepa"))
     await pilot.pause()
     await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, GepaScreen))
     screen = app.screen
     assert isinstance(screen, GepaScreen)
     await wait_for(pilot, lambda: screen.gepa is not None)

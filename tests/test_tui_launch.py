@@ -113,6 +113,7 @@ async def test_launch_watch_log_and_stop_a_real_eval(workspace: Path):
                 ),
             )
             await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, LogScreen))
             starting = app.screen
             assert isinstance(starting, LogScreen) and [label for label, _ in starting.logs] == ["output"]
             await wait_for(

@@ -167,6 +167,7 @@ async def test_a_failed_launch_stays_listed_with_its_error_after_a_restart(works
         assert row.is_launch and row.status == "failed" and row.kind == "train" and row.pid == launch.pid
         assert row.metadata["error"] == record["error"]
         await pilot.press("enter")  # Enter on it: its log, with the error above it
+        await wait_for(pilot, lambda: isinstance(again.screen, LogScreen))
         logs = again.screen
         assert isinstance(logs, LogScreen) and logs.note == f"failed: {record['error']}"
         output = logs.query_one("#log-0 LogTail")
@@ -280,8 +281,9 @@ async def test_launch_forms_build_train_and_gepa_commands_and_confirm_first(work
         screen.query_one("#gepa-val").value = "3"
         screen.query_one("#gepa-set").value = "minibatch_size=2"
         screen.query_one("#gepa-budget").focus()
-        await pilot.press("enter")  # Enter in a field: the command first
-        assert len(launcher.started) == 1 and screen.confirming is not None
+        await pilot.press("enter")  # Enter in a field: the command first (Input.Submitted, posted)
+        await wait_for(pilot, lambda: screen.confirming is not None)
+        assert len(launcher.started) == 1
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(launcher.started) == 2)
         spec = launcher.started[1]

@@ -79,7 +79,7 @@ async def test_the_model_picker_fills_the_focused_model_field(workspace: Path):
         await pilot.press(*"000003")  # the filter: words anywhere in the value or its details
         assert [c.value for c in picker.shown] == [f"outputs/runs/{RUN}/checkpoints/step_000003"]
         await pilot.press("enter")
-        assert app.screen is screen
+        await wait_for(pilot, lambda: app.screen is screen)
         assert screen.query_one("#eval-model").value == f"outputs/runs/{RUN}/checkpoints/step_000003"
         assert f"-m outputs/runs/{RUN}/checkpoints/step_000003" in text_of(
             screen.query_one("#launch-preview")
@@ -91,7 +91,7 @@ async def test_the_model_picker_fills_the_focused_model_field(workspace: Path):
         assert isinstance(picker, ModelPickerScreen)
         await wait_for(pilot, lambda: picker.loaded)
         await pilot.press(*"qwen", "down", "up", "enter")
-        assert screen.query_one("#gepa-reflection").value == "qwen"
+        await wait_for(pilot, lambda: screen.query_one("#gepa-reflection").value == "qwen")
         await pilot.press("ctrl+l")  # the focused field (reflection) again
         assert isinstance(app.screen, ModelPickerScreen)
         await pilot.press("escape")

@@ -139,6 +139,7 @@ async def test_an_eval_of_latest_is_labelled_by_the_run_and_step_it_meant(ws):
         assert "reverse-…-abcd step 6" in row_of(table, ws["latest"])
         table.move_cursor(next(i for i, r in enumerate(table.runs) if r.path == ws["latest"]))
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen))
         screen = app.screen
         assert isinstance(screen, RolloutsScreen)
         await wait_for(pilot, lambda: screen.loaded)

@@ -132,6 +132,7 @@ async def test_runs_refresh_live_and_show_progress(workspace: Path, monkeypatch)
 async def open_eval(pilot, app, run_dir: Path) -> RolloutsScreen:
     await open_row(pilot, app, lambda r: r.path == run_dir)
     await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen))
     screen = app.screen
     assert isinstance(screen, RolloutsScreen)
     await wait_for(pilot, lambda: screen.loaded and screen.rollout is not None)
@@ -323,6 +324,7 @@ async def test_monitor_curves_update_live(workspace: Path, monkeypatch):
     async with app.run_test(size=SIZE) as pilot:
         await open_row(pilot, app, lambda r: r.kind == "train")
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrainMonitorScreen))
         screen = app.screen
         assert isinstance(screen, TrainMonitorScreen)
         reward = screen.query_one("#plot-0", MetricPlot)
@@ -498,6 +500,7 @@ async def test_gepa_candidates_pareto_best_and_diff(ws):
     async with app.run_test(size=SIZE) as pilot:
         await open_row(pilot, app, lambda r: r.kind == "gepa")
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, GepaScreen))
         screen = app.screen
         assert isinstance(screen, GepaScreen)
         await wait_for(pilot, lambda: screen.gepa is not None)

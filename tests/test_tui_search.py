@@ -215,6 +215,7 @@ async def test_group_view_reads_a_rollout_the_same_way(workspace: Path):
     async with app.run_test(size=SIZE) as pilot:
         await open_file(pilot, app, path)
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, GroupScreen))
         group = app.screen
         assert isinstance(group, GroupScreen)
         await wait_for(pilot, lambda: group.rollout is not None)

@@ -45,6 +45,7 @@ async def test_thinking_is_folded_under_the_turn_and_opens(workspace: Path, run:
         table = app.screen.query_one(RunsTable)
         await wait_for(pilot, lambda: [r.path for r in table.runs] == [run])
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen))
         screen = app.screen
         assert isinstance(screen, RolloutsScreen)
         await wait_for(pilot, lambda: screen.loaded and screen.rollout is not None)

@@ -71,6 +71,7 @@ async def test_train_from_the_tui_then_evaluate_a_checkpoint(tiny_workspace: Pat
             ),
         )
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrainMonitorScreen))
         monitor = app.screen
         assert isinstance(monitor, TrainMonitorScreen)
         reward = monitor.query_one("#plot-0", MetricPlot)
