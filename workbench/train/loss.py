@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.models.kv_cache_name import cache_argument, returned_cache
+from workbench.train.selected_logprobs import plain_head_weight, selected_logprobs
 
 
 @dataclass
@@ -62,14 +63,20 @@ def token_logprobs(model: Any, batch: dict[str, Any], temperature: float) -> tup
         inputs["position_ids"] = position_ids
     if "prompt_passes" in batch:  # use_cache: models may ignore the cache without it
         inputs.update(cache_argument(_prompt_cache(model, batch)), use_cache=True)
-    logits = model(**inputs).logits[:, :-1].float()
-    if temperature != 1.0:  # a full-vocabulary pass saved in the common case (x / 1.0 is x exactly)
-        logits = logits / max(temperature, 1e-6)
-    logprobs_all = torch.log_softmax(logits, dim=-1)
     targets = batch["input_ids"][:, 1:]
-    picked = logprobs_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    with torch.no_grad():  # a logged statistic: no graph (and no saved vocabulary-wide tensors) for it
-        entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
+    head = _plain_head(model)
+    if head is not None:  # the head, log-softmax and pick in chunks: no vocabulary-wide tensors
+        weight, no_logits = head
+        hidden = model(**inputs, output_hidden_states=True, **no_logits).hidden_states[-1]
+        picked, entropy = selected_logprobs(hidden[:, :-1], weight, targets, max(temperature, 1e-6))
+    else:
+        logits = model(**inputs).logits[:, :-1].float()
+        if temperature != 1.0:  # a full-vocabulary pass saved in the common case (x / 1.0 is x exactly)
+            logits = logits / max(temperature, 1e-6)
+        logprobs_all = torch.log_softmax(logits, dim=-1)
+        picked = logprobs_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():  # a logged statistic: no graph (and no saved vocabulary-wide tensors) for it
+            entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
     zeros = torch.zeros_like(picked[:, :1])
     picked, entropy = torch.cat([zeros, picked], dim=1), torch.cat([zeros, entropy], dim=1)
     starts = batch.get("starts")
@@ -160,6 +167,20 @@ def _one_logit_row(model: Any) -> dict[str, Any]:
         device = next(inner.parameters()).device
         return {name: torch.zeros(1, dtype=torch.long, device=device)}
     return {name: 1} if name else {}
+
+
+def _plain_head(model: Any) -> tuple[Any, dict[str, Any]] | None:
+    """For `selected_logprobs`: the head's weight and the keyword that makes the model compute no
+    logits (`logits_to_keep` given an empty index, transformers >= 4.50), when the head is plain
+    (`selected_logprobs.plain_head_weight`); None when either is missing."""
+    import torch
+
+    inner = getattr(model, "module", model)  # DDP
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
+    weight = plain_head_weight(model)
+    if weight is None or _logits_keyword(type(inner).forward) != "logits_to_keep":
+        return None
+    return weight, {"logits_to_keep": torch.zeros(0, dtype=torch.long, device=weight.device)}
 
 
 @functools.cache

@@ -57,15 +57,32 @@ class StepStats:
     masked_frac_low: float | None = None
 
 
-def training_autocast(config: TrainConfig, device: str) -> Callable[[], AbstractContextManager[None]]:
-    """The context the training passes run in: `torch.autocast` to bfloat16 when `autocast_dtype`
-    asks for it (weights, gradients and the optimizer stay float32), else nothing."""
+def training_autocast(
+    config: TrainConfig, device: str, model: Any
+) -> Callable[[], AbstractContextManager[Any]]:
+    """The context the training passes of `model` run in: `torch.autocast` to bfloat16 when
+    `autocast_dtype` asks for it (weights, gradients and the optimizer stay float32), else nothing.
+
+    Under autocast, peft's LoRA layers would first copy each input to their float32 weights' dtype,
+    for autocast to copy it back to bfloat16 for the matmul: peft's `disable_input_dtype_casting`
+    skips that round trip (a no-op on a model without adapters). Measured on SmolLM2-135M, an RL
+    step of 128 rollouts (LoRA r16 on all projections, a bfloat16 base, 2 cores): forward/backward
+    14.5 s without autocast, 11.2 s with it, 9.6 s with it and no casting."""
     import torch
 
     if config.autocast_dtype != "bfloat16":
         return contextlib.nullcontext
+    from peft.helpers import disable_input_dtype_casting
+
     device_type = "cuda" if device.startswith("cuda") else "cpu"
-    return lambda: torch.autocast(device_type, dtype=torch.bfloat16)
+
+    def context() -> AbstractContextManager[Any]:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autocast(device_type, dtype=torch.bfloat16))
+        stack.enter_context(disable_input_dtype_casting(model))
+        return stack
+
+    return context
 
 
 def make_optimizer(policy: Policy, config: TrainConfig) -> tuple[Any, Any]:
@@ -143,7 +160,7 @@ def train_on_samples(
     weighted += ["masked_frac", "masked_frac_high", "masked_frac_low"] if dppo else []
     totals = {"loss": 0.0, "entropy": 0.0, **dict.fromkeys(weighted, 0.0)}
     mismatch_max = 0.0
-    autocast = training_autocast(config, dist.device)
+    autocast = training_autocast(config, dist.device, model)
     for index, chunk in enumerate(chunks):
         # DDP reads "sync or not" at forward time, so the forward goes inside too
         with sync_gradients(policy, sync=index == len(chunks) - 1):
