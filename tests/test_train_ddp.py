@@ -117,7 +117,10 @@ def test_two_processes_make_the_same_update_as_one(tiny_workspace: Path, strateg
             assert b[key] == pytest.approx(a[key], rel=1e-5), key
     # Measured (DDP and FSDP): 5e-8 after step 1, 1.2e-5 after step 2 (AdamW amplifies float noise
     # on the few weights whose gradient is near its eps); a per-rank token normalization: 1e-2, 2e-2.
-    for step, atol in ((1, 1e-6), (2, 1e-4)):
+    # FSDP's ranks take the full-vocabulary logprob path (their head is sharded, so
+    # train/selected_logprobs does not apply) and one process the chunked one: the same logprobs
+    # to ~1e-7, which AdamW's first step turns into 3.4e-6 (measured) on those near-eps weights.
+    for step, atol in ((1, 1e-6 if strategy == "ddp" else 1e-5), (2, 1e-4)):
         wa = adapter_tensors(one.run_dir / "checkpoints" / f"step_{step:06d}")
         wb = adapter_tensors(two / "checkpoints" / f"step_{step:06d}")
         assert wa.keys() == wb.keys()

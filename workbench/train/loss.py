@@ -267,7 +267,9 @@ def policy_loss(
     # a few bad tokens (one wrong id in a long sample), so the max and the spread are kept too
     # (prime-rl logs mismatch_kl mean, std and max); float64, as the squares of values near 1e-8
     # would lose their digits summed in float32.
-    mismatch = ((ratio - 1 - log_ratio.detach()) * mask).double()
+    # expm1 in float64: r - 1 - log r in float32 cancels to small negative values for r near 1
+    exact = log_ratio.detach().double()
+    mismatch = (torch.expm1(exact) - exact) * mask
     return loss, {
         "kl": float((kl * mask).sum() / n),
         "mismatch_kl": float(mismatch.sum() / n),
