@@ -44,6 +44,17 @@ the code before and after alike): 0.393 after SFT, 0.588 [0.535, 0.643] after RL
 [+0.149, +0.244], but 23.5 min in all (SFT 187 s, RL 1,099 s at ~34 s/step): over the 20 minutes.
 The process held 17-19 GB during RL (20.3 GB peak) against 11.2 GB for the RL stage run alone; SFT then
 3 RL steps in one process peaked at 20.8 GB with the code before that session and 13.9 GB after it.
+Evening of 2026-11-28, a quieter host: at 033fac1, the same rewards again (0.393; 0.588 [0.535, 0.642];
+RL gain +0.195 [+0.149, +0.244]) in 14.2 min, RL 695 s, peak RSS 18.2 GB, 325 s of system CPU (the
+kernel zeroing fresh pages for vocabulary-wide tensors). With the chunked logprobs (aa79e1f,
+train/selected_logprobs.py: the same values to ~1e-7, so a slightly different trajectory): RL 547 s
+(forward/backward median 9.6 s a step instead of ~14.5), 11.6 min, peak 13.8 GB, 63 s system CPU,
+but 0.397 after SFT, 0.476 [0.432, 0.525] after RL, RL gain +0.079 [+0.037, +0.124]: targets NOT met.
+With bfloat16 autocast in both configs too: 10.0 min, 0.383 -> 0.536 [0.489, 0.582], RL gain +0.154
+[+0.114, +0.195]. Chunks, --rl-set max_steps=48 (--skip-base, the host busier: ~20 s a step): 0.397 ->
+0.551 [0.507, 0.597], RL gain +0.153 [+0.108, +0.198], 18.0 min. So the RL gain of this recipe
+spreads from +0.08 to +0.20 between trajectories that differ only by float rounding: one run says
+little, and the +0.15 target is met by some trajectories, not reliably.
 """
 
 from __future__ import annotations

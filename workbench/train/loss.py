@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.models.kv_cache_name import cache_argument, returned_cache
-from workbench.train.selected_logprobs import plain_head_weight, selected_logprobs
+from workbench.train.selected_logprobs import plain_head_weight, selected_logprobs, unwrapped
 
 
 @dataclass
@@ -160,8 +160,7 @@ def _one_logit_row(model: Any) -> dict[str, Any]:
     position. Which position does not matter; its logits are never read."""
     import torch
 
-    inner = getattr(model, "module", model)  # DDP
-    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
+    inner = unwrapped(model)
     name = _logits_keyword(type(inner).forward)
     if name == "logits_to_keep":
         device = next(inner.parameters()).device
@@ -175,8 +174,7 @@ def _plain_head(model: Any) -> tuple[Any, dict[str, Any]] | None:
     (`selected_logprobs.plain_head_weight`); None when either is missing."""
     import torch
 
-    inner = getattr(model, "module", model)  # DDP
-    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
+    inner = unwrapped(model)
     weight = plain_head_weight(model)
     if weight is None or _logits_keyword(type(inner).forward) != "logits_to_keep":
         return None

@@ -34,8 +34,7 @@ CHUNK_BYTES = 16 << 20
 def plain_head_weight(model: Any) -> torch.Tensor | None:
     """The weight of `model`'s head when its logits are exactly `hidden @ weight.T`, else None
     (`model` may be wrapped by peft or DDP)."""
-    inner = getattr(model, "module", model)  # DDP
-    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
+    inner = unwrapped(model)
     if getattr(getattr(inner, "config", None), "model_type", None) not in PLAIN_HEADS:
         return None
     head = inner.get_output_embeddings()
@@ -45,6 +44,12 @@ def plain_head_weight(model: Any) -> torch.Tensor | None:
     if not _is_plain_tensor(head.weight):  # FSDP2 shards it (a DTensor) outside its forward
         return None
     return head.weight
+
+
+def unwrapped(model: Any) -> Any:
+    """The transformers model inside DDP and peft wrappers."""
+    inner = getattr(model, "module", model)  # DDP
+    return inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft
 
 
 def _is_plain_tensor(weight: torch.Tensor) -> bool:
