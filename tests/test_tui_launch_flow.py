@@ -146,7 +146,13 @@ async def test_a_failed_launch_stays_listed_with_its_error_after_a_restart(works
     )
     app = WorkbenchApp(workspace, poll_s=0.3)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("l", "enter", "enter")  # Configs tab: the highlighted config, then confirm
+        await pilot.press("l")
+        # keys typed ahead of a screen still mounting go elsewhere: wait for its list to have focus
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.focused is not None)
+        screen = app.screen
+        await pilot.press("enter")  # Configs tab: the highlighted config, shown for confirmation
+        await wait_for(pilot, lambda: screen.confirming is not None)
+        await pilot.press("enter")
         await wait_for(pilot, lambda: app.launcher.launches())
         launch = app.launcher.launches()[0]
         assert launch.args == ["train", "configs/rl/broken.toml"]
