@@ -61,15 +61,38 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.train.schema import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SFT_CONFIG = REPO / "configs" / "sft" / "reverse-text-smollm2.toml"
 RL_CONFIG = REPO / "configs" / "rl" / "reverse-text-smollm2.toml"
 QUIET = ["wandb.mode='disabled'"]
 TARGET_MINUTES, TARGET_FINAL, TARGET_GAIN = 20.0, 0.50, 0.15
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    """One RL seed's end of the loop; `minutes` counts the shared stages 1-3 too."""
+
+    seed: int | None
+    minutes: float
+    final: float
+    rl_gain: float
+    rl_low: float
+    met: bool
+
+
+def sampling_of(config: TrainConfig) -> dict[str, float | int]:
+    """The RL config's sampling: what the trainer's own held-out eval uses."""
+    return {"max_tokens": config.sampling.max_tokens or 48, "temperature": config.sampling.temperature or 1.0}
 
 
 def held_out(model: str, args: argparse.Namespace, sampling: dict[str, float | int]) -> dict[int, float]:
@@ -120,6 +143,12 @@ def main() -> None:
     parser.add_argument(
         "--skip-base", action="store_true", help="skip the pretrained model's eval (it scores 0.000)"
     )
+    parser.add_argument(
+        "--rl-seeds",
+        type=lambda text: [int(part) for part in text.split(",")],
+        default=[None],
+        help="run stages 4-5 once per seed (comma-separated) from the one SFT run and print the spread of RL's gain",
+    )
     args = parser.parse_args()
 
     from workbench.bootstrap import fetch_smollm2
@@ -128,10 +157,7 @@ def main() -> None:
 
     model_dir, _ = fetch_smollm2(REPO if (REPO / "outputs").is_dir() else Path.cwd(), say=print)
     rl_config, _ = load_train_config(RL_CONFIG, [*QUIET, *args.rl_set])
-    sampling = {
-        "max_tokens": rl_config.sampling.max_tokens or 48,
-        "temperature": rl_config.sampling.temperature or 1.0,
-    }
+    sampling = sampling_of(rl_config)
     torch_threads = os.environ.get("OMP_NUM_THREADS", "default")
     print(
         f"model {model_dir} · held-out {args.num_examples} examples x {args.rollouts} rollouts · sampling {sampling} "
@@ -160,30 +186,65 @@ def main() -> None:
         after_sft = held_out(str(sft.run_dir), args, sampling)
         report("3. eval: SFT checkpoint", time.perf_counter() - clock, after_sft)
 
-        clock = time.perf_counter()
-        rl_config, _ = load_train_config(
-            RL_CONFIG, [*QUIET, "eval.interval=0", f"model='{sft.run_dir}'", *args.rl_set]
-        )
-        rl = run_train(rl_config)
-        report(f"4. RL: {rl_config.max_steps} steps", time.perf_counter() - clock)
-
-        clock = time.perf_counter()
-        after_rl = held_out(str(rl.run_dir), args, sampling)
-        report("5. eval: RL checkpoint", time.perf_counter() - clock, after_rl)
-
-        minutes = (time.perf_counter() - started) / 60
-        print()
+        shared = time.perf_counter() - started
+        results = [rl_stage(seed, sft.run_dir, after_sft, shared, args) for seed in args.rl_seeds]
         if base is not None:
+            print()
             gain("SFT gain over pretrained", base, after_sft)
-        rl_low = gain("RL gain over its SFT start", after_sft, after_rl)
-        final = sum(after_rl.values()) / len(after_rl)
-        rl_gain = final - sum(after_sft.values()) / len(after_sft)
+        if len(results) > 1:
+            summarize(results)
+
+
+def rl_stage(
+    seed: int | None, sft_run: Path, after_sft: dict[int, float], shared: float, args: argparse.Namespace
+) -> LoopResult:
+    """Stages 4 and 5 for one RL seed (None: the config's own), with the targets' verdict."""
+    from workbench.train import load_train_config, run_train
+
+    overrides = [*QUIET, "eval.interval=0", f"model='{sft_run}'", *args.rl_set]
+    if seed is not None:
+        overrides += [f"seed={seed}", f"run_name='reverse-text-smollm2-rl-seed{seed}'"]
+    label = "" if seed is None else f" (seed {seed})"
+    clock = time.perf_counter()
+    rl_config, _ = load_train_config(RL_CONFIG, overrides)
+    rl = run_train(rl_config)
+    rl_seconds = time.perf_counter() - clock
+    report(f"4. RL: {rl_config.max_steps} steps{label}", rl_seconds)
+
+    clock = time.perf_counter()
+    after_rl = held_out(str(rl.run_dir), args, sampling_of(rl_config))
+    eval_seconds = time.perf_counter() - clock
+    report(f"5. eval: RL checkpoint{label}", eval_seconds, after_rl)
+
+    minutes = (shared + rl_seconds + eval_seconds) / 60
+    print()
+    rl_low = gain(f"RL gain over its SFT start{label}", after_sft, after_rl)
+    final = sum(after_rl.values()) / len(after_rl)
+    rl_gain = final - sum(after_sft.values()) / len(after_sft)
+    met = minutes <= TARGET_MINUTES and final >= TARGET_FINAL and rl_gain >= TARGET_GAIN and rl_low > 0
+    print(
+        f"loop {minutes:.1f} min (target <= {TARGET_MINUTES:.0f}) · final {final:.3f} (target >= {TARGET_FINAL}) · "
+        f"RL gain {rl_gain:+.3f}, CI low {rl_low:+.3f} (target >= +{TARGET_GAIN}, CI above 0) · "
+        + ("targets met" if met else "targets NOT met"),
+        flush=True,
+    )
+    return LoopResult(seed, minutes, final, rl_gain, rl_low, met)
+
+
+def summarize(results: list[LoopResult]) -> None:
+    """The spread between seeds: the larger uncertainty, which no single run's interval shows."""
+    gains = [r.rl_gain for r in results]
+    mean = statistics.fmean(gains)
+    print(
+        f"\n{len(results)} RL seeds: RL gain mean {mean:+.3f}, sd {statistics.stdev(gains):.3f}, "
+        f"min {min(gains):+.3f}, max {max(gains):+.3f} · final reward mean "
+        f"{statistics.fmean(r.final for r in results):.3f} · loop {max(r.minutes for r in results):.1f} min at most "
+        f"· targets met by {sum(r.met for r in results)} of {len(results)}"
+    )
+    for r in results:
         print(
-            f"\ntotal {minutes:.1f} min (target <= {TARGET_MINUTES:.0f}) · final {final:.3f} (target >= {TARGET_FINAL}) · "
-            f"RL gain {rl_gain:+.3f}, CI low {rl_low:+.3f} (target >= +{TARGET_GAIN}, CI above 0)"
+            f"  seed {r.seed}: final {r.final:.3f}, RL gain {r.rl_gain:+.3f} (CI low {r.rl_low:+.3f}), {r.minutes:.1f} min"
         )
-        met = minutes <= TARGET_MINUTES and final >= TARGET_FINAL and rl_gain >= TARGET_GAIN and rl_low > 0
-        print("targets met" if met else "targets NOT met")
 
 
 if __name__ == "__main__":
