@@ -102,7 +102,9 @@ def test_a_head_with_its_own_adapter_or_bias_takes_the_plain_path(tiny_model: Pa
     assert plain_head_weight(biased) is None
 
 
-def test_bfloat16_autocast_skips_peft_input_casting_inside_and_restores_it_after(tiny_model: Path) -> None:
+def test_bfloat16_autocast_skips_peft_input_casting_inside_and_restores_it_after(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
     from peft.tuners.tuners_utils import BaseTunerLayer
@@ -117,9 +119,15 @@ def test_bfloat16_autocast_skips_peft_input_casting_inside_and_restores_it_after
     )
     layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
     config = TrainConfig(env=[{"id": "reverse-text"}], autocast_dtype="bfloat16")
+    # the CPU's bfloat16 support decides, whatever machine runs this test
+    monkeypatch.setattr("workbench.train.optimize.cpu_has_bf16", lambda: True)
     with training_autocast(config, "cpu", model)():
         assert torch.is_autocast_enabled("cpu") and not any(m.cast_input_dtype_enabled for m in layers)
     assert not torch.is_autocast_enabled("cpu") and all(m.cast_input_dtype_enabled for m in layers)
     plain = TrainConfig(env=[{"id": "reverse-text"}])
     with training_autocast(plain, "cpu", model)():
+        assert not torch.is_autocast_enabled("cpu") and all(m.cast_input_dtype_enabled for m in layers)
+    # a CPU that would emulate bfloat16 (slower than float32) keeps the passes in float32
+    monkeypatch.setattr("workbench.train.optimize.cpu_has_bf16", lambda: False)
+    with training_autocast(config, "cpu", model)():
         assert not torch.is_autocast_enabled("cpu") and all(m.cast_input_dtype_enabled for m in layers)

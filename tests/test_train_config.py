@@ -224,6 +224,17 @@ def test_prime_rl_seed004_translates_every_key():
     assert expected in cpu
 
 
+def test_autocast_on_a_cpu_without_native_bfloat16_says_it_has_no_effect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = TrainConfig(env=[{"id": "reverse-text"}], autocast_dtype="bfloat16")
+    monkeypatch.setattr("workbench.train.plan.cpu_has_bf16", lambda: False)
+    notes = "\n".join(machine_notes(config, gpu_count=0))
+    assert "autocast_dtype = 'bfloat16' has no effect on this machine" in notes
+    monkeypatch.setattr("workbench.train.plan.cpu_has_bf16", lambda: True)
+    assert "autocast_dtype" not in "\n".join(machine_notes(config, gpu_count=0))
+
+
 def test_dtype_notes_on_a_gpu_machine():
     colocated = TrainConfig(
         env=[{"id": "reverse-text"}],

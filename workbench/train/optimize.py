@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.inference.cpu_features import cpu_has_bf16
 from workbench.train.distributed import SINGLE, DistInfo, clip_grad_norm, is_fsdp, sync_gradients
 from workbench.train.loss import DPPOSettings, policy_loss, sft_loss, token_logprobs
 from workbench.train.packing import (
@@ -62,6 +63,9 @@ def training_autocast(
 ) -> Callable[[], AbstractContextManager[Any]]:
     """The context the training passes of `model` run in: `torch.autocast` to bfloat16 when
     `autocast_dtype` asks for it (weights, gradients and the optimizer stay float32), else nothing.
+    On a CPU only where it multiplies bfloat16 natively (`cpu_has_bf16`): elsewhere torch emulates
+    bfloat16, slower than float32, so a config written for a fast machine stays float32 on a slow
+    one, as `optimization_dtype` does (the dry run says so).
 
     Under autocast, peft's LoRA layers would first copy each input to their float32 weights' dtype,
     for autocast to copy it back to bfloat16 for the matmul: peft's `disable_input_dtype_casting`
@@ -70,11 +74,10 @@ def training_autocast(
     14.5 s without autocast, 11.2 s with it, 9.6 s with it and no casting."""
     import torch
 
-    if config.autocast_dtype != "bfloat16":
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    if config.autocast_dtype != "bfloat16" or (device_type == "cpu" and not cpu_has_bf16()):
         return contextlib.nullcontext
     from peft.helpers import disable_input_dtype_casting
-
-    device_type = "cuda" if device.startswith("cuda") else "cpu"
 
     def context() -> AbstractContextManager[Any]:
         stack = contextlib.ExitStack()

@@ -88,8 +88,8 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
         ]
         if config.autocast_dtype == "bfloat16" and not cpu_has_bf16():
             notes.append(
-                "autocast_dtype = 'bfloat16' on a CPU without native bfloat16 matmuls (AMX or AVX512-BF16) "
-                "is slower than float32"
+                "autocast_dtype = 'bfloat16' has no effect on this machine: this CPU has no native bfloat16 "
+                "matmuls (AMX or AVX512-BF16), where it would be slower than float32"
             )
         if config.fsdp_cpu_offload:
             notes.append(
