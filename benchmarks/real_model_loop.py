@@ -3,6 +3,7 @@ on the same held-out examples with a 95% confidence interval.
 
     python benchmarks/real_model_loop.py                   # the scaffolded configs, 64 held-out examples x 4
     python benchmarks/real_model_loop.py -n 64 -r 4 --rl-set max_steps=40
+    python benchmarks/real_model_loop.py --skip-base --rl-seeds 0,1,2   # one SFT run, RL per seed: the spread
 
 Runs in a temporary workspace (the model comes from this workspace's outputs/models/smollm2-135m,
 fetched by `workbench setup --model smollm2-135m` if missing):
@@ -55,6 +56,13 @@ With bfloat16 autocast in both configs too: 10.0 min, 0.383 -> 0.536 [0.489, 0.5
 0.551 [0.507, 0.597], RL gain +0.153 [+0.108, +0.198], 18.0 min. So the RL gain of this recipe
 spreads from +0.08 to +0.20 between trajectories that differ only by float rounding: one run says
 little, and the +0.15 target is met by some trajectories, not reliably.
+Session of 2026-11-28 night, --rl-seeds (one SFT run, 0.397 [0.366, 0.430]; then RL once per seed):
+48 steps with bfloat16 autocast (the config since fe2f438), quiet host, --skip-base: seed 0 +0.134
+[+0.093, +0.179] (final 0.532, loop 16.3 min), seed 1 +0.194 [+0.151, +0.238] (0.591, 14.9 min),
+seed 2 +0.214 [+0.162, +0.268] (0.611, 14.4 min): mean +0.181, sd 0.041, targets met by 2 of 3
+(RL ~15 s a step). Seed 0 with 64 steps: +0.172 [+0.132, +0.214], final 0.569 (its time not
+comparable: the host was shared with a test run). So more steps lift the slow seed, and the 20
+minutes leave room for ~56 steps on a quiet host only.
 """
 
 from __future__ import annotations
