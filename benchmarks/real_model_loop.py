@@ -62,7 +62,9 @@ Session of 2026-11-28 night, --rl-seeds (one SFT run, 0.397 [0.366, 0.430]; then
 seed 2 +0.214 [+0.162, +0.268] (0.611, 14.4 min): mean +0.181, sd 0.041, targets met by 2 of 3
 (RL ~15 s a step). Seed 0 with 64 steps: +0.172 [+0.132, +0.214], final 0.569 (its time not
 comparable: the host was shared with a test run). So more steps lift the slow seed, and the 20
-minutes leave room for ~56 steps on a quiet host only.
+minutes leave room for ~56 steps on a quiet host only. Seed 0 with 56 steps in server mode (autocast,
+--rl-set "inference.mode='server'" --rl-set inference.launch=true --rl-set "inference.dtype='bfloat16'"):
+median step 14.3 s, RL 880 s, final 0.649 [0.593, 0.702], RL gain +0.252 [+0.204, +0.300], loop 17.5 min.
 """
 
 from __future__ import annotations
