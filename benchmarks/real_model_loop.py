@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from workbench.engine.paired import PairedDifference
     from workbench.train.schema import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,7 +133,7 @@ def report(stage: str, seconds: float, means: dict[int, float] | None = None) ->
     print(line, flush=True)
 
 
-def gain(label: str, before: dict[int, float], after: dict[int, float]) -> float:
+def gain(label: str, before: dict[int, float], after: dict[int, float]) -> PairedDifference:
     from workbench.engine.paired import paired_difference
 
     result = paired_difference(before, after)
@@ -140,7 +141,7 @@ def gain(label: str, before: dict[int, float], after: dict[int, float]) -> float
         f"{label:<34} {result.diff:+.3f}  [95% CI {result.low:+.3f}, {result.high:+.3f}]  ({result.verdict}, "
         f"{result.n} examples)"
     )
-    return result.low
+    return result
 
 
 def main() -> None:
@@ -228,9 +229,8 @@ def rl_stage(
 
     minutes = (shared + rl_seconds + eval_seconds) / 60
     print()
-    rl_low = gain(f"RL gain over its SFT start{label}", after_sft, after_rl)
-    final = sum(after_rl.values()) / len(after_rl)
-    rl_gain = final - sum(after_sft.values()) / len(after_sft)
+    paired = gain(f"RL gain over its SFT start{label}", after_sft, after_rl)
+    final, rl_gain, rl_low = paired.mean_b, paired.diff, paired.low
     met = minutes <= TARGET_MINUTES and final >= TARGET_FINAL and rl_gain >= TARGET_GAIN and rl_low > 0
     print(
         f"loop {minutes:.1f} min (target <= {TARGET_MINUTES:.0f}) · final {final:.3f} (target >= {TARGET_FINAL}) · "
