@@ -322,19 +322,53 @@ def test_broken_checkpoints_are_one_line_errors(sft_run: Path, tmp_path: Path):
         load_plain_model(a)
 
 
-def test_a_launched_vllm_is_not_handed_a_checkpoint(sft_run: Path):
-    """vLLM loads whole model folders only: a run from a checkpoint in server mode says how to
-    give it one, instead of failing inside vLLM (workbench serve replicas merge it themselves)."""
-    from workbench.train.schema import TrainConfig
-    from workbench.train.vllm import plan_for_training
+def test_a_launched_vllm_serves_the_checkpoint_merged(sft_run: Path, tmp_path: Path):
+    """vLLM loads whole model folders only: a run from a LoRA checkpoint in server mode merges it
+    into <run>/inference/start-model (the weights the trainer starts from) and vLLM serves that
+    under the name training requests; a resumed run reuses the folder, another checkpoint
+    replaces it. The dry run shows the same command. (Nothing starts: the server is not entered.)"""
+    import torch
+    from transformers import AutoModelForCausalLM
 
+    from workbench.models.loading import adapter_chain, load_plain_model
+    from workbench.train.plan import build_plan
+    from workbench.train.schema import TrainConfig
+    from workbench.train.vllm import MERGED_FROM, START_MODEL, launch_vllm
+
+    checkpoint = checkpoint_of(sft_run, 2)
     config = TrainConfig(
-        model=str(checkpoint_of(sft_run, 2)),
+        model=str(checkpoint),
         env=[{"id": "reverse-text"}],
         inference={"mode": "server", "launch": True},
+        output_dir=str(tmp_path / "rl"),
     )
-    with pytest.raises(UserError, match=r"vLLM cannot serve the LoRA checkpoint .* export it merged"):
-        plan_for_training(config, port=8000)
+    run_dir = tmp_path / "rl"
+    _, plan = launch_vllm(config, run_dir, executable=["vllm"])
+    folder = run_dir / START_MODEL
+    assert plan.command[1:3] == ["serve", str(folder)]
+    assert plan.command[plan.command.index("--served-model-name") + 1] == str(checkpoint)
+    merged = AutoModelForCausalLM.from_pretrained(folder).state_dict()
+    expected, _ = load_plain_model(checkpoint)
+    for name, tensor in expected.state_dict().items():
+        assert torch.equal(merged[name], tensor), name
+    base = load_plain_model(adapter_chain(checkpoint).base)[0].state_dict()
+    assert any(not torch.equal(merged[name], tensor) for name, tensor in base.items())  # SFT's adapter is in
+
+    weights = folder / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    launch_vllm(config, run_dir, executable=["vllm"])  # resumed: merged already
+    assert weights.stat().st_mtime_ns == written
+    (folder / MERGED_FROM).write_text("/elsewhere/step_000001\n")  # merged from another checkpoint
+    launch_vllm(config, run_dir, executable=["vllm"])
+    assert weights.stat().st_mtime_ns != written
+    assert (folder / MERGED_FROM).read_text().strip() == str(checkpoint.resolve())
+
+    rows = {
+        label: value
+        for section in build_plan(config, [], [], gpu_count=1).sections
+        for label, value in section.rows
+    }
+    assert f"serve {folder} " in rows["vLLM command"]
 
 
 def lora_delta(adapter: Path, module: str, *, scale: float):

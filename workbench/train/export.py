@@ -28,21 +28,34 @@ def find_checkpoint(run_dir: Path, step: int | None) -> Path:
 
 
 def export_checkpoint(run_dir: Path, step: int | None, merge: bool, output: Path | None) -> Path:
-    from workbench.models.loading import adapter_base, load_plain_model
+    from workbench.models.loading import adapter_base
 
     checkpoint = find_checkpoint(run_dir, step)
     suffix = "-merged" if merge else ""
     target = output or run_dir / "exports" / f"{checkpoint.name}{suffix}"
     if target.exists():
         raise UserError(f"{target} already exists; choose another --output or remove it")
+    if merge and adapter_base(checkpoint) is not None:
+        return write_merged_model(checkpoint, target)
     tmp = target.with_name(f".tmp_{target.name}")
     shutil.rmtree(tmp, ignore_errors=True)
-    if merge and adapter_base(checkpoint) is not None:
-        model, tokenizer = load_plain_model(checkpoint)  # in the base model's own dtype
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    else:
-        shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(STATE_PT, STATE_JSON))
+    shutil.copytree(checkpoint, tmp, ignore=shutil.ignore_patterns(STATE_PT, STATE_JSON))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(target)
+    return target
+
+
+def write_merged_model(checkpoint: Path, target: Path) -> Path:
+    """`checkpoint` (a LoRA checkpoint: every adapter of its chain) folded into its base weights
+    as a plain model folder at `target`, in the base model's own dtype. Written into a temp
+    folder and renamed, so `target` is whole or absent."""
+    from workbench.models.loading import load_plain_model
+
+    tmp = target.with_name(f".tmp_{target.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model, tokenizer = load_plain_model(checkpoint)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(target)
     return target

@@ -79,8 +79,11 @@ async def launch_inference(
 async def _launch_vllm(
     config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack, reporter: Reporter
 ) -> LaunchedInference:
-    from workbench.train.vllm import launch_vllm
+    from workbench.train.vllm import launch_vllm, vllm_model
 
+    folder, checkpoint = vllm_model(config, run_dir)
+    if checkpoint is not None:
+        reporter.message(f"vLLM loads whole models: serving {checkpoint} merged into {folder}")
     server, plan = launch_vllm(config, run_dir)
     reporter.message(f"starting vLLM for {plan.served_model_name} (log: {run_dir / 'vllm.log'})")
     await stack.enter_async_context(server)

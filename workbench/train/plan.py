@@ -478,8 +478,9 @@ def _vllm_command(config: TrainConfig) -> str:
     from workbench.errors import UserError
     from workbench.train.vllm import plan_for_training
 
+    run_dir = Path(config.output_dir or f"outputs/runs/{config.run_name or '<run>'}")
     try:
-        plan = plan_for_training(config, port=8000)
+        plan = plan_for_training(config, port=8000, run_dir=run_dir)
     except UserError as exc:
         return f"cannot build it: {exc}"
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))

@@ -3,15 +3,17 @@
 
 The command comes from `inference.vllm_launch.vllm_plan` with this run's `[inference]` and
 `[lora]` tables; `ManagedServer` runs it (own process group, log in the run folder, health wait)
-and stops it when the run ends.
+and stops it when the run ends. vLLM loads whole model folders only: a run whose `model` is a
+LoRA checkpoint (RL after an SFT warm-up) has it merged once into `<run>/inference/start-model`
+(the weights the trainer starts from too), and vLLM serves that.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from workbench.errors import UserError
 from workbench.inference.vllm_launch import (
     VLLM_EXECUTABLE,
     LaunchPlan,
@@ -23,22 +25,35 @@ from workbench.inference.vllm_launch import (
 from workbench.train.placement import vllm_data_parallel_size
 from workbench.train.schema import TrainConfig
 
+START_MODEL = Path("inference") / "start-model"
+MERGED_FROM = "MERGED_FROM"  # in the start-model folder: the checkpoint it was merged from
 
-def plan_for_training(
-    config: TrainConfig, *, port: int, host: str = "127.0.0.1", executable: Sequence[str] = VLLM_EXECUTABLE
-) -> LaunchPlan:
-    """`vllm_plan` for a train config: serves `inference.model` (default `model`), with LoRA
-    loading on when `lora.enabled`."""
+
+def vllm_model(config: TrainConfig, run_dir: Path) -> tuple[Path | str, Path | None]:
+    """(what the launched vLLM loads, the LoRA checkpoint to merge there first or None): the
+    model (`inference.model`, default `model`) as it resolves, or for a LoRA checkpoint the
+    run's `START_MODEL` folder."""
     from workbench.inference.resolve import resolve_model_path
     from workbench.models.loading import adapter_base
 
+    source = resolve_model_path(config.inference.model or config.model)
+    if isinstance(source, Path) and adapter_base(source) is not None:
+        return run_dir / START_MODEL, source
+    return source, None
+
+
+def plan_for_training(
+    config: TrainConfig,
+    *,
+    port: int,
+    run_dir: Path,
+    host: str = "127.0.0.1",
+    executable: Sequence[str] = VLLM_EXECUTABLE,
+) -> LaunchPlan:
+    """`vllm_plan` for a train config: serves `vllm_model` under the name training requests
+    (`inference.model`, default `model`), with LoRA loading on when `lora.enabled`."""
     name = config.inference.model or config.model
-    source = resolve_model_path(name)
-    if isinstance(source, Path) and adapter_base(source) is not None:  # vLLM wants a whole model folder
-        raise UserError(
-            f"vLLM cannot serve the LoRA checkpoint {source} as its model: export it merged "
-            "(workbench train export RUN --step N --merge) and name that folder as model"
-        )
+    model, _ = vllm_model(config, run_dir)
     # prime-rl's inference_gpu_ids = [0, 1, 2] without a dp: three replicas (placement.py)
     inference = config.inference.model_copy(
         update={"data_parallel_size": vllm_data_parallel_size(config.inference)}
@@ -46,7 +61,7 @@ def plan_for_training(
     # max_async_level + 1 policy versions (one adapter each) can have rollouts in flight together
     return vllm_plan(
         inference,
-        model=str(source),
+        model=str(model),
         served_model_name=name,
         port=port,
         host=host,
@@ -55,6 +70,23 @@ def plan_for_training(
         tokenizer=config.tokenizer,
         executable=executable,
     )
+
+
+def merge_start_model(config: TrainConfig, run_dir: Path) -> Path | None:
+    """Write the run's start-model folder when vLLM needs one (`vllm_model`) and it is missing or
+    was merged from another checkpoint; the folder, or None when vLLM loads `model` as it is."""
+    from workbench.train.export import write_merged_model
+
+    folder, checkpoint = vllm_model(config, run_dir)
+    if checkpoint is None or not isinstance(folder, Path):
+        return None
+    marker = folder / MERGED_FROM
+    if marker.is_file() and marker.read_text().strip() == str(checkpoint.resolve()):
+        return folder  # a resumed run: merged at its first launch
+    shutil.rmtree(folder, ignore_errors=True)
+    write_merged_model(checkpoint, folder)
+    marker.write_text(f"{checkpoint.resolve()}\n")
+    return folder
 
 
 def launch_vllm(
@@ -72,9 +104,11 @@ def launch_vllm(
     if executable is None:
         require_vllm()
         executable = VLLM_EXECUTABLE
+    merge_start_model(config, run_dir)
     plan = plan_for_training(
         config,
         port=port or free_port(host if host not in ("0.0.0.0", "") else "127.0.0.1"),
+        run_dir=run_dir,
         host=host,
         executable=executable,
     )
