@@ -19,61 +19,46 @@ time; rewards print with a 95% bootstrap interval over examples, and each gain w
 held-out reward >= 0.50 at the end, and RL's own gain over its SFT start >= +0.15 with the
 interval above 0.
 
-Measured (2026-11-28, 2 cores of a Xeon with AMX, otherwise idle, the configs as committed: bfloat16
-LoRA base; 64 held-out examples x 4 rollouts at temperature 1.0, max 32 tokens):
-  1. pretrained 0.000 (23 s) · 2. SFT 40 steps 68 s · 3. 0.393 [0.361, 0.427] (31 s)
-  4. RL 32 steps x 128 rollouts, std-scaled advantages, groups of reward variance < 0.001 dropped
-     (refilled from up to 1.5x the prompts): 844 s (~26 s/step)
-  5. 0.566 [0.519, 0.614] (31 s) · RL gain +0.173 [+0.126, +0.220] · total 16.6 min
-Targets met. Rerun later that day with the trainer's loading, steps and saves in passing threads
-(`inference/passing_thread`: no OpenMP team left to throttle the client's decode thread): the
-same rewards (0.393 after SFT, 0.566 [0.520, 0.612] after RL, RL gain +0.173 [+0.125, +0.220]) in
-RL 678 s (~21 s/step; generation ~4.3 s a step instead of ~9.5) and 13.4 min in all. With generation overlapping training (--rl-set "inference.mode='server'" --rl-set
-inference.launch=true --rl-set "inference.dtype='bfloat16'": a launched `workbench serve` replica,
-bfloat16, 1 thread, next to a 2-thread trainer; rollouts one step off-policy), same day, --skip-base:
-SFT 0.393 [0.362, 0.428] · RL 32 steps 596 s (~17 s/step) · 0.550 [0.498, 0.601] · RL gain +0.157
-[+0.114, +0.202] · total 12.5 min. The time saved buys steps: --rl-set max_steps=44 (same keys, the
-machine busier: load ~2.5) gave 0.621 [0.567, 0.673], RL gain +0.229 [+0.183, +0.275] in 18.7 min
-(RL 952 s, ~21.6 s/step under that load). The way there (same SFT start, RL changed only as said): 24 steps without std
-scaling +0.098 [+0.055, +0.147]; with it +0.124 [+0.080, +0.169]; plus the variance filter +0.144
-[+0.103, +0.189] (13.6 min); lr 2e-3 instead of 1e-3 (with std scaling, no filter): -0.006, it
-unlearns. Trial runs (fp32, contended): without std scaling, RL from this start gains +0.09 to +0.11
-in its first ~20 steps, then flattens, with 8x8 or 16x8 rollouts, lr 1e-3, with or without cosine decay.
-Rerun 2026-11-28 afternoon at 6a6ead2 (colocated steps on the client's decode thread, the LeanModel kept
-between sessions), on a slower host (evals 46-47 s instead of 31, standalone RL steps at 23-31 s for
-the code before and after alike): 0.393 after SFT, 0.588 [0.535, 0.643] after RL, RL gain +0.195
-[+0.149, +0.244], but 23.5 min in all (SFT 187 s, RL 1,099 s at ~34 s/step): over the 20 minutes.
-The process held 17-19 GB during RL (20.3 GB peak) against 11.2 GB for the RL stage run alone; SFT then
-3 RL steps in one process peaked at 20.8 GB with the code before that session and 13.9 GB after it.
-Evening of 2026-11-28, a quieter host: at 033fac1, the same rewards again (0.393; 0.588 [0.535, 0.642];
-RL gain +0.195 [+0.149, +0.244]) in 14.2 min, RL 695 s, peak RSS 18.2 GB, 325 s of system CPU (the
-kernel zeroing fresh pages for vocabulary-wide tensors). With the chunked logprobs (aa79e1f,
-train/selected_logprobs.py: the same values to ~1e-7, so a slightly different trajectory): RL 547 s
-(forward/backward median 9.6 s a step instead of ~14.5), 11.6 min, peak 13.8 GB, 63 s system CPU,
-but 0.397 after SFT, 0.476 [0.432, 0.525] after RL, RL gain +0.079 [+0.037, +0.124]: targets NOT met.
-With bfloat16 autocast in both configs too: 10.0 min, 0.383 -> 0.536 [0.489, 0.582], RL gain +0.154
-[+0.114, +0.195]. Chunks, --rl-set max_steps=48 (--skip-base, the host busier: ~20 s a step): 0.397 ->
-0.551 [0.507, 0.597], RL gain +0.153 [+0.108, +0.198], 18.0 min. So the RL gain of this recipe
-spreads from +0.08 to +0.20 between trajectories that differ only by float rounding: one run says
-little, and the +0.15 target is met by some trajectories, not reliably.
-Session of 2026-11-28 night, --rl-seeds (one SFT run, 0.397 [0.366, 0.430]; then RL once per seed):
-48 steps with bfloat16 autocast (the config since fe2f438), quiet host, --skip-base: seed 0 +0.134
-[+0.093, +0.179] (final 0.532, loop 16.3 min), seed 1 +0.194 [+0.151, +0.238] (0.591, 14.9 min),
-seed 2 +0.214 [+0.162, +0.268] (0.611, 14.4 min): mean +0.181, sd 0.041, targets met by 2 of 3
-(RL ~15 s a step). Seed 0 with 64 steps: +0.172 [+0.132, +0.214], final 0.569 (its time not
-comparable: the host was shared with a test run). So more steps lift the slow seed, and the 20
-minutes leave room for ~56 steps on a quiet host only. Seed 0 with 56 steps in server mode (autocast,
---rl-set "inference.mode='server'" --rl-set inference.launch=true --rl-set "inference.dtype='bfloat16'"):
-median step 14.3 s, RL 880 s, final 0.649 [0.593, 0.702], RL gain +0.252 [+0.204, +0.300], loop 17.5 min.
+Measured with the configs as committed (2026-11-28 night, 2 cores of a Xeon with AMX, quiet host,
+--skip-base --rl-seeds 0,1,2; 64 held-out examples x 4 rollouts at temperature 1.0, max 32 tokens):
+  2. SFT 40 steps 98 s · 3. 0.397 [0.365, 0.431] (27 s)
+  4. RL 48 steps x 128 rollouts in server mode (a launched `workbench serve` replica, bfloat16,
+     1 thread, generates step n+1 while the 2-thread trainer runs step n), bfloat16 LoRA base and
+     autocast, std-scaled advantages, near-constant groups dropped: 709-807 s (~15-17 s a step)
+  5. seed 0 0.655 [0.603, 0.708], RL gain +0.258 [+0.206, +0.306], loop 16.0 min
+     seed 1 0.652 [0.593, 0.709], RL gain +0.254 [+0.200, +0.308], loop 14.9 min
+     seed 2 0.630 [0.574, 0.686], RL gain +0.233 [+0.182, +0.285], loop 14.4 min (its own process:
+     the first run of seed 2 was OOM-killed, see below)
+  RL gain mean +0.248, sd 0.013
+Targets met by every seed. The same RL with 56 steps: +0.252 / +0.256 / +0.274 (seeds 0/1/2), final
+0.649-0.671, but 17.5-19.1 min: too close to the 20. Colocated generation (the config before this one,
+48 steps, autocast): +0.134 / +0.194 / +0.214 (mean +0.181, sd 0.041; seed 0 below the target), loop
+14.4-16.3 min, ~15 s a step. Server mode costs about the same per step on 2 cores (the replica's decode
+slows the trainer's passes about as much as the overlap saves) and learns more per step: its rollouts
+are one step off-policy, corrected by the importance ratio (policy/mismatch_kl ~0.001).
+
+How the recipe got there (one run each unless said, same SFT start, RL changed only as said; each
+run's interval is over held-out examples, while trajectories that differ only by float rounding
+spread by +-0.05, so judge a change over several seeds): RL 24 steps colocated, float32 passes, without std
+scaling +0.098 [+0.055, +0.147]; with it +0.124; plus the variance filter +0.144 (13.6 min); lr 2e-3
+instead of 1e-3: -0.006, it unlearns; 32 steps +0.173 [+0.126, +0.220] in 16.6 min (RL ~26 s a step;
+~21 once the trainer's torch work ran in passing threads, `inference/passing_thread`); the chunked
+logprobs (train/selected_logprobs.py) cut forward/backward from ~14.5 to 9.6 s a step, bfloat16
+autocast to 7.6-8.0 s, which bought the 48 steps. On a busy host the same recipe took 23.5 min
+(RL ~34 s a step): the 20 minutes assume the machine to itself. Peak RSS of one SFT + RL process
+~14 GB; a process that runs several RL seeds in turn grows past that (OOM-killed at 22.7 GB on the
+third), so --rl-seeds runs each seed in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -198,7 +183,15 @@ def main() -> None:
         report("3. eval: SFT checkpoint", time.perf_counter() - clock, after_sft)
 
         shared = time.perf_counter() - started
-        results = [rl_stage(seed, sft.run_dir, after_sft, shared, args) for seed in args.rl_seeds]
+        if len(args.rl_seeds) == 1:
+            results = [rl_stage(args.rl_seeds[0], sft.run_dir, after_sft, shared, args)]
+        else:  # each seed in a fresh process: one process's heap grows run after run (OOM at 22.7 GB, 3rd seed)
+            results = []
+            for seed in args.rl_seeds:
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+                    results.append(
+                        child.submit(rl_stage, seed, sft.run_dir, after_sft, shared, args).result()
+                    )
         if base is not None:
             print()
             gain("SFT gain over pretrained", base, after_sft)

@@ -235,6 +235,19 @@ def test_autocast_on_a_cpu_without_native_bfloat16_says_it_has_no_effect(
     assert "autocast_dtype" not in "\n".join(machine_notes(config, gpu_count=0))
 
 
+def test_replica_bfloat16_on_a_cpu_without_native_bfloat16_says_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = TrainConfig(
+        env=[{"id": "reverse-text"}], inference={"mode": "server", "launch": True, "dtype": "bfloat16"}
+    )
+    monkeypatch.setattr("workbench.train.plan.cpu_has_bf16", lambda: False)
+    notes = "\n".join(machine_notes(config, gpu_count=0))
+    assert "replicas run float32 on this machine" in notes
+    monkeypatch.setattr("workbench.train.plan.cpu_has_bf16", lambda: True)
+    assert "replicas run float32" not in "\n".join(machine_notes(config, gpu_count=0))
+
+
 def test_dtype_notes_on_a_gpu_machine():
     colocated = TrainConfig(
         env=[{"id": "reverse-text"}],

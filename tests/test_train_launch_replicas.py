@@ -114,9 +114,10 @@ def test_a_model_split_across_gpus_needs_vllm_the_rest_runs_as_processes() -> No
     assert launch_blockers(plain, "vLLM is not installed") == []
 
 
-def test_a_replicas_dtype_is_inference_dtype_and_float16_is_for_vllm() -> None:
+def test_a_replicas_dtype_is_inference_dtype_and_float16_is_for_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     """`workbench serve` replicas take inference.dtype (bfloat16 decodes the real model ~1.6x
-    faster on a CPU with AMX); float16 is vLLM's alone, refused before anything starts."""
+    faster on a CPU with AMX; float32 on a CPU without native bfloat16); float16 is vLLM's alone,
+    refused before anything starts."""
     from workbench.train.placement import replica_command
 
     def config(dtype: str) -> TrainConfig:
@@ -124,8 +125,15 @@ def test_a_replicas_dtype_is_inference_dtype_and_float16_is_for_vllm() -> None:
             env=[{"id": "reverse-text"}], inference={"mode": "server", "launch": True, "dtype": dtype}
         )
 
-    assert replica_command(config("bfloat16"))[-2:] == ["--dtype", "bfloat16"]
-    assert "--dtype" not in replica_command(config("auto"))
+    for gpus in (0, 1, None):
+        assert "--dtype" not in replica_command(config("auto"), gpu_count=gpus)
+        assert replica_command(config("float32"), gpu_count=gpus)[-2:] == ["--dtype", "float32"]
+    monkeypatch.setattr("workbench.inference.cpu_features.cpu_has_bf16", lambda: True)
+    assert replica_command(config("bfloat16"), gpu_count=0)[-2:] == ["--dtype", "bfloat16"]
+    # a CPU that only emulates bfloat16 decodes slower in it: float32, as the trainer's dtypes
+    monkeypatch.setattr("workbench.inference.cpu_features.cpu_has_bf16", lambda: False)
+    assert replica_command(config("bfloat16"), gpu_count=0)[-2:] == ["--dtype", "float32"]
+    assert replica_command(config("bfloat16"), gpu_count=1)[-2:] == ["--dtype", "bfloat16"]  # on the GPU
     assert launch_blockers(config("bfloat16"), "vLLM is not installed") == []
     [problem] = launch_blockers(config("float16"), "vLLM is not installed")
     assert "inference.dtype = 'float16' is for a launched vLLM" in problem

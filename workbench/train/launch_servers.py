@@ -96,11 +96,12 @@ async def _launch_replicas(
     config: TrainConfig, run_dir: Path, stack: contextlib.AsyncExitStack, reporter: Reporter, *, why: str
 ) -> LaunchedInference:
     from workbench.inference.resolve import resolve_model_path
+    from workbench.train.plan import cuda_gpu_count
 
     count = replica_count(config.inference)
     model = str(resolve_model_path(config.inference.model or config.model))
     # Started from this (the event loop's) thread; --parent-pid makes each exit with this process.
-    command = replica_command(config, model=model, parent_pid=os.getpid())
+    command = replica_command(config, gpu_count=cuda_gpu_count(), model=model, parent_pid=os.getpid())
     folder = run_dir / INFERENCE_DIR
     _set_aside_logs(folder, count)
     servers: list[ManagedServer] = []

@@ -90,14 +90,29 @@ def launch_blockers(config: TrainConfig, vllm_reason: str | None) -> list[str]:
     return []
 
 
+def replica_dtype(inference: InferenceConfig, *, gpu_count: int | None) -> str | None:
+    """serve's --dtype for a launched replica: inference.dtype (None for 'auto': serve's own
+    default), but float32 for 'bfloat16' on a machine without a CUDA GPU whose CPU only emulates
+    bfloat16 (slower than float32 there), as optimization_dtype and autocast_dtype follow the CPU.
+    float16 never gets here (launch_blockers)."""
+    from workbench.inference.cpu_features import cpu_has_bf16
+
+    if inference.dtype not in ("float32", "bfloat16"):
+        return None
+    if inference.dtype == "bfloat16" and gpu_count == 0 and not cpu_has_bf16():
+        return "float32"
+    return inference.dtype
+
+
 def replica_command(
-    config: TrainConfig, *, model: str | None = None, parent_pid: int | None = None
+    config: TrainConfig, *, gpu_count: int | None, model: str | None = None, parent_pid: int | None = None
 ) -> list[str]:
     """`python -m workbench serve ...` for one replica: the served model under the name training
     requests (`inference.model`, default `model`), LoRA loading sized as for vLLM (rank rounded
     up to one vLLM accepts, max_async_level + 1 adapters), `--port 0` (the replica picks a free
     port and announces it: no race with other programs), and `--parent-pid` so the replica
-    exits if the trainer dies without stopping it (kill -9). `model`: the resolved model path."""
+    exits if the trainer dies without stopping it (kill -9). `model`: the resolved model path;
+    `gpu_count`: CUDA GPUs here (`replica_dtype`)."""
     from workbench.inference.vllm_launch import vllm_lora_rank
 
     name = config.inference.model or config.model
@@ -124,8 +139,8 @@ def replica_command(
         ]
     if config.inference.reasoning_parser:
         command += ["--reasoning-parser", config.inference.reasoning_parser]
-    if config.inference.dtype in ("float32", "bfloat16"):  # serve's own --dtype (float16: launch_blockers)
-        command += ["--dtype", config.inference.dtype]
+    if dtype := replica_dtype(config.inference, gpu_count=gpu_count):
+        command += ["--dtype", dtype]
     if parent_pid is not None:
         command += ["--parent-pid", str(parent_pid)]
     return command

@@ -95,6 +95,11 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
             notes.append(
                 "fsdp_cpu_offload = true has no effect on this machine: no CUDA GPU, the weights already live in CPU memory"
             )
+        if inf.dtype == "bfloat16" and inf.mode == "server" and inf.launch and not cpu_has_bf16():
+            notes.append(
+                "inference.dtype = 'bfloat16': the launched `workbench serve` replicas run float32 on this machine: "
+                "this CPU has no native bfloat16 matmuls (emulated bfloat16 decodes slower)"
+            )
         if inf.dtype != "auto" and not (inf.mode == "server" and inf.launch):
             notes.append(
                 f"inference.dtype = '{inf.dtype}' has no effect here: it sets the weights of launched servers "
@@ -343,7 +348,7 @@ def build_plan(
         if backend == "workbench serve":
             infra.add(
                 "replica command",
-                f"{shlex.join(replica_command(c, parent_pid=None))} --parent-pid <trainer pid>",
+                f"{shlex.join(replica_command(c, gpu_count=count, parent_pid=None))} --parent-pid <trainer pid>",
             )
     vllm = {
         "model": i.model,
