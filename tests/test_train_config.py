@@ -241,10 +241,10 @@ def test_replica_bfloat16_on_a_cpu_without_native_bfloat16_says_float32(
     config = TrainConfig(
         env=[{"id": "reverse-text"}], inference={"mode": "server", "launch": True, "dtype": "bfloat16"}
     )
-    monkeypatch.setattr("workbench.train.plan.cpu_has_bf16", lambda: False)
+    monkeypatch.setattr("workbench.inference.cpu_features.cpu_has_bf16", lambda: False)
     notes = "\n".join(machine_notes(config, gpu_count=0))
     assert "replicas run float32 on this machine" in notes
-    monkeypatch.setattr("workbench.train.plan.cpu_has_bf16", lambda: True)
+    monkeypatch.setattr("workbench.inference.cpu_features.cpu_has_bf16", lambda: True)
     assert "replicas run float32" not in "\n".join(machine_notes(config, gpu_count=0))
 
 

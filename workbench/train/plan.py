@@ -20,6 +20,7 @@ from workbench.train.placement import (
     rank_split,
     replica_command,
     replica_count,
+    replica_dtype,
     trainer_placement,
     vllm_installed,
 )
@@ -95,9 +96,10 @@ def machine_notes(config: TrainConfig, gpu_count: int | None = None) -> list[str
             notes.append(
                 "fsdp_cpu_offload = true has no effect on this machine: no CUDA GPU, the weights already live in CPU memory"
             )
-        if inf.dtype == "bfloat16" and inf.mode == "server" and inf.launch and not cpu_has_bf16():
+        replicas = replica_dtype(inf, gpu_count=0) if inf.mode == "server" and inf.launch else None
+        if replicas is not None and replicas != inf.dtype:
             notes.append(
-                "inference.dtype = 'bfloat16': the launched `workbench serve` replicas run float32 on this machine: "
+                f"inference.dtype = '{inf.dtype}': the launched `workbench serve` replicas run {replicas} on this machine: "
                 "this CPU has no native bfloat16 matmuls (emulated bfloat16 decodes slower)"
             )
         if inf.dtype != "auto" and not (inf.mode == "server" and inf.launch):
@@ -191,7 +193,7 @@ def build_plan(
             f"{d.teacher_model}{served} · per-token reverse KL x {d.kl_weight:g}"
             + (f" + reward advantage x {d.reward_weight:g}" if d.reward_weight else " (reward not used)"),
         )
-    run.add("run folder", c.output_dir or f"outputs/runs/{c.run_name or '<generated at start>'}")
+    run.add("run folder", shown_run_folder(c))
     run.add("seed", c.seed)
     if c.checkpointing.resume_step is not None:
         run.add(
@@ -478,14 +480,18 @@ def _fmt(value: object) -> str:
     return str(list(value)) if isinstance(value, (list, tuple)) else str(value)
 
 
+def shown_run_folder(config: TrainConfig) -> str:
+    """The run folder as the plan shows it (the service picks a generated name at start)."""
+    return config.output_dir or f"outputs/runs/{config.run_name or '<generated at start>'}"
+
+
 def _vllm_command(config: TrainConfig) -> str:
     """The `vllm serve ...` line a launch would run (port chosen at launch time)."""
     from workbench.errors import UserError
     from workbench.train.vllm import plan_for_training
 
-    run_dir = Path(config.output_dir or f"outputs/runs/{config.run_name or '<run>'}")
     try:
-        plan = plan_for_training(config, port=8000, run_dir=run_dir)
+        plan = plan_for_training(config, port=8000, run_dir=Path(shown_run_folder(config)))
     except UserError as exc:
         return f"cannot build it: {exc}"
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items()))

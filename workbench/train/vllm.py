@@ -77,9 +77,10 @@ def merge_start_model(config: TrainConfig, run_dir: Path) -> Path | None:
     was merged from another checkpoint; the folder, or None when vLLM loads `model` as it is."""
     from workbench.train.export import write_merged_model
 
-    folder, checkpoint = vllm_model(config, run_dir)
-    if checkpoint is None or not isinstance(folder, Path):
+    _, checkpoint = vllm_model(config, run_dir)
+    if checkpoint is None:
         return None
+    folder = run_dir / START_MODEL
     marker = folder / MERGED_FROM
     if marker.is_file() and marker.read_text().strip() == str(checkpoint.resolve()):
         return folder  # a resumed run: merged at its first launch
